@@ -1,0 +1,34 @@
+// Lookup: Engram hash ids -> BF16 staging, the operation every backend implements.
+//
+// ids[tokens][heads] int64 global row indices of one Engram layer's table (head offsets already
+// added); -1 (kDeadId) and any negative id give a zero row (padding / dead positions).
+// out[tokens][heads][d] bf16 bits, row-major, written completely.
+// An id >= table rows is invalid: in checked mode the call fails with kInvalidArgument before
+// writing anything; otherwise that position is written as a zero row and counted in invalid_ids
+// (never an out-of-bounds read). Both backends decode with format.hpp, so outputs are bit-identical.
+#pragma once
+
+#include <cstdint>
+
+#include "engram/status.hpp"
+#include "engram/table.hpp"
+
+namespace engram {
+
+inline constexpr int64_t kDeadId = -1;
+
+struct LookupStats {
+  int64_t rows = 0;         // tokens * heads positions written
+  int64_t dead_rows = 0;    // positions with a negative id (zero rows)
+  int64_t invalid_ids = 0;  // positions with id >= rows (zero rows; 0 in checked mode)
+};
+
+struct LookupRequest {
+  const int64_t* ids = nullptr;  // [tokens][heads]
+  int64_t tokens = 0;
+  int heads = 0;
+  uint16_t* out = nullptr;       // [tokens][heads][d] bf16 bits
+  bool checked = false;          // validate every id before writing
+};
+
+}  // namespace engram

@@ -1,0 +1,32 @@
+// CUDA device discovery: is there a usable GPU, and what is it? The only answer a machine without
+// a GPU gets is kUnsupported with the runtime's reason, never a crash.
+#pragma once
+
+#include <string>
+
+#include "engram/status.hpp"
+
+namespace engram::cuda {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  std::string pci_bus_id;       // "0000:3b:00.0"
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  long long total_memory_bytes = 0;
+  int l2_bytes = 0;
+  int driver_version = 0;       // e.g. 13000
+  int runtime_version = 0;
+  bool can_use_host_pointer_for_registered_mem = false;
+  bool unified_addressing = false;
+};
+
+// Info about device `ordinal`. kUnsupported when no device/driver is present (message says why).
+Result<DeviceInfo> device_info(int ordinal = 0);
+// Number of visible devices; 0 when there is no driver or device.
+int device_count();
+// Clears CUDA's pending (non-sticky) error after a recoverable failure.
+void clear_pending_error();
+
+}  // namespace engram::cuda

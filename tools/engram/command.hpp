@@ -1,0 +1,36 @@
+// Subcommand registry of the `engram` CLI: each tools/engram/cmd_*.cpp registers itself with a
+// static ENGRAM_COMMAND(...) so adding a subcommand touches no shared file.
+//
+// Exit codes (all subcommands): 0 success; 1 runtime failure; 2 bad input (argument, file,
+// layout mismatch: nothing written); 77 the machine cannot do it (kUnsupported: a skip).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engram/status.hpp"
+
+namespace engram::cli {
+
+// Called once to declare the subcommand's options on `sub`; returns the function that runs it.
+using SetupFn = std::function<std::function<int()>(CLI::App& sub)>;
+
+struct CommandEntry {
+  std::string name;
+  std::string description;
+  SetupFn setup;
+};
+
+std::vector<CommandEntry>& command_registry();
+bool register_command(std::string name, std::string description, SetupFn setup);
+
+// Prints "engram <cmd>: <status>" to stderr and returns the exit code for it (see above).
+int report_failure(const std::string& command, const Status& status);
+int exit_code_for(const Status& status);
+
+}  // namespace engram::cli
+
+#define ENGRAM_COMMAND(ident, name, description, setup) \
+  static const bool engram_cmd_registered_##ident = ::engram::cli::register_command(name, description, setup)
