@@ -1,0 +1,81 @@
+// Timeline of Engram lookups and the critical-path model that explains it (seed 000 §4).
+//
+// One LayerTiming per (rank, step, Engram layer): r hash ids ready, submit (host enqueued the lookup), s lookup
+// start, f lookup finish, c consumer arrival at its wait, wait_end consumer released. All in nanoseconds from one
+// origin on one time base (CPU: steady_clock; CUDA: elapsed time of events from one origin event). A value that
+// was not recorded is NaN and prints as n/a, never 0.
+//
+// Model of a serial prefetch queue: s_i = max(r_i, f_{i-1}), f_i = s_i + L_i, exposed wait E_i = max(0, f_i - c_i),
+// queue time s_i - r_i. It explains an observed timeline; it does not predict one with fixed parameters
+// (waits move later consumers; contention changes L_i). `explain()` replays the recurrence with the measured
+// r, L and c and reports the residual between modelled and measured s (large = another dependency).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace engram {
+
+inline constexpr double kNotRecorded = std::numeric_limits<double>::quiet_NaN();
+
+struct LayerTiming {
+  int rank = 0;
+  int64_t step = 0;
+  int layer_index = 0;   // index into EngramLayout::layer_ids
+  int layer_id = 0;      // model layer number
+  int64_t rows = 0;      // tokens * heads looked up
+  double r_ns = kNotRecorded;
+  double submit_ns = kNotRecorded;
+  double s_ns = kNotRecorded;
+  double f_ns = kNotRecorded;
+  double c_ns = kNotRecorded;
+  double wait_end_ns = kNotRecorded;
+
+  double lookup_ns() const { return f_ns - s_ns; }               // L
+  double queue_ns() const { return s_ns - r_ns; }                // s - r
+  double exposed_wait_ns() const { return std::max(0.0, f_ns - c_ns); }  // E (model definition)
+  double measured_wait_ns() const { return wait_end_ns - c_ns; } // what the consumer saw
+  double lead_ns() const { return c_ns - r_ns; }                 // c - r
+};
+
+// Result of replaying the serial-queue recurrence over the lookups of one queue, in submission order.
+struct ModelRow {
+  const LayerTiming* timing = nullptr;
+  double model_s_ns = kNotRecorded;   // max(r_i, model f_{i-1})
+  double model_f_ns = kNotRecorded;   // model_s + L_i (measured L)
+  double model_e_ns = kNotRecorded;   // max(0, model_f - c_i)
+  double residual_s_ns = kNotRecorded;  // measured s - model s
+};
+
+// Replays the recurrence over `queue` (lookups of one rank's serial queue, in submission order);
+// f0_ns is the time the queue was first available (use the first r when unknown). `scale_l` scales every
+// L_i and `advance_r_ns` moves every r_i earlier (what-if analysis); 1 and 0 replay the measurement.
+std::vector<ModelRow> explain_serial_queue(const std::vector<LayerTiming>& queue, double f0_ns,
+                                           double scale_l = 1.0, double advance_r_ns = 0.0);
+
+class Timeline {
+ public:
+  void add(const LayerTiming& t) { rows_.push_back(t); }
+  const std::vector<LayerTiming>& rows() const { return rows_; }
+  std::vector<LayerTiming>& rows() { return rows_; }
+  void clear() { rows_.clear(); }
+
+  // JSON: {"unit":"ns","rows":[{rank,step,layer_id,r_ns,...}]} with null for NaN.
+  nlohmann::json to_json() const;
+  // Chrome trace event JSON (opens in Perfetto / chrome://tracing): per rank one "main" lane (consumer waits)
+  // and one "prefetch queue" lane (lookups), plus instant events for r and submit. Times in microseconds.
+  nlohmann::json to_chrome_trace() const;
+
+ private:
+  std::vector<LayerTiming> rows_;
+};
+
+// Percentile (0..100) of the finite values, linear interpolation; NaN when there are none.
+double percentile(std::vector<double> values, double pct);
+
+}  // namespace engram
