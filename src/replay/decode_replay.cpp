@@ -1,0 +1,153 @@
+// Decode replay loop and its report (see decode_replay.hpp). Statistics exclude warm-up steps; the serial-queue
+// recurrence is replayed per step (each step starts with an idle queue, so f0 = the step's first r).
+#include "replay/decode_replay.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+namespace engram {
+
+Distribution Distribution::of(const std::vector<double>& v) {
+  Distribution d;
+  d.n = v.size();
+  d.median = percentile(v, 50);
+  d.p5 = percentile(v, 5);
+  d.p95 = percentile(v, 95);
+  d.p99 = percentile(v, 99);
+  return d;
+}
+
+Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSource& source, PrefetchQueue& queue,
+                                             LayerCompute& compute, const DecodeReplayOptions& opt) {
+  if (opt.batch <= 0 || opt.steps <= 0 || opt.warmup_steps < 0)
+    return Status(Code::kInvalidArgument, "replay: batch and steps must be > 0, warm-up >= 0");
+  int model_layers = opt.model_layers;
+  const int max_id = *std::max_element(layout.layer_ids.begin(), layout.layer_ids.end());
+  if (model_layers <= 0) model_layers = max_id + 2;
+  if (model_layers <= max_id)
+    return Status(Code::kInvalidArgument, "replay: model has " + std::to_string(model_layers) +
+                                              " layers but Engram layer " + std::to_string(max_id) + " is beyond it");
+  auto clock = opt.clock_ns;
+  if (!clock) {
+    const auto origin = std::chrono::steady_clock::now();
+    clock = [origin] { return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - origin).count(); };
+  }
+  std::vector<int> engram_index(static_cast<size_t>(model_layers), -1);
+  for (int li = 0; li < layout.n_layers(); ++li) engram_index[static_cast<size_t>(layout.layer_ids[li])] = li;
+
+  DecodeReplayReport rep;
+  const int64_t total_steps = opt.warmup_steps + opt.steps;
+  std::vector<std::vector<int64_t>> ids;
+
+  // Compute-only baseline: same layers, same work, no lookups.
+  if (opt.compute_only_baseline) {
+    std::vector<double> base;
+    for (int64_t step = 0; step < total_steps; ++step) {
+      const double t0 = clock();
+      for (int layer = 0; layer < model_layers; ++layer) ENGRAM_RETURN_IF_ERROR(compute.run_layer(layer));
+      if (step >= opt.warmup_steps) base.push_back(clock() - t0);
+    }
+    rep.compute_only_step_ns = Distribution::of(base);
+  }
+
+  std::vector<double> step_ns;
+  double distinct_sum = 0;
+  int64_t distinct_n = 0;
+  size_t timeline_mark = queue.timeline().rows().size();
+  LookupStats before{};
+  for (int64_t step = 0; step < total_steps; ++step) {
+    if (step == opt.warmup_steps) {
+      timeline_mark = queue.timeline().rows().size();
+      before = queue.totals();
+    }
+    const double t0 = clock();
+    queue.begin_step(step);
+    ENGRAM_RETURN_IF_ERROR(source.next_step(step, opt.batch, ids));
+    if (opt.mode == PrefetchMode::kEarly)
+      for (int li = 0; li < layout.n_layers(); ++li) ENGRAM_RETURN_IF_ERROR(queue.prepare(li, ids[li].data(), opt.batch));
+    for (int layer = 0; layer < model_layers; ++layer) {
+      const int li = engram_index[static_cast<size_t>(layer)];
+      if (li >= 0) {
+        if (opt.mode == PrefetchMode::kOnDemand) ENGRAM_RETURN_IF_ERROR(queue.prepare(li, ids[li].data(), opt.batch));
+        auto staging = queue.consume(li);
+        if (!staging.is_ok()) return staging.status();
+      }
+      ENGRAM_RETURN_IF_ERROR(compute.run_layer(layer));
+    }
+    ENGRAM_RETURN_IF_ERROR(queue.end_step());
+    if (step >= opt.warmup_steps) {
+      step_ns.push_back(clock() - t0);
+      for (auto& v : ids) {
+        std::unordered_set<int64_t> u(v.begin(), v.end());
+        distinct_sum += static_cast<double>(u.size()) / static_cast<double>(v.size());
+        ++distinct_n;
+      }
+    }
+  }
+  const LookupStats after = queue.totals();
+  rep.measured_steps = opt.steps;
+  rep.rows_looked_up = after.rows - before.rows;
+  rep.dead_rows = after.dead_rows - before.dead_rows;
+  rep.invalid_ids = after.invalid_ids - before.invalid_ids;
+  rep.step_ns = Distribution::of(step_ns);
+  if (std::isfinite(rep.step_ns.median) && rep.step_ns.median > 0)
+    rep.tokens_per_s = opt.batch / (rep.step_ns.median * 1e-9);
+  if (distinct_n) rep.distinct_id_fraction = distinct_sum / static_cast<double>(distinct_n);
+
+  const int64_t nh = static_cast<int64_t>(opt.batch) * layout.heads();
+  rep.b_source_bytes_per_step = nh * layout.source_bytes_per_row() * layout.n_layers();
+  rep.b_staging_bytes_per_step = 2 * nh * layout.d * layout.n_layers();
+
+  // Per-layer distributions and the serial-queue model, over measured rows only.
+  const auto& all = queue.timeline().rows();
+  std::vector<LayerTiming> measured(all.begin() + static_cast<std::ptrdiff_t>(timeline_mark), all.end());
+  for (const auto& t : measured) rep.lookup_busy_ns += t.lookup_ns();
+  if (rep.lookup_busy_ns > 0) {
+    const double sec = rep.lookup_busy_ns * 1e-9;
+    rep.rows_per_s = static_cast<double>(rep.rows_looked_up) / sec;
+    rep.source_gbps = static_cast<double>(rep.rows_looked_up) * static_cast<double>(layout.source_bytes_per_row()) / sec / 1e9;
+    rep.staging_gbps = static_cast<double>(rep.rows_looked_up) * 2.0 * layout.d / sec / 1e9;
+  }
+  // Group by step in submission order (r), replay the recurrence per step.
+  std::vector<double> residual_by_row(measured.size(), kNotRecorded);
+  {
+    std::vector<size_t> order(measured.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return measured[a].step != measured[b].step ? measured[a].step < measured[b].step : measured[a].r_ns < measured[b].r_ns;
+    });
+    size_t i = 0;
+    while (i < order.size()) {
+      size_t j = i;
+      std::vector<LayerTiming> q;
+      while (j < order.size() && measured[order[j]].step == measured[order[i]].step) q.push_back(measured[order[j++]]);
+      auto rows = explain_serial_queue(q, q.front().r_ns);
+      for (size_t k = 0; k < rows.size(); ++k) residual_by_row[order[i + k]] = rows[k].residual_s_ns;
+      i = j;
+    }
+  }
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    LayerReport lr;
+    lr.layer_id = layout.layer_ids[li];
+    std::vector<double> e, w, l, qn, res;
+    for (size_t k = 0; k < measured.size(); ++k) {
+      const auto& t = measured[k];
+      if (t.layer_index != li) continue;
+      e.push_back(t.exposed_wait_ns());
+      w.push_back(t.measured_wait_ns());
+      l.push_back(t.lookup_ns());
+      qn.push_back(t.queue_ns());
+      res.push_back(residual_by_row[k]);
+    }
+    lr.exposed_wait_ns = Distribution::of(e);
+    lr.measured_wait_ns = Distribution::of(w);
+    lr.lookup_ns = Distribution::of(l);
+    lr.queue_ns = Distribution::of(qn);
+    lr.residual_s_ns = Distribution::of(res);
+    rep.layers.push_back(lr);
+  }
+  return rep;
+}
+
+}  // namespace engram

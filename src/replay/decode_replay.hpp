@@ -1,0 +1,67 @@
+// Decode replay: the main job of `engram run`. Each step appends one token to each of `batch` sequences, hashes
+// them into Engram ids (IdSource), and walks the model's layers in order: at an Engram layer the consumer takes its
+// staging from the prefetch queue (after prepare(): at step start in `early` mode, right there in `on_demand`
+// mode), then the layer's synthetic compute runs. A compute-only pass (same steps, no lookups) runs first so the
+// report can state the main-compute slowdown caused by concurrent lookups.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engram/layout.hpp"
+#include "replay/id_source.hpp"
+#include "sched/layer_compute.hpp"
+#include "sched/prefetch_queue.hpp"
+
+namespace engram {
+
+struct DecodeReplayOptions {
+  int batch = 64;            // sequences (one new token each per step)
+  int steps = 32;            // measured steps
+  int warmup_steps = 4;      // steps run first and not measured
+  int model_layers = 0;      // decoder layers; 0 = max(layer_ids) + 2
+  PrefetchMode mode = PrefetchMode::kEarly;
+  bool compute_only_baseline = true;
+  std::function<double()> clock_ns;  // default steady_clock
+};
+
+struct Distribution {
+  double median = kNotRecorded, p5 = kNotRecorded, p95 = kNotRecorded, p99 = kNotRecorded;
+  size_t n = 0;
+  static Distribution of(const std::vector<double>& v);
+};
+
+struct LayerReport {
+  int layer_id = 0;
+  Distribution exposed_wait_ns;   // E = max(0, f - c), from the timeline
+  Distribution measured_wait_ns;  // wait_end - c, what the consumer saw
+  Distribution lookup_ns;         // L = f - s
+  Distribution queue_ns;          // s - r
+  Distribution residual_s_ns;     // measured s - model s (serial-queue recurrence)
+};
+
+struct DecodeReplayReport {
+  int64_t measured_steps = 0;
+  int64_t rows_looked_up = 0;          // measured steps only
+  int64_t dead_rows = 0, invalid_ids = 0;
+  double lookup_busy_ns = 0;           // sum of L over measured lookups
+  double rows_per_s = kNotRecorded;    // rows / lookup busy time
+  double source_gbps = kNotRecorded;   // B_source / lookup busy time (GB = 1e9 B)
+  double staging_gbps = kNotRecorded;  // B_staging / lookup busy time
+  int64_t b_source_bytes_per_step = 0; // N*H*(d + d/32) summed over Engram layers
+  int64_t b_staging_bytes_per_step = 0;  // 2*N*H*d summed over Engram layers
+  Distribution step_ns;                // wall time per step with lookups
+  Distribution compute_only_step_ns;   // same steps, no lookups (n/a when skipped)
+  double tokens_per_s = kNotRecorded;  // batch / median step
+  std::vector<LayerReport> layers;
+  double distinct_id_fraction = kNotRecorded;  // distinct ids / ids, averaged over layers and steps
+};
+
+// Runs the replay. `queue` and `compute` must be built for `layout`. Errors come from the id source, the queue
+// (e.g. an invalid id in checked mode) or the compute.
+Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSource& ids, PrefetchQueue& queue,
+                                             LayerCompute& compute, const DecodeReplayOptions& options);
+
+}  // namespace engram
