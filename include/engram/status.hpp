@@ -92,15 +92,16 @@ class [[nodiscard]] Result {
 
 }  // namespace engram
 
-// Propagate a non-OK Status from an expression returning Status.
-#define ENGRAM_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::engram::Status engram_status_ = (expr);     \
-    if (!engram_status_.is_ok()) return engram_status_; \
-  } while (0)
-
 #define ENGRAM_CONCAT_INNER_(a, b) a##b
 #define ENGRAM_CONCAT_(a, b) ENGRAM_CONCAT_INNER_(a, b)
+// Propagate a non-OK Status from an expression returning Status.
+#define ENGRAM_RETURN_IF_ERROR(expr)                                     \
+  do {                                                                   \
+    ::engram::Status ENGRAM_CONCAT_(engram_status_, __LINE__) = (expr);  \
+    if (!ENGRAM_CONCAT_(engram_status_, __LINE__).is_ok())               \
+      return ENGRAM_CONCAT_(engram_status_, __LINE__);                   \
+  } while (0)
+
 // `ENGRAM_ASSIGN_OR_RETURN(auto x, make_x());` binds the value or returns the Status.
 #define ENGRAM_ASSIGN_OR_RETURN(lhs, expr) \
   ENGRAM_ASSIGN_OR_RETURN_IMPL_(ENGRAM_CONCAT_(engram_result_, __LINE__), lhs, expr)
