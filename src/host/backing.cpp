@@ -1,0 +1,320 @@
+// Backings (see backing.hpp). The order of operations is the point of this file: check the room
+// first (statvfs of the tmpfs, the hugepage pool, the target nodes' free memory), then create and
+// size the object, then map it — and let placement.cpp set the policy before the first page exists.
+// Every failure after creation releases what was made (unmap, close, unlink of a named file), so an
+// error never leaves a file in /dev/shm.
+//
+// memfd objects live on the kernel's internal tmpfs mount, which has no size limit (statvfs reports
+// 0 blocks): their limit is memory, so the check compares with MemAvailable (any node) or with the
+// target nodes' MemFree + Inactive(file) (what the kernel can hand out there without swapping
+// anonymous memory). That estimate is approximate by nature; fallocate remains the authority
+// (ENOSPC / ENOMEM there becomes kNoSpace / kOutOfMemory, still before any SIGBUS could happen).
+#include "host/backing.hpp"
+
+#include <cstdio>
+#include <utility>
+
+#include "core/units.hpp"
+#include "sys/memfd.hpp"
+#include "sys/numa.hpp"
+#include "sys/numa_sysfs.hpp"
+#include "sys/shm.hpp"
+
+namespace engram::host {
+namespace {
+
+constexpr uint64_t kTmpfsMagic = 0x01021994;
+constexpr uint64_t kHugetlbfsMagic = 0x958458f6;
+
+uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
+
+std::string fs_name(uint64_t magic) {
+  if (magic == kTmpfsMagic) return "tmpfs";
+  if (magic == kHugetlbfsMagic) return "hugetlbfs";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fs 0x%llx", static_cast<unsigned long long>(magic));
+  return buf;
+}
+
+// "Key:   123 kB" lines of /proc/meminfo or node<N>/meminfo ("Node 0 Key: 123 kB") -> bytes.
+int64_t meminfo_bytes(const std::string& text, const std::string& key) {
+  size_t pos = 0;
+  while ((pos = text.find(key + ":", pos)) != std::string::npos) {
+    const bool at_line_start = pos == 0 || text[pos - 1] == '\n' || text[pos - 1] == ' ';
+    if (at_line_start) {
+      long long kb = 0;
+      if (std::sscanf(text.c_str() + pos + key.size() + 1, " %lld", &kb) == 1) return kb * 1024;
+    }
+    pos += key.size();
+  }
+  return -1;
+}
+
+Status check_memory(uint64_t bytes, const std::vector<int>& nodes, const std::string& what) {
+  if (nodes.empty()) {
+    auto t = sys::read_text_file("/proc/meminfo");
+    if (!t.is_ok()) return Status::ok();  // cannot tell: fallocate decides
+    const int64_t avail = meminfo_bytes(*t, "MemAvailable");
+    if (avail >= 0 && bytes > static_cast<uint64_t>(avail))
+      return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(bytes)) +
+                                        " does not fit in memory: MemAvailable is " + format_bytes(avail));
+    return Status::ok();
+  }
+  int64_t room = 0;
+  for (int n : nodes) {
+    auto t = sys::read_text_file("/sys/devices/system/node/node" + std::to_string(n) + "/meminfo");
+    if (!t.is_ok()) return Status(Code::kInvalidArgument, what + ": NUMA node " + std::to_string(n) + " does not exist");
+    const int64_t free_b = meminfo_bytes(*t, "MemFree");
+    const int64_t inactive_file = meminfo_bytes(*t, "Inactive(file)");
+    if (free_b < 0) return Status::ok();
+    room += free_b + (inactive_file > 0 ? inactive_file : 0);
+  }
+  if (bytes > static_cast<uint64_t>(room))
+    return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(bytes)) +
+                                      " does not fit on node(s) " + sys::format_int_list(nodes) + ": " +
+                                      format_bytes(room) + " free (MemFree + Inactive(file))");
+  return Status::ok();
+}
+
+Status check_hugepages(uint64_t bytes, uint64_t page_bytes, const std::vector<int>& nodes, const std::string& what) {
+  const std::string dir = "hugepages-" + std::to_string(page_bytes / 1024) + "kB";
+  const uint64_t need = round_up(bytes, page_bytes) / page_bytes;
+  auto free_p = sys::read_int_file("/sys/kernel/mm/hugepages/" + dir + "/free_hugepages");
+  auto resv_p = sys::read_int_file("/sys/kernel/mm/hugepages/" + dir + "/resv_hugepages");
+  if (!free_p.is_ok())
+    return Status(Code::kUnsupported, what + ": no " + format_bytes(static_cast<int64_t>(page_bytes)) +
+                                          " hugepage pool (/sys/kernel/mm/hugepages/" + dir + " missing)");
+  int64_t avail = *free_p - (resv_p.is_ok() ? *resv_p : 0);
+  std::string where = "the pool";
+  if (!nodes.empty()) {
+    int64_t node_free = 0;
+    for (int n : nodes) {
+      auto f = sys::read_int_file("/sys/devices/system/node/node" + std::to_string(n) + "/hugepages/" + dir +
+                                  "/free_hugepages");
+      if (f.is_ok()) node_free += *f;
+    }
+    if (node_free < avail) avail = node_free;
+    where = "node(s) " + sys::format_int_list(nodes);
+  }
+  if (static_cast<int64_t>(need) > avail)
+    return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(bytes)) + " needs " +
+                                      std::to_string(need) + " x " + format_bytes(static_cast<int64_t>(page_bytes)) +
+                                      " hugepages; " + where + " has " + std::to_string(avail < 0 ? 0 : avail) +
+                                      " available (" + "/sys/kernel/mm/hugepages/" + dir + ")");
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* backing_kind_name(BackingKind k) noexcept {
+  switch (k) {
+    case BackingKind::kMemfd: return "memfd";
+    case BackingKind::kShmFile: return "shm";
+    case BackingKind::kHugetlb: return "hugetlb";
+    case BackingKind::kAnonThp: return "anon-thp";
+  }
+  return "unknown";
+}
+
+Result<BackingKind> parse_backing_kind(const std::string& text, uint64_t* huge_page_bytes) {
+  uint64_t hp = 0;
+  BackingKind k;
+  if (text == "memfd") k = BackingKind::kMemfd;
+  else if (text == "shm") k = BackingKind::kShmFile;
+  else if (text == "hugetlb" || text == "hugetlb-2m") { k = BackingKind::kHugetlb; hp = 2u << 20; }
+  else if (text == "hugetlb-1g") { k = BackingKind::kHugetlb; hp = 1u << 30; }
+  else if (text == "anon-thp") k = BackingKind::kAnonThp;
+  else
+    return Status(Code::kInvalidArgument,
+                  "backing '" + text + "': expected memfd, shm, hugetlb, hugetlb-1g or anon-thp");
+  if (huge_page_bytes) *huge_page_bytes = hp;
+  return k;
+}
+
+std::string BackingIdentity::to_string() const {
+  switch (kind) {
+    case BackingKind::kAnonThp: return "anon-thp";
+    case BackingKind::kShmFile: return path + " inode " + std::to_string(inode);
+    case BackingKind::kMemfd:
+    case BackingKind::kHugetlb:
+      return std::string(backing_kind_name(kind)) + ":" + name + " inode " + std::to_string(inode);
+  }
+  return "unknown";
+}
+
+Status check_backing_fits(const BackingOptions& o) {
+  const std::string what = std::string("table (") + backing_kind_name(o.kind) + ")";
+  if (o.size_bytes == 0) return Status(Code::kInvalidArgument, what + ": size 0");
+  switch (o.kind) {
+    case BackingKind::kShmFile: {
+      ENGRAM_ASSIGN_OR_RETURN(sys::FsSpace fs, sys::fs_space_path(o.shm_dir));
+      const uint64_t need = round_up(o.size_bytes, 4096);
+      // A tmpfs mounted without size= reports 0 blocks: no limit of its own, memory is the limit.
+      if (fs.total_bytes > 0 && need > fs.free_bytes)
+        return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(need)) + " does not fit: " +
+                                          o.shm_dir + " (" + fs_name(fs.fs_type) + ") has " +
+                                          format_bytes(static_cast<int64_t>(fs.free_bytes)) + " free of " +
+                                          format_bytes(static_cast<int64_t>(fs.total_bytes)),
+                      28 /* ENOSPC */);
+      if (o.check_memory) return check_memory(need, o.target_nodes, what);
+      return Status::ok();
+    }
+    case BackingKind::kMemfd:
+    case BackingKind::kAnonThp:
+      if (o.check_memory) return check_memory(round_up(o.size_bytes, 4096), o.target_nodes, what);
+      return Status::ok();
+    case BackingKind::kHugetlb:
+      if (o.huge_page_bytes != (2u << 20) && o.huge_page_bytes != (1u << 30))
+        return Status(Code::kInvalidArgument, what + ": huge page size must be 2 MiB or 1 GiB");
+      return check_hugepages(o.size_bytes, o.huge_page_bytes, o.target_nodes, what);
+  }
+  return Status::ok();
+}
+
+Backing::~Backing() { release(); }
+
+Backing::Backing(Backing&& o) noexcept { *this = std::move(o); }
+
+Backing& Backing::operator=(Backing&& o) noexcept {
+  if (this != &o) {
+    release();
+    identity_ = std::move(o.identity_);
+    fd_ = std::exchange(o.fd_, -1);
+    data_ = std::exchange(o.data_, nullptr);
+    size_bytes_ = std::exchange(o.size_bytes_, 0);
+    mapped_bytes_ = std::exchange(o.mapped_bytes_, 0);
+    page_bytes_ = o.page_bytes_;
+    owner_ = std::exchange(o.owner_, false);
+    unlinked_ = std::exchange(o.unlinked_, false);
+  }
+  return *this;
+}
+
+void Backing::release() noexcept {
+  if (data_ != nullptr) (void)sys::unmap_range(data_, mapped_bytes_);
+  data_ = nullptr;
+  if (fd_ >= 0) (void)sys::close_fd(fd_);
+  fd_ = -1;
+  if (owner_ && identity_.kind == BackingKind::kShmFile && !unlinked_ && !identity_.path.empty())
+    (void)sys::unlink_named_file(identity_.path);
+  owner_ = false;
+}
+
+Result<Backing> Backing::create(const BackingOptions& o) {
+  ENGRAM_RETURN_IF_ERROR(check_backing_fits(o));
+  Backing b;
+  b.owner_ = true;
+  b.size_bytes_ = o.size_bytes;
+  b.identity_.kind = o.kind;
+  b.identity_.name = o.name;
+  if (o.kind == BackingKind::kAnonThp) {
+    b.page_bytes_ = 4096;
+    b.mapped_bytes_ = round_up(o.size_bytes, 2u << 20);
+    ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_private_aligned(b.mapped_bytes_, 2u << 20));
+    b.data_ = static_cast<uint8_t*>(p);
+    // THP "never" (or no THP in the kernel) leaves 4 KiB pages: the table still works; say so via
+    // the status only when the advice itself is refused.
+    Status s = sys::madvise_range(p, b.mapped_bytes_, sys::MemAdvice::kHugePage);
+    if (!s.is_ok() && s.code() != Code::kUnsupported) return s;
+    return b;
+  }
+  if (o.kind == BackingKind::kShmFile) {
+    ENGRAM_ASSIGN_OR_RETURN(sys::NamedFile f, sys::create_named_file(o.shm_dir, o.name));
+    b.fd_ = f.fd;
+    b.identity_.path = f.path;
+    b.identity_.name = f.path;
+  } else {
+    const sys::HugePage hp = o.kind != BackingKind::kHugetlb ? sys::HugePage::kNone
+                             : o.huge_page_bytes == (1u << 30) ? sys::HugePage::k1GiB
+                                                              : sys::HugePage::k2MiB;
+    ENGRAM_ASSIGN_OR_RETURN(int fd, sys::memfd_create(o.name, hp));
+    b.fd_ = fd;
+    if (hp != sys::HugePage::kNone) b.page_bytes_ = sys::huge_page_bytes(hp);
+  }
+  b.mapped_bytes_ = round_up(o.size_bytes, b.page_bytes_);
+  ENGRAM_RETURN_IF_ERROR(sys::ftruncate_fd(b.fd_, b.mapped_bytes_));
+  ENGRAM_ASSIGN_OR_RETURN(sys::FileStat st, sys::fstat_fd(b.fd_));
+  b.identity_.inode = st.inode;
+  b.identity_.device = st.device;
+  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(b.fd_, b.mapped_bytes_));
+  b.data_ = static_cast<uint8_t*>(p);
+  return b;
+}
+
+Result<Backing> Backing::attach_fd(int fd, BackingKind kind, uint64_t size_bytes, const std::string& name) {
+  Backing b;
+  b.fd_ = fd;  // owned from here on: closed by ~Backing on any failure below
+  b.identity_.kind = kind;
+  b.identity_.name = name;
+  if (kind != BackingKind::kMemfd && kind != BackingKind::kHugetlb)
+    return Status(Code::kInvalidArgument, std::string("attach_fd: a ") + backing_kind_name(kind) +
+                                              " backing is not passed as a descriptor");
+  if (size_bytes == 0) return Status(Code::kInvalidArgument, "attach_fd: size 0");
+  ENGRAM_ASSIGN_OR_RETURN(sys::FileStat st, sys::fstat_fd(fd));
+  if (st.size_bytes < size_bytes)
+    return Status(Code::kInvalidArgument, "attach_fd(" + name + "): object holds " +
+                                              format_bytes(static_cast<int64_t>(st.size_bytes)) + ", expected " +
+                                              format_bytes(static_cast<int64_t>(size_bytes)));
+  if (kind == BackingKind::kHugetlb) {
+    ENGRAM_ASSIGN_OR_RETURN(sys::FsSpace fs, sys::fs_space_fd(fd));
+    b.page_bytes_ = fs.block_bytes;  // hugetlbfs reports its page size as the block size
+  }
+  b.identity_.inode = st.inode;
+  b.identity_.device = st.device;
+  b.size_bytes_ = size_bytes;
+  b.mapped_bytes_ = round_up(size_bytes, b.page_bytes_);
+  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(fd, b.mapped_bytes_));
+  b.data_ = static_cast<uint8_t*>(p);
+  return b;
+}
+
+Result<Backing> Backing::attach_path(const std::string& path, uint64_t size_bytes) {
+  if (size_bytes == 0) return Status(Code::kInvalidArgument, "attach_path: size 0");
+  auto fd = sys::open_named_file(path);
+  if (!fd.is_ok()) {
+    if (fd.status().code() == Code::kNotFound)
+      return Status(Code::kNotFound, "attach_path(" + path + "): the named file is gone (unlinked by the leader "
+                                         "after every peer attached, or the leader died): this peer joined late",
+                    fd.status().sys_error());
+    return fd.status();
+  }
+  Backing b;
+  b.fd_ = *fd;
+  b.identity_.kind = BackingKind::kShmFile;
+  b.identity_.name = path;
+  b.identity_.path = path;
+  ENGRAM_ASSIGN_OR_RETURN(sys::FileStat st, sys::fstat_fd(b.fd_));
+  if (st.size_bytes < size_bytes)
+    return Status(Code::kInvalidArgument, "attach_path(" + path + "): file holds " +
+                                              format_bytes(static_cast<int64_t>(st.size_bytes)) + ", expected " +
+                                              format_bytes(static_cast<int64_t>(size_bytes)));
+  b.identity_.inode = st.inode;
+  b.identity_.device = st.device;
+  b.size_bytes_ = size_bytes;
+  b.mapped_bytes_ = round_up(size_bytes, b.page_bytes_);
+  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(b.fd_, b.mapped_bytes_));
+  b.data_ = static_cast<uint8_t*>(p);
+  return b;
+}
+
+Status Backing::unlink_name() {
+  if (identity_.kind != BackingKind::kShmFile || unlinked_) return Status::ok();
+  Status s = sys::unlink_named_file(identity_.path);
+  if (s.is_ok() || s.code() == Code::kNotFound) unlinked_ = true;
+  return s;
+}
+
+Status Backing::fallocate_range(uint64_t offset_bytes, uint64_t len_bytes) const {
+  if (fd_ < 0) return Status(Code::kInvalidArgument, "fallocate: a private anonymous backing has no file");
+  Status s = sys::fallocate_fd(fd_, offset_bytes, len_bytes);
+  if (s.code() == Code::kNoSpace && identity_.kind == BackingKind::kShmFile) {
+    auto fs = sys::fs_space_fd(fd_);
+    if (fs.is_ok())
+      return Status(Code::kNoSpace, s.message() + "; " + identity_.path + " (" + fs_name(fs->fs_type) + ") has " +
+                                        format_bytes(static_cast<int64_t>(fs->free_bytes)) + " free",
+                    s.sys_error());
+  }
+  return s;
+}
+
+}  // namespace engram::host

@@ -1,0 +1,499 @@
+// Placement policies (see placement.hpp): parse, resolve against the machine, apply with mbind(2) to the
+// fresh mapping, prefault with node-pinned threads, and read back what the kernel holds.
+//
+// Why mbind and not set_mempolicy on the leader: the policy must belong to the table, not to the
+// process (staging buffers and everything else keep their own), and for tmpfs/memfd objects mbind on a
+// MAP_SHARED mapping stores a shared policy on the inode that fallocate(2) and every peer's page faults
+// follow (mm/shmem.c shmem_set_policy / shmem_get_pgoff_policy). hugetlbfs keeps no such shared policy
+// from mbind, and its fallocate allocates under the calling thread's policy: the prefault threads
+// therefore also set the table's policy as their own thread policy before they allocate.
+//
+// Prefault work is split in chunks handed out through an atomic counter; fallocate on one tmpfs inode is
+// serialised by the kernel (inode lock), so extra threads mainly help the anonymous (touch) path and
+// put the kernel's page zeroing on the target node's CPUs.
+#include "host/placement.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "core/units.hpp"
+#include "sys/affinity.hpp"
+#include "sys/memfd.hpp"
+#include "sys/numa.hpp"
+#include "sys/numa_sysfs.hpp"
+
+namespace engram::host {
+namespace {
+
+Status bad(const std::string& text, const std::string& why) {
+  return Status(Code::kInvalidArgument, "placement '" + text + "': " + why +
+                                            " (expected none, local, bind:N, preferred:N, interleave:N,M|all, "
+                                            "weighted-interleave:N=w,..., replica-per-node[:N,...])");
+}
+
+Result<int> parse_node(const std::string& text, const std::string& item) {
+  if (item.empty() || item.size() > 4) return bad(text, "bad node '" + item + "'");
+  for (char c : item)
+    if (c < '0' || c > '9') return bad(text, "bad node '" + item + "'");
+  const int n = std::atoi(item.c_str());
+  if (n >= sys::kMaxNodes) return bad(text, "node " + item + " out of range");
+  return n;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  for (;;) {
+    const size_t k = s.find(sep, pos);
+    out.push_back(s.substr(pos, k == std::string::npos ? std::string::npos : k - pos));
+    if (k == std::string::npos) break;
+    pos = k + 1;
+  }
+  return out;
+}
+
+// "0,1" or "0-3,5" -> nodes, refusing duplicates (the kernel would silently merge them).
+Result<std::vector<int>> parse_nodes(const std::string& text, const std::string& list) {
+  std::vector<int> nodes;
+  if (list.empty()) return bad(text, "empty node list");
+  for (const std::string& item : split(list, ',')) {
+    const size_t dash = item.find('-');
+    if (dash == std::string::npos) {
+      ENGRAM_ASSIGN_OR_RETURN(int n, parse_node(text, item));
+      nodes.push_back(n);
+    } else {
+      ENGRAM_ASSIGN_OR_RETURN(int lo, parse_node(text, item.substr(0, dash)));
+      ENGRAM_ASSIGN_OR_RETURN(int hi, parse_node(text, item.substr(dash + 1)));
+      if (hi < lo) return bad(text, "bad range '" + item + "'");
+      for (int n = lo; n <= hi; ++n) nodes.push_back(n);
+    }
+  }
+  std::vector<int> sorted = nodes;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return bad(text, "a node is listed twice");
+  return sorted;
+}
+
+sys::MemPolicy to_mem_policy(const PlacementPolicy& p) {
+  sys::MemPolicy m;
+  m.nodes = p.nodes;
+  switch (p.kind) {
+    case PlacementKind::kNone: m.mode = sys::MemPolicyMode::kDefault; m.nodes.clear(); break;
+    case PlacementKind::kLocal: m.mode = sys::MemPolicyMode::kLocal; m.nodes.clear(); break;
+    case PlacementKind::kBind:
+    case PlacementKind::kReplicaPerNode: m.mode = sys::MemPolicyMode::kBind; break;
+    case PlacementKind::kPreferred: m.mode = sys::MemPolicyMode::kPreferred; break;
+    case PlacementKind::kInterleave: m.mode = sys::MemPolicyMode::kInterleave; break;
+    case PlacementKind::kWeightedInterleave: m.mode = sys::MemPolicyMode::kWeightedInterleave; break;
+  }
+  return m;
+}
+
+std::string mem_policy_text(const sys::MemPolicy& m) {
+  std::string s = sys::mem_policy_mode_name(m.mode);
+  if (!m.nodes.empty() && m.mode != sys::MemPolicyMode::kDefault && m.mode != sys::MemPolicyMode::kLocal)
+    s += ":" + sys::format_int_list(m.nodes);
+  return s;
+}
+
+// Weighted interleave takes its weights from sysfs, system-wide (Linux 6.9+). We set them when they
+// differ (root only) and report it: there is no per-mapping weight in the kernel API.
+Status set_interleave_weights(const PlacementPolicy& p) {
+  const std::string dir = "/sys/kernel/mm/mempolicy/weighted_interleave/";
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const std::string path = dir + "node" + std::to_string(p.nodes[i]);
+    auto cur = sys::read_int_file(path);
+    if (!cur.is_ok())
+      return Status(Code::kUnsupported, "weighted-interleave: " + path + " missing: " + cur.status().message());
+    if (*cur == p.weights[i]) continue;
+    FILE* f = std::fopen(path.c_str(), "w");
+    bool ok = f != nullptr && std::fprintf(f, "%d\n", p.weights[i]) > 0;
+    if (f != nullptr && std::fclose(f) != 0) ok = false;
+    if (!ok)
+      return Status(Code::kPermission, "weighted-interleave: node " + std::to_string(p.nodes[i]) + " weight is " +
+                                           std::to_string(*cur) + ", requested " + std::to_string(p.weights[i]) +
+                                           ", and " + path + " is not writable (system-wide setting; needs root)");
+  }
+  return Status::ok();
+}
+
+std::vector<int> prefault_nodes(const PlacementPolicy& p) {
+  if (p.kind == PlacementKind::kNone || p.kind == PlacementKind::kLocal || p.nodes.empty()) {
+    const int n = sys::current_cpu_node().node;
+    return {n < 0 ? 0 : n};
+  }
+  return p.nodes;
+}
+
+// CPUs of `node` that the calling thread may run on; empty when none (memory-only node, cpuset).
+std::vector<int> usable_cpus(int node) {
+  auto cpus = sys::node_cpus(node);
+  auto allowed = sys::thread_affinity();
+  if (!cpus.is_ok() || !allowed.is_ok()) return {};
+  std::vector<int> out;
+  std::set_intersection(cpus->begin(), cpus->end(), allowed->begin(), allowed->end(), std::back_inserter(out));
+  return out;
+}
+
+}  // namespace
+
+const char* placement_kind_name(PlacementKind k) noexcept {
+  switch (k) {
+    case PlacementKind::kNone: return "none";
+    case PlacementKind::kLocal: return "local";
+    case PlacementKind::kBind: return "bind";
+    case PlacementKind::kPreferred: return "preferred";
+    case PlacementKind::kInterleave: return "interleave";
+    case PlacementKind::kWeightedInterleave: return "weighted-interleave";
+    case PlacementKind::kReplicaPerNode: return "replica-per-node";
+  }
+  return "unknown";
+}
+
+std::string PlacementPolicy::to_string() const {
+  std::string s = placement_kind_name(kind);
+  if (kind == PlacementKind::kNone || kind == PlacementKind::kLocal) return s;
+  if (all_nodes) return kind == PlacementKind::kReplicaPerNode ? s : s + ":all";
+  if (nodes.empty()) return s;
+  s += ":";
+  if (kind == PlacementKind::kWeightedInterleave) {
+    for (size_t i = 0; i < nodes.size(); ++i)
+      s += (i ? "," : "") + std::to_string(nodes[i]) + "=" + std::to_string(i < weights.size() ? weights[i] : 1);
+    return s;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) s += (i ? "," : "") + std::to_string(nodes[i]);
+  return s;
+}
+
+Result<PlacementPolicy> parse_placement(const std::string& text) {
+  PlacementPolicy p;
+  const size_t colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const bool has_arg = colon != std::string::npos;
+  const std::string arg = has_arg ? text.substr(colon + 1) : "";
+  if (kind == "none" || kind == "local") {
+    if (has_arg) return bad(text, kind + " takes no node list");
+    p.kind = kind == "none" ? PlacementKind::kNone : PlacementKind::kLocal;
+    return p;
+  }
+  if (kind == "bind" || kind == "preferred" || kind == "interleave") {
+    if (!has_arg || arg.empty()) return bad(text, kind + " needs a node list");
+    p.kind = kind == "bind" ? PlacementKind::kBind : kind == "preferred" ? PlacementKind::kPreferred
+                                                                          : PlacementKind::kInterleave;
+    if (arg == "all") {
+      if (p.kind != PlacementKind::kInterleave) return bad(text, "'all' is for interleave only");
+      p.all_nodes = true;
+      return p;
+    }
+    ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, arg));
+    if (p.kind == PlacementKind::kPreferred && p.nodes.size() != 1) return bad(text, "preferred takes one node");
+    return p;
+  }
+  if (kind == "weighted-interleave") {
+    if (!has_arg || arg.empty()) return bad(text, "weighted-interleave needs N=w pairs");
+    p.kind = PlacementKind::kWeightedInterleave;
+    std::vector<std::pair<int, int>> pairs;
+    for (const std::string& item : split(arg, ',')) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) return bad(text, "'" + item + "' is not N=weight");
+      ENGRAM_ASSIGN_OR_RETURN(int n, parse_node(text, item.substr(0, eq)));
+      const std::string w = item.substr(eq + 1);
+      if (w.empty() || w.size() > 3 || w.find_first_not_of("0123456789") != std::string::npos)
+        return bad(text, "bad weight '" + w + "'");
+      const int wv = std::atoi(w.c_str());
+      if (wv < 1 || wv > 255) return bad(text, "weight " + w + " outside 1..255");
+      for (auto& [pn, pw] : pairs)
+        if (pn == n) return bad(text, "a node is listed twice");
+      pairs.emplace_back(n, wv);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    for (auto& [n, w] : pairs) {
+      p.nodes.push_back(n);
+      p.weights.push_back(w);
+    }
+    return p;
+  }
+  if (kind == "replica-per-node") {
+    p.kind = PlacementKind::kReplicaPerNode;
+    if (!has_arg || arg == "all") {
+      p.all_nodes = true;
+      return p;
+    }
+    ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, arg));
+    return p;
+  }
+  return bad(text, "unknown policy '" + kind + "'");
+}
+
+Result<PlacementPolicy> resolve_placement(const PlacementPolicy& policy, std::vector<int> memory_nodes,
+                                          std::vector<int> allowed) {
+  if (memory_nodes.empty()) memory_nodes = sys::memory_nodes();
+  if (allowed.empty()) {
+    auto a = sys::mems_allowed();
+    allowed = a.is_ok() ? *a : memory_nodes;
+  }
+  PlacementPolicy r = policy;
+  const std::string text = policy.to_string();
+  if (r.all_nodes) {
+    r.nodes.clear();
+    std::set_intersection(memory_nodes.begin(), memory_nodes.end(), allowed.begin(), allowed.end(),
+                          std::back_inserter(r.nodes));
+    r.all_nodes = false;
+    if (r.nodes.empty())
+      return Status(Code::kInvalidArgument, "placement " + text + ": no node with memory is in Mems_allowed=" +
+                                                sys::format_int_list(allowed));
+    return r;
+  }
+  for (int n : r.nodes) {
+    if (!std::binary_search(memory_nodes.begin(), memory_nodes.end(), n))
+      return Status(Code::kInvalidArgument, "placement " + text + ": node " + std::to_string(n) +
+                                                " does not exist or has no memory (nodes with memory: " +
+                                                sys::format_int_list(memory_nodes) + ")");
+    if (!std::binary_search(allowed.begin(), allowed.end(), n))
+      return Status(Code::kInvalidArgument, "placement " + text + ": node " + std::to_string(n) +
+                                                " is outside this process's Mems_allowed=" +
+                                                sys::format_int_list(allowed) + " (cpuset)",
+                    22 /* EINVAL, what mbind would say */);
+  }
+  return r;
+}
+
+nlohmann::json PlacementReport::to_json() const {
+  nlohmann::json j;
+  j["requested"] = requested;
+  j["resolved"] = resolved;
+  j["obtained"] = obtained;
+  j["status"] = code_name(status.code());
+  if (!status.is_ok()) j["reason"] = status.message();
+  j["mems_allowed"] = sys::format_int_list(mems_allowed);
+  j["prefault"] = prefault;
+  j["prefault_seconds"] = prefault_seconds;
+  if (replica_node >= 0) j["replica_node"] = replica_node;
+  return j;
+}
+
+std::string PlacementReport::to_string() const {
+  std::string s = "requested " + requested;
+  if (resolved != requested && !resolved.empty()) s += " (" + resolved + ")";
+  s += ", obtained " + obtained;
+  s += status.is_ok() ? " (ok)" : " (" + status.to_string() + ")";
+  if (!prefault.empty()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " in %.3f s", prefault_seconds);
+    s += ", prefault " + prefault + buf;
+  }
+  return s;
+}
+
+Status apply_placement(void* addr, uint64_t len_bytes, const PlacementPolicy& resolved, PlacementReport* report) {
+  PlacementReport local;
+  PlacementReport& r = report ? *report : local;
+  if (r.requested.empty()) r.requested = resolved.to_string();
+  r.resolved = resolved.to_string();
+  auto allowed = sys::mems_allowed();
+  if (allowed.is_ok()) r.mems_allowed = *allowed;
+  auto read_back = [&] {
+    auto got = sys::get_addr_mempolicy(addr);
+    r.obtained = got.is_ok() ? mem_policy_text(*got) : "unknown (" + got.status().message() + ")";
+    return got;
+  };
+  if (resolved.kind == PlacementKind::kReplicaPerNode || resolved.all_nodes) {
+    r.status = Status(Code::kInternal, "apply_placement: " + r.resolved + " must be resolved first");
+    return r.status;
+  }
+  if (resolved.kind == PlacementKind::kNone) {
+    (void)read_back();
+    r.status = Status::ok();
+    return r.status;
+  }
+  if (resolved.kind == PlacementKind::kWeightedInterleave) {
+    const sys::KernelVersion kv = sys::kernel_version();
+    if (!kv.at_least(6, 9)) {
+      (void)read_back();
+      r.status = Status(Code::kUnsupported, "placement " + r.requested + ": weighted interleave needs Linux >= 6.9, "
+                                                "this kernel is " + kv.release);
+      return r.status;
+    }
+    Status w = set_interleave_weights(resolved);
+    if (!w.is_ok()) {
+      (void)read_back();
+      r.status = w.with_context("placement " + r.requested);
+      return r.status;
+    }
+  }
+  const sys::MemPolicy want = to_mem_policy(resolved);
+  const bool strict = resolved.kind == PlacementKind::kBind || resolved.kind == PlacementKind::kPreferred;
+  Status s = sys::mbind_range(addr, len_bytes, want, strict);
+  auto got = read_back();
+  if (!s.is_ok()) {
+    if (s.code() == Code::kIo)
+      r.status = Status(Code::kIo, "placement " + r.requested + ": policy set, but pages that existed before it "
+                                       "keep their node (a census shows where): " + s.message(), s.sys_error());
+    else
+      r.status = Status(s.code(), "placement " + r.requested + ": requested " + r.resolved + ", obtained " +
+                                      r.obtained + ": " + s.message(), s.sys_error());
+    return r.status;
+  }
+  if (got.is_ok() && (got->mode != want.mode || (want.mode != sys::MemPolicyMode::kLocal && got->nodes != want.nodes))) {
+    r.status = Status(Code::kInternal, "placement " + r.requested + ": mbind succeeded but the kernel reports " +
+                                           r.obtained + " for the range");
+    return r.status;
+  }
+  r.status = Status::ok();
+  return r.status;
+}
+
+Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved, const PlacementOptions& options,
+                        PlacementReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> nodes = prefault_nodes(resolved);
+  std::vector<std::vector<int>> node_cpu_sets;
+  size_t cpu_total = 0;
+  for (int n : nodes) {
+    node_cpu_sets.push_back(usable_cpus(n));
+    cpu_total += node_cpu_sets.back().size();
+  }
+  int threads = options.prefault_threads;
+  if (threads <= 0) threads = static_cast<int>(std::clamp<size_t>(cpu_total, 1, 8));
+  const bool anon = backing.kind() == BackingKind::kAnonThp;
+  const uint64_t total = backing.mapped_bytes();
+  const uint64_t unit = std::max<uint64_t>(backing.page_bytes(), 2u << 20);
+  uint64_t chunk = (total / static_cast<uint64_t>(threads * 4) + unit - 1) / unit * unit;
+  chunk = std::clamp<uint64_t>(chunk, unit, uint64_t{256} << 20);
+  const uint64_t n_chunks = (total + chunk - 1) / chunk;
+  if (static_cast<uint64_t>(threads) > n_chunks) threads = static_cast<int>(n_chunks);
+
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  Status first_error;
+  std::string method = anon ? "touch (MADV_POPULATE_WRITE)" : "fallocate";
+  const sys::MemPolicy thread_policy = to_mem_policy(resolved);
+  const bool set_thread_policy = resolved.kind != PlacementKind::kNone;
+
+  auto worker = [&](int t) {
+    const size_t ni = static_cast<size_t>(t) % nodes.size();
+    std::vector<int> cpus = node_cpu_sets[ni];
+    std::unique_ptr<sys::ScopedAffinity> pin;
+    if (!cpus.empty()) pin = std::make_unique<sys::ScopedAffinity>(cpus);
+    // A thread policy on this short-lived thread only: hugetlbfs fallocate and anon faults follow it
+    // even where the mapping's policy would not reach (see the file comment).
+    if (set_thread_policy) (void)sys::set_thread_mempolicy(thread_policy);
+    for (;;) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      const uint64_t i = next.fetch_add(1);
+      if (i >= n_chunks) return;
+      const uint64_t off = i * chunk, len = std::min(chunk, total - off);
+      Status s;
+      if (anon) {
+        s = sys::madvise_range(backing.data() + off, len, sys::MemAdvice::kPopulateWrite);
+        if (s.code() == Code::kUnsupported) {
+          // Kernels before 5.14: write one byte per page (a write fault allocates it).
+          volatile uint8_t* p = backing.data() + off;
+          for (uint64_t b = 0; b < len; b += 4096) p[b] = 0;
+          s = Status::ok();
+          std::lock_guard<std::mutex> lock(mu);
+          method = "touch (one write per 4 KiB page)";
+        }
+      } else {
+        s = backing.fallocate_range(off, len);
+      }
+      if (!s.is_ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.is_ok()) first_error = s;
+        failed.store(true);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
+  for (auto& th : pool) th.join();
+
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (report) {
+    report->prefault = method + ", " + std::to_string(threads) + " thread" + (threads == 1 ? "" : "s") +
+                       " on node" + (nodes.size() == 1 ? " " : "s ") + sys::format_int_list(nodes) +
+                       (cpu_total == 0 ? " (unpinned: no usable CPU there)" : "") + ", " +
+                       format_bytes(static_cast<int64_t>(total));
+    report->prefault_seconds = secs;
+  }
+  if (!first_error.is_ok())
+    return first_error.with_context("prefault of " + backing.identity().to_string() + " (" +
+                                    format_bytes(static_cast<int64_t>(total)) + ")");
+  return Status::ok();
+}
+
+Result<std::vector<PlacedBacking>> create_placed_backings(const BackingOptions& backing, const PlacementPolicy& policy,
+                                                          const PlacementOptions& options) {
+  const std::string requested = policy.to_string();
+  PlacementPolicy resolved = policy;
+  Status refusal;
+  auto res = resolve_placement(policy);
+  if (res.is_ok()) {
+    resolved = *res;
+  } else if (options.allow_fallback) {
+    refusal = res.status();
+    resolved = PlacementPolicy{};
+  } else {
+    return res.status();
+  }
+
+  // One (options, policy) pair per backing to make.
+  std::vector<std::pair<BackingOptions, PlacementPolicy>> plan;
+  if (resolved.kind == PlacementKind::kReplicaPerNode) {
+    for (int n : resolved.nodes) {
+      BackingOptions o = backing;
+      o.name = backing.name + ".node" + std::to_string(n);
+      o.target_nodes = {n};
+      PlacementPolicy p;
+      p.kind = PlacementKind::kBind;
+      p.nodes = {n};
+      plan.emplace_back(o, p);
+    }
+  } else {
+    BackingOptions o = backing;
+    if (resolved.kind == PlacementKind::kBind || resolved.kind == PlacementKind::kInterleave ||
+        resolved.kind == PlacementKind::kWeightedInterleave)
+      o.target_nodes = resolved.nodes;
+    plan.emplace_back(o, resolved);
+  }
+
+  std::vector<PlacedBacking> out;
+  for (auto& [o, p] : plan) {
+    PlacedBacking pb;
+    pb.report.requested = requested;
+    pb.policy = p;
+    if (resolved.kind == PlacementKind::kReplicaPerNode) pb.report.replica_node = p.nodes.front();
+    ENGRAM_ASSIGN_OR_RETURN(pb.backing, Backing::create(o));
+    Status s = apply_placement(pb.backing.data(), pb.backing.mapped_bytes(), p, &pb.report);
+    if (!s.is_ok()) {
+      if (!options.allow_fallback) return s.with_context(pb.backing.identity().to_string());
+      // Go on under the default policy; the report keeps the refusal for the caller to print.
+      pb.policy = PlacementPolicy{};
+    }
+    if (!refusal.is_ok()) {
+      pb.report.status = refusal;
+      pb.report.resolved = "none (refused)";
+    }
+    if (options.prefault) ENGRAM_RETURN_IF_ERROR(prefault_backing(pb.backing, pb.policy, options, &pb.report));
+    out.push_back(std::move(pb));
+  }
+  return out;
+}
+
+int choose_replica(const std::vector<int>& replica_nodes, int gpu_node, int cpu_node) {
+  if (replica_nodes.empty()) return -1;
+  for (int want : {gpu_node, cpu_node}) {
+    if (want < 0) continue;
+    for (size_t i = 0; i < replica_nodes.size(); ++i)
+      if (replica_nodes[i] == want) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+}  // namespace engram::host

@@ -1,0 +1,117 @@
+// Placement policies: where a table's pages go, decided BEFORE the first page exists, then checked.
+//
+// Text forms (CLI `--placement`, TableOptions, Python):
+//   none                          no policy: the process's own policy decides at first touch
+//   local                         MPOL_LOCAL: the node of the CPU that first touches (the prefault threads)
+//   bind:N[,M...]                 MPOL_BIND: only these nodes; allocation fails rather than spill
+//   preferred:N                   MPOL_PREFERRED: node N first, any other node when N is full
+//   interleave:N,M,...|all        MPOL_INTERLEAVE: page i of the object on nodes[i mod n]
+//   weighted-interleave:N=w,...   MPOL_WEIGHTED_INTERLEAVE (Linux >= 6.9), weights in
+//                                 /sys/kernel/mm/mempolicy/weighted_interleave/node<N> (system-wide)
+//   replica-per-node[:N,M...]     one backing per node (default: every node with memory), each bound
+//                                 to its node; a rank reads the replica of its GPU's node (~n x capacity)
+// Source: mbind(2), Documentation/admin-guide/mm/numa_memory_policy.rst; seed 000 §2-3.
+//
+// Applying: `apply_placement` runs mbind(2) on the shared mapping. For a memfd / tmpfs object the kernel
+// keeps the policy on the object (shmem shared policy), so fallocate(2) and every other process that maps
+// it follow it; for a private anonymous mapping the policy belongs to the mapping. Scope is the table
+// only: the calling thread's and process's own policies are left as they were (prefault threads set a
+// thread policy on themselves only and exit).
+//
+// Refusals are reported, never silent: requested and obtained policies and the reason land in a
+// PlacementReport. Kernel behaviours we guard against: a node list partly outside Mems_allowed is
+// silently trimmed by the kernel (we refuse with kInvalidArgument naming Mems_allowed); all nodes outside
+// it gives EINVAL; a seccomp filter or a container without CAP_SYS_NICE gives EPERM (kPermission); a
+// kernel older than 6.9 has no weighted interleave (kUnsupported).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engram/status.hpp"
+#include "host/backing.hpp"
+
+namespace engram::host {
+
+enum class PlacementKind { kNone, kLocal, kBind, kPreferred, kInterleave, kWeightedInterleave, kReplicaPerNode };
+const char* placement_kind_name(PlacementKind k) noexcept;  // "none", "local", "bind", ...
+
+struct PlacementPolicy {
+  PlacementKind kind = PlacementKind::kNone;
+  std::vector<int> nodes;    // sorted; empty with all_nodes for "interleave:all" / "replica-per-node"
+  std::vector<int> weights;  // weighted-interleave: weights[i] of nodes[i], 1..255
+  bool all_nodes = false;    // resolve to every allowed node with memory when applied
+  // Canonical text ("bind:1", "interleave:0,1", "interleave:all", "weighted-interleave:0=3,1=1").
+  std::string to_string() const;
+  bool operator==(const PlacementPolicy&) const = default;
+};
+
+// Parses the text forms above. kInvalidArgument naming the problem for anything else (unknown
+// kind, missing/extra node list, negative or non-numeric node, duplicate node, weight outside 1..255,
+// preferred with more than one node).
+Result<PlacementPolicy> parse_placement(const std::string& text);
+
+// Replaces all_nodes with the machine's nodes that have memory and are in Mems_allowed, and checks that
+// every named node exists (kInvalidArgument "node 3 does not exist (nodes with memory: 0-1)") and is
+// allowed (kInvalidArgument "... outside Mems_allowed=0"). `memory_nodes` / `allowed` default to the
+// machine's when empty (sys::memory_nodes(), sys::mems_allowed()).
+Result<PlacementPolicy> resolve_placement(const PlacementPolicy& policy, std::vector<int> memory_nodes = {},
+                                          std::vector<int> allowed = {});
+
+// What was asked for, what the kernel holds now, and why they differ.
+struct PlacementReport {
+  std::string requested;             // policy text as asked ("interleave:all")
+  std::string resolved;              // after resolve ("interleave:0,1")
+  std::string obtained = "unknown";  // read back with get_mempolicy(MPOL_F_ADDR): "interleave:0,1", "default"
+  Status status;                     // OK when obtained == resolved; else the reason (kPermission, ...)
+  std::vector<int> mems_allowed;
+  std::string prefault;              // "fallocate, 4 threads on node 1", "touch (MADV_POPULATE_WRITE) ..."
+  double prefault_seconds = 0.0;
+  int replica_node = -1;             // replica-per-node: this backing's node
+  nlohmann::json to_json() const;
+  std::string to_string() const;     // one line: "requested bind:1, obtained bind:1 (ok), prefault ..."
+};
+
+// mbind(2) of [addr, addr+len) with the resolved policy (kind must not be kReplicaPerNode). Uses
+// MPOL_MF_STRICT for bind/preferred so that pages already placed elsewhere are reported (kIo: the
+// policy is set, those pages stay where they are — a census shows them). kNone does nothing.
+// Fills `report` (requested/resolved/obtained/status) and returns report->status.
+Status apply_placement(void* addr, uint64_t len_bytes, const PlacementPolicy& resolved, PlacementReport* report);
+
+struct PlacementOptions {
+  int prefault_threads = 0;     // 0: one per CPU of the target nodes, at most 8
+  bool prefault = true;         // allocate every page now (fallocate / touch): a first touch under the policy
+  bool allow_fallback = false;  // policy refused: go on with the default policy (report says so) vs fail
+};
+
+// Allocates every page of the backing under `resolved`: shared kinds by fallocate(2) in chunks, by
+// threads pinned to the CPUs of the target nodes (each also sets the policy as its own thread policy,
+// which is what hugetlbfs's fallocate follows); kAnonThp by MADV_POPULATE_WRITE (touching one byte per
+// page on kernels without it) from threads pinned the same way. kNoSpace / kOutOfMemory on failure:
+// never a SIGBUS later. Records method, threads and seconds in `report`.
+Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved, const PlacementOptions& options,
+                        PlacementReport* report);
+
+// A backing with its placement applied and its pages allocated.
+struct PlacedBacking {
+  Backing backing;
+  PlacementPolicy policy;  // as applied to this backing (a replica's is bind:<its node>)
+  PlacementReport report;
+};
+
+// Leader side of protocol steps 1-2 in one call: resolve, size check (on the target nodes), create,
+// map, mbind, prefault. replica-per-node gives one PlacedBacking per node (name suffixed ".node<N>"),
+// others exactly one. On any failure every backing made so far is released (no file is left) and the
+// Status says what was requested and what went wrong. With allow_fallback a refused policy is not a
+// failure: the table is created under the default policy and each report's status carries the refusal.
+Result<std::vector<PlacedBacking>> create_placed_backings(const BackingOptions& backing, const PlacementPolicy& policy,
+                                                          const PlacementOptions& options = {});
+
+// Which replica a rank reads: the one on its GPU's node when known (gpu_node >= 0), else on its CPU's
+// node, else the first. Returns an index into replica_nodes (-1 when empty).
+int choose_replica(const std::vector<int>& replica_nodes, int gpu_node, int cpu_node);
+
+}  // namespace engram::host

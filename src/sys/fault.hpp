@@ -1,0 +1,45 @@
+// Fault injection for the syscall wrappers of src/sys: make a named wrapper fail with a chosen errno.
+//
+// Tests need the error paths of mbind, fallocate, move_pages... on machines where those calls succeed
+// (and CI machines where they cannot be made to fail for real). Each wrapper in src/sys calls
+// `fault_errno("<name>")` before the real syscall; a non-zero return is treated exactly as if the
+// kernel had returned that errno. Faults come from two places:
+//  - the environment variable ENGRAM_FAULT="name=ERRNO[,name=ERRNO...]", read once at first use;
+//    ERRNO is a symbolic name (EPERM, ENOSPC, ...) or a number; e.g. ENGRAM_FAULT=mbind=EPERM;
+//  - the test API below (set_fault / clear_faults), which overrides the environment.
+// Wrapper names are the syscall names: memfd_create, open_shm, ftruncate, fallocate, fstat, fstatvfs,
+// mmap, madvise, mbind, set_mempolicy, get_mempolicy, move_pages, sched_setaffinity, mincore.
+// Thread-safe (a mutex guards the table); the fast path with no fault set is one relaxed atomic load.
+#pragma once
+
+#include <string>
+
+#include "engram/status.hpp"
+
+namespace engram::sys {
+
+// The errno to fail `wrapper` with, or 0 to run the real call.
+int fault_errno(const char* wrapper) noexcept;
+
+// Makes `wrapper` fail with `err` (err = 0 removes that fault). Applies to every thread.
+void set_fault(const std::string& wrapper, int err);
+// Removes every fault, including those read from ENGRAM_FAULT.
+void clear_faults();
+// Parses "name=ERRNO,name=ERRNO" and installs the faults; kInvalidArgument for an unknown errno name.
+Status set_faults_from_spec(const std::string& spec);
+// errno value for a symbolic name ("EPERM") or a decimal number; -1 if unknown.
+int errno_from_name(const std::string& name);
+
+// Installs a fault for the lifetime of the object (tests).
+class ScopedFault {
+ public:
+  ScopedFault(std::string wrapper, int err) : wrapper_(std::move(wrapper)) { set_fault(wrapper_, err); }
+  ~ScopedFault() { set_fault(wrapper_, 0); }
+  ScopedFault(const ScopedFault&) = delete;
+  ScopedFault& operator=(const ScopedFault&) = delete;
+
+ private:
+  std::string wrapper_;
+};
+
+}  // namespace engram::sys

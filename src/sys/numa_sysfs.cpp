@@ -1,0 +1,137 @@
+// procfs / sysfs text readers and kernel list parsers (see numa_sysfs.hpp).
+#include "numa_sysfs.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace engram::sys {
+
+Result<std::string> read_text_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return errno_status(err, "open(" + path + ")");
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      ::close(fd);
+      return errno_status(err, "read(" + path + ")");
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
+}
+
+Result<int64_t> read_int_file(const std::string& path) {
+  ENGRAM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str()) return Status(Code::kInvalidArgument, path + ": not an integer: '" + text + "'");
+  return static_cast<int64_t>(v);
+}
+
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) {
+    const int err = errno;
+    return errno_status(err, "opendir(" + path + ")");
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
+Result<std::string> read_link(const std::string& path) {
+  char buf[4096];
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  if (n < 0) {
+    const int err = errno;
+    return errno_status(err, "readlink(" + path + ")");
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+Result<std::vector<int>> parse_int_list(const std::string& text) {
+  std::vector<int> out;
+  std::string s;
+  for (char c : text)
+    if (c != '\n' && c != ' ' && c != '\t') s += c;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    const std::string item = s.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    const size_t dash = item.find('-');
+    char* end = nullptr;
+    const long lo = std::strtol(item.c_str(), &end, 10);
+    if (end == item.c_str() || lo < 0) return Status(Code::kInvalidArgument, "bad list item '" + item + "'");
+    long hi = lo;
+    if (dash != std::string::npos) {
+      const char* h = item.c_str() + dash + 1;
+      hi = std::strtol(h, &end, 10);
+      if (end == h || hi < lo) return Status(Code::kInvalidArgument, "bad list range '" + item + "'");
+    } else if (*end != '\0') {
+      return Status(Code::kInvalidArgument, "bad list item '" + item + "'");
+    }
+    if (hi - lo > (1 << 20)) return Status(Code::kInvalidArgument, "list range too large '" + item + "'");
+    for (long v = lo; v <= hi; ++v) out.push_back(static_cast<int>(v));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string format_int_list(std::vector<int> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  std::string out;
+  for (size_t i = 0; i < values.size();) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(values[i]);
+    if (j > i) out += "-" + std::to_string(values[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+Result<std::vector<int>> parse_hex_mask(const std::string& text) {
+  std::string hex;
+  for (char c : text)
+    if (c != ',' && c != '\n' && c != ' ') hex += c;
+  std::vector<int> bits;
+  const int n = static_cast<int>(hex.size());
+  for (int i = 0; i < n; ++i) {
+    const char c = hex[static_cast<size_t>(n - 1 - i)];
+    int v;
+    if (c >= '0' && c <= '9') v = c - '0';
+    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
+    else return Status(Code::kInvalidArgument, "bad hex mask '" + text + "'");
+    for (int b = 0; b < 4; ++b)
+      if (v & (1 << b)) bits.push_back(i * 4 + b);
+  }
+  return bits;
+}
+
+}  // namespace engram::sys

@@ -1,0 +1,34 @@
+// Named shared-memory files (the "named /dev/shm file" backing), in the manner of shm_open(3) but
+// with the flags we need and a name no other process can predict.
+//
+// The file is created O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC with mode 0600 under `dir`
+// (default /dev/shm) as "<prefix>.<16 random hex digits>": O_EXCL and O_NOFOLLOW mean a name planted
+// in advance (a file or a symlink to elsewhere) makes creation fail instead of being used; 0600 keeps
+// other users out. Peers open it by path (O_RDWR|O_NOFOLLOW) and check that it is a regular file
+// owned by the same user. The leader unlinks it once every peer has attached: mappings survive.
+#pragma once
+
+#include <string>
+
+#include "engram/status.hpp"
+
+namespace engram::sys {
+
+struct NamedFile {
+  int fd = -1;
+  std::string path;
+};
+
+// Creates a new file "<dir>/<prefix>.<random>". kInvalidArgument if `prefix` holds '/', kNotFound
+// if `dir` does not exist, kPermission on EACCES; EEXIST (a random clash) is retried 8 times.
+Result<NamedFile> create_named_file(const std::string& dir, const std::string& prefix);
+// Opens an existing named file for a peer. kNotFound when it was already unlinked (a peer that
+// joins late); kPermission when it is not a regular file of this user or is reachable only
+// through a symlink (ELOOP).
+Result<int> open_named_file(const std::string& path);
+// unlink(path); kNotFound if already gone.
+Status unlink_named_file(const std::string& path);
+// True when `path` names an existing file (lstat succeeds; no error reporting: a probe).
+bool named_file_exists(const std::string& path);
+
+}  // namespace engram::sys
