@@ -1,0 +1,130 @@
+// The UVA lookup kernel's host side: a registered table as the GPU sees it (UvaTable), and the launchers of
+// the lookup (FP8 E4M3 rows + ue8m0 scales -> BF16 staging) and of the plain 16-byte gather that bounds it.
+//
+// Lookup: ids[tokens][heads] int64 on the device (global row ids of one Engram layer, head offsets added) ->
+// out[tokens][heads][d] bf16 bits on the device, row-major, every element written. A negative id (kDeadId) gives
+// a zero row; an id >= table rows is clamped to a zero row and counted (counters[1]) — never an out-of-bounds
+// host read — or, with LookupArgs::checked, rejected before the launch (cost: one extra pass over the ids on the
+// GPU plus one stream synchronisation; not allowed while the stream is being captured). Decoding uses
+// format.hpp's decode_element, so the staging is bit-identical to the CPU reference (src/cpu/lookup.hpp).
+//
+// Kernel shape (design.md "Lookup"): a group of G lanes (G = d/16 up to 32) reads one row with 16-byte loads;
+// a warp holds 32/G rows per load round and U = 4 rounds in flight before the first use; a block of 8 warps is a
+// tile of 8*(32/G)*4 rows (64 rows for d = 256). Persistent grid = min(tiles, cap), cap = max(1,
+// floor(grid_fraction * SM count)): 1.0 in the foreground, 0.5 by default in the background (seed 000 §4: the
+// cap bounds the number of blocks, it does not reserve SMs). The launcher reports rows, tiles and grid.
+//
+// No CUDA types in this header: streams are passed as `void*` (a cudaStream_t; nullptr = legacy stream).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda/registration.cuh"
+#include "engram/lookup.hpp"
+#include "engram/status.hpp"
+#include "engram/table.hpp"
+
+namespace engram::cuda {
+
+// Host range [host_begin, host_end) is read by the device at address host + delta.
+struct UvaSegment {
+  uint64_t host_begin = 0;
+  uint64_t host_end = 0;
+  int64_t delta = 0;
+};
+
+// One Engram layer's table as a kernel reads it: the host TableView plus the device addresses of the
+// registered chunks that hold it. When every chunk has the same host->device offset (always on devices with
+// cudaDevAttrCanUseHostPointerForRegisteredMem, where it is 0) the kernel adds one offset; otherwise it
+// translates each row address through the per-chunk segment table (kept in device memory).
+// Move-only; the registrations must outlive it. Thread safety: immutable after make().
+class UvaTable {
+ public:
+  // Errors: kInvalidArgument when the view is malformed (null data, rows <= 0, d % 32 != 0, bad stride) or when
+  // its payload/scale bytes are not wholly inside `regs`; kCuda/kOutOfMemory for the segment-table copy.
+  // force_segments: translate per chunk even when one offset would do (exercises that path in tests).
+  static Result<UvaTable> make(const TableView& host_view, const std::vector<const HostRegistration*>& regs,
+                               bool force_segments = false);
+
+  UvaTable() = default;
+  UvaTable(UvaTable&&) noexcept = default;
+  UvaTable& operator=(UvaTable&&) noexcept = default;
+
+  const TableView& host_view() const { return view_; }
+  bool uniform() const { return uniform_; }          // one offset for every chunk
+  int64_t uniform_delta() const { return delta_; }   // device address - host address when uniform()
+  const std::vector<UvaSegment>& segments() const { return segments_; }
+  const UvaSegment* device_segments() const { return dev_segments_.get(); }  // nullptr when uniform()
+
+ private:
+  struct DeviceFree {
+    void operator()(UvaSegment* p) const;
+  };
+  TableView view_;
+  bool uniform_ = true;
+  int64_t delta_ = 0;
+  std::vector<UvaSegment> segments_;
+  std::unique_ptr<UvaSegment, DeviceFree> dev_segments_;
+};
+
+struct LookupArgs {
+  const UvaTable* table = nullptr;
+  const int64_t* ids = nullptr;             // device, [tokens][heads], 8-byte aligned
+  int64_t tokens = 0;
+  int heads = 0;
+  uint16_t* out = nullptr;                  // device, [tokens][heads][d] bf16 bits, 16-byte aligned
+  unsigned long long* counters = nullptr;   // device [2]: += dead rows, += invalid ids; nullptr = not counted
+  double grid_fraction = 1.0;               // cap = max(1, floor(fraction * sm_count)), fraction in (0, 1]
+  int sm_count = 0;                         // 0 = read from the current device
+  bool checked = false;                     // reject ids >= rows before launching (see above)
+};
+
+struct LaunchInfo {
+  int64_t rows = 0;       // tokens * heads
+  int64_t tiles = 0;      // ceil(rows / tile_rows)
+  int grid = 0;           // blocks launched: min(tiles, cap); 0 when rows == 0 (nothing launched)
+  int cap = 0;            // max(1, floor(grid_fraction * sm_count))
+  int block_threads = 0;
+  int tile_rows = 0;
+  int lanes_per_row = 0;  // G
+};
+
+// Checks what the launch needs: table (d % 32 == 0, fused stride % 16 == 0, 16-byte aligned payload and
+// device offset), non-null 8-byte-aligned ids and 16-byte-aligned out when rows > 0, tokens >= 0, heads > 0,
+// rows * d within int64, grid_fraction in (0, 1]. kInvalidArgument names the first violation.
+Status can_launch(const LookupArgs& args);
+
+// Enqueues the lookup on `stream` (nothing is launched when rows == 0). Asynchronous: returns after the launch;
+// errors are can_launch's, kInvalidArgument for checked-mode rejects (naming the first bad position and id), and
+// kCuda for a launch failure. Graph-capturable when !checked.
+Result<LaunchInfo> launch_lookup(const LookupArgs& args, void* stream);
+
+// Checked mode's pre-pass: number of ids in device ids[n] that are >= table rows, and the first such position
+// (-1 if none). Synchronises `stream`. kInvalidArgument while `stream` is being captured.
+struct IdCheck {
+  int64_t invalid = 0;
+  int64_t first_position = -1;
+  int64_t first_id = 0;
+};
+Result<IdCheck> check_ids(const UvaTable& table, const int64_t* ids, int64_t n, void* stream);
+
+// Plain 16-byte-vector gather of the same rows, no decode: the request-bound ceiling of the lookup.
+// kRowBytes reads exactly the bytes the lookup reads (fused: the whole record; split: payload + scales);
+// kPayloadOnly reads the d payload bytes (design.md's "plain gather of the 256-B payloads").
+// out[rows][plain_gather_out_stride()] raw bytes; negative / out-of-range ids write zero bytes.
+enum class GatherBytes { kRowBytes, kPayloadOnly };
+int64_t plain_gather_out_stride(const TableView& view, GatherBytes what);
+struct GatherArgs {
+  const UvaTable* table = nullptr;
+  const int64_t* ids = nullptr;  // device [rows]
+  int64_t rows = 0;
+  uint8_t* out = nullptr;        // device [rows][out_stride], 16-byte aligned
+  GatherBytes what = GatherBytes::kRowBytes;
+  double grid_fraction = 1.0;
+  int sm_count = 0;
+};
+Result<LaunchInfo> launch_plain_gather(const GatherArgs& args, void* stream);
+
+}  // namespace engram::cuda
