@@ -1,0 +1,78 @@
+// `engram run` as a user runs it: the JSON report has the documented fields with sane values, the timeline file is
+// a Chrome trace, and bad arguments exit with code 2 and write nothing.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Out {
+  int code;
+  std::string text;
+};
+
+Out run(const std::string& args) {
+  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
+}
+
+TEST(EngramRun, JsonReportHasFields) {
+  const auto dir = std::filesystem::temp_directory_path() / ("engram_run_smoke_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto trace = (dir / "t.json").string();
+  auto o = run("run --table-size 32MiB --batch 16 --steps 3 --warmup 1 --layer-us 20 --json --timeline " + trace);
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text);
+  EXPECT_EQ(j["command"], "run");
+  EXPECT_EQ(j["table"]["layout"], "v41-flash-mini");
+  EXPECT_EQ(j["table"]["d"], 256);
+  EXPECT_EQ(j["table"]["heads"], 24);
+  EXPECT_EQ(j["workload"]["prefetch"], "early");
+  EXPECT_EQ(j["lookup"]["rows"], 3 * 16 * 24 * 2);  // steps * batch * heads * Engram layers
+  EXPECT_GT(j["lookup"]["rows_per_s"].get<double>(), 0);
+  EXPECT_GT(j["lookup"]["source_gbps"].get<double>(), 0);
+  EXPECT_EQ(j["bytes"]["b_source_per_step"], 16 * 24 * 264 * 2);
+  EXPECT_EQ(j["bytes"]["b_staging_per_step"], 2 * 16 * 24 * 256 * 2);
+  ASSERT_EQ(j["layers"].size(), 2u);
+  EXPECT_EQ(j["layers"][0]["layer_id"], 1);
+  EXPECT_EQ(j["layers"][1]["layer_id"], 14);
+  EXPECT_EQ(j["layers"][0]["exposed_wait_ns"]["n"], 3);
+  EXPECT_GE(j["layers"][0]["exposed_wait_ns"]["median"].get<double>(), 0);
+  EXPECT_TRUE(j["conditions"].contains("git_revision"));
+  EXPECT_EQ(j["timeline"], trace);
+  std::ifstream f(trace);
+  auto tj = nlohmann::json::parse(f);
+  EXPECT_GT(tj["traceEvents"].size(), 6u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(EngramRun, OnDemandModeAndSplitLayoutRun) {
+  auto o = run("run --table-size 16MiB --batch 4 --steps 2 --warmup 0 --layer-us 5 --prefetch on_demand "
+               "--row-layout split --ids uniform --json --timeline none");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text);
+  EXPECT_EQ(j["workload"]["prefetch"], "on_demand");
+  EXPECT_EQ(j["table"]["row_layout"], "split");
+  EXPECT_TRUE(j["timeline"].is_null());
+}
+
+TEST(EngramRun, BadArgumentsExitTwo) {
+  EXPECT_EQ(run("run --layout nope").code, 2);
+  EXPECT_EQ(run("run --table-size 12XB").code, 2);
+  EXPECT_EQ(run("run --table-size 1KiB").code, 2);
+  EXPECT_EQ(run("run --batch 0").code, 2);
+  EXPECT_EQ(run("run --prefetch sometimes").code, 2);
+  EXPECT_EQ(run("frobnicate").code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,108 @@
+// Serial-queue recurrence, percentiles, and the JSON / Chrome trace exports of the timeline.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sched/timeline.hpp"
+
+namespace engram {
+namespace {
+
+LayerTiming t(double r, double s, double f, double c, double wend, int layer = 0) {
+  LayerTiming x;
+  x.layer_id = layer;
+  x.r_ns = r;
+  x.s_ns = s;
+  x.f_ns = f;
+  x.c_ns = c;
+  x.wait_end_ns = wend;
+  return x;
+}
+
+TEST(SerialQueueModel, RecurrenceAndExposedWait) {
+  // Two lookups ready at 0 and 10; L = 50 and 30; consumers arrive at 40 and 200.
+  std::vector<LayerTiming> q = {t(0, 0, 50, 40, 50, 1), t(10, 50, 80, 200, 200, 14)};
+  auto rows = explain_serial_queue(q, 0);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(rows[0].model_s_ns, 0);
+  EXPECT_DOUBLE_EQ(rows[0].model_f_ns, 50);
+  EXPECT_DOUBLE_EQ(rows[0].model_e_ns, 10);        // f - c = 50 - 40
+  EXPECT_DOUBLE_EQ(rows[1].model_s_ns, 50);        // max(r=10, f_prev=50)
+  EXPECT_DOUBLE_EQ(rows[1].model_f_ns, 80);
+  EXPECT_DOUBLE_EQ(rows[1].model_e_ns, 0);         // consumer arrives after f
+  EXPECT_DOUBLE_EQ(rows[1].residual_s_ns, 0);
+  EXPECT_DOUBLE_EQ(q[1].queue_ns(), 40);
+  EXPECT_DOUBLE_EQ(q[0].exposed_wait_ns(), 10);
+  EXPECT_DOUBLE_EQ(q[1].lead_ns(), 190);
+}
+
+TEST(SerialQueueModel, ResidualShowsAnotherDependency) {
+  // The second lookup started at 70 though the queue was free at 50: 20 ns unexplained by the model.
+  std::vector<LayerTiming> q = {t(0, 0, 50, 100, 100), t(10, 70, 100, 100, 100)};
+  auto rows = explain_serial_queue(q, 0);
+  EXPECT_DOUBLE_EQ(rows[1].residual_s_ns, 20);
+}
+
+TEST(SerialQueueModel, WhatIfHalvingLookupTime) {
+  std::vector<LayerTiming> q = {t(0, 0, 100, 60, 100), t(0, 100, 200, 120, 200)};
+  auto base = explain_serial_queue(q, 0);
+  EXPECT_DOUBLE_EQ(base[0].model_e_ns, 40);
+  EXPECT_DOUBLE_EQ(base[1].model_e_ns, 80);
+  auto half = explain_serial_queue(q, 0, 0.5);
+  EXPECT_DOUBLE_EQ(half[0].model_f_ns, 50);
+  EXPECT_DOUBLE_EQ(half[1].model_s_ns, 50);   // queue frees at modelled f
+  EXPECT_DOUBLE_EQ(half[1].model_f_ns, 100);
+  EXPECT_DOUBLE_EQ(half[0].model_e_ns, 0);
+  EXPECT_DOUBLE_EQ(half[1].model_e_ns, 0);
+}
+
+TEST(Percentile, InterpolatesAndIgnoresNaN) {
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 50), 3);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 0), 1);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 100), 5);
+  EXPECT_DOUBLE_EQ(percentile({10, 20}, 25), 12.5);
+  EXPECT_DOUBLE_EQ(percentile({kNotRecorded, 7}, 50), 7);
+  EXPECT_TRUE(std::isnan(percentile({}, 50)));
+  EXPECT_TRUE(std::isnan(percentile({kNotRecorded}, 50)));
+}
+
+TEST(TimelineExport, JsonUsesNullForNotRecorded) {
+  Timeline tl;
+  LayerTiming x = t(0, 5, 10, 8, 10, 14);
+  x.submit_ns = kNotRecorded;
+  tl.add(x);
+  auto j = tl.to_json();
+  EXPECT_EQ(j["unit"], "ns");
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_TRUE(j["rows"][0]["submit_ns"].is_null());
+  EXPECT_EQ(j["rows"][0]["f_ns"], 10.0);
+  EXPECT_EQ(j["rows"][0]["layer_id"], 14);
+}
+
+TEST(TimelineExport, ChromeTraceHasLookupAndWaitSlices) {
+  Timeline tl;
+  tl.add(t(0, 1000, 3000, 2000, 3000, 1));
+  auto j = tl.to_chrome_trace();
+  ASSERT_TRUE(j.contains("traceEvents"));
+  int lookups = 0, waits = 0;
+  for (auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    if (e["cat"] == "lookup") {
+      ++lookups;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.0);   // microseconds
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.0);
+      EXPECT_EQ(e["tid"], 1);
+    }
+    if (e["cat"] == "wait") {
+      ++waits;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 2.0);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1.0);
+      EXPECT_EQ(e["tid"], 0);
+    }
+  }
+  EXPECT_EQ(lookups, 1);
+  EXPECT_EQ(waits, 1);
+}
+
+}  // namespace
+}  // namespace engram
