@@ -1,0 +1,182 @@
+// Reading token files and compression tables (see token_io.hpp). Files are read whole through
+// src/sys/file (the only place that touches descriptors) and checked field by field: a sidecar is
+// trusted for nothing that the data can contradict. Paths of the source tree come from __FILE__, which
+// CMake passes as an absolute path, so the CLI finds tools/tokenize without an install step.
+#include "host/token_io.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "sys/file.hpp"
+
+namespace engram {
+
+namespace {
+
+using nlohmann::json;
+
+Status bad(const std::string& path, const std::string& msg) { return Status(Code::kInvalidArgument, path + ": " + msg); }
+
+Result<std::string> read_whole(const std::string& path) {
+  ENGRAM_ASSIGN_OR_RETURN(sys::File f, sys::open_read(path));
+  ENGRAM_ASSIGN_OR_RETURN(int64_t size, sys::file_size_bytes(f));
+  std::string data(static_cast<size_t>(size), '\0');
+  if (size > 0) ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, data.data(), data.size(), 0));
+  return data;
+}
+
+Result<json> read_sidecar(const std::string& data_path, const std::string& format) {
+  const std::string path = data_path + ".json";
+  auto text = read_whole(path);
+  if (!text.is_ok()) return text.status().with_context("sidecar of " + data_path);
+  json j;
+  try {
+    j = json::parse(*text);
+  } catch (const json::exception& e) {
+    return bad(path, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || j.value("format", "") != format)
+    return bad(path, "not an '" + format + "' sidecar (format field is " + (j.is_object() && j.contains("format") ? j["format"].dump() : "missing") + ")");
+  if (j.value("format_version", 0) != 1) return bad(path, "unsupported format_version " + j.value("format_version", json()).dump() + " (expected 1)");
+  if (j.value("dtype", "") != "uint32le") return bad(path, "dtype must be \"uint32le\"");
+  return j;
+}
+
+// A required field of the expected JSON type, or an error naming it.
+template <typename T>
+Result<T> field(const json& j, const std::string& path, const char* name) {
+  if (!j.contains(name)) return bad(path, std::string("missing field '") + name + "'");
+  try {
+    return j.at(name).get<T>();
+  } catch (const json::exception&) {
+    return bad(path, std::string("field '") + name + "' has the wrong type: " + j.at(name).dump());
+  }
+}
+
+Result<std::vector<uint32_t>> read_u32_array(const std::string& path) {
+  ENGRAM_ASSIGN_OR_RETURN(std::string bytes, read_whole(path));
+  if (bytes.size() % 4 != 0) return bad(path, "size " + std::to_string(bytes.size()) + " B is not a multiple of 4 (uint32 ids)");
+  std::vector<uint32_t> v(bytes.size() / 4);
+  // Little-endian on disk; the hosts we build for are little-endian too.
+  static_assert(std::endian::native == std::endian::little, "token files are little-endian uint32");
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+std::filesystem::path source_root() {
+  // this file: <root>/src/host/token_io.cpp
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+Result<TokenFile> read_token_file(const std::string& path) {
+  ENGRAM_ASSIGN_OR_RETURN(json j, read_sidecar(path, "engram-tokens"));
+  const std::string jpath = path + ".json";
+  TokenFile tf;
+  tf.path = path;
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer, field<std::string>(j, jpath, "tokenizer"));
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_version, field<std::string>(j, jpath, "tokenizer_version"));
+  tf.tokenizer_package = j.value("tokenizer_package", "");
+  ENGRAM_ASSIGN_OR_RETURN(tf.vocab_size, field<int64_t>(j, jpath, "vocab_size"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t count, field<int64_t>(j, jpath, "token_count"));
+  tf.add_bos = j.value("add_bos", false);
+  if (tf.vocab_size < 1 || tf.vocab_size > (int64_t{1} << 32)) return bad(jpath, "vocab_size " + std::to_string(tf.vocab_size) + " not in [1, 2^32]");
+
+  ENGRAM_ASSIGN_OR_RETURN(tf.ids, read_u32_array(path));
+  if (static_cast<int64_t>(tf.ids.size()) != count)
+    return bad(path, "holds " + std::to_string(tf.ids.size()) + " tokens but its sidecar says token_count " + std::to_string(count));
+  if (tf.ids.empty()) return bad(path, "no tokens");
+  for (size_t i = 0; i < tf.ids.size(); ++i)
+    if (tf.ids[i] >= tf.vocab_size)
+      return bad(path, "token id " + std::to_string(tf.ids[i]) + " at position " + std::to_string(i) + " >= vocab size " +
+                           std::to_string(tf.vocab_size) + " of " + tf.tokenizer);
+
+  int64_t next = 0;
+  if (j.contains("documents")) {
+    if (!j["documents"].is_array()) return bad(jpath, "'documents' is not an array");
+    for (size_t d = 0; d < j["documents"].size(); ++d) {
+      const json& dj = j["documents"][d];
+      const std::string where = jpath + " documents[" + std::to_string(d) + "]";
+      TokenDocument doc;
+      doc.source = dj.value("source", "");
+      ENGRAM_ASSIGN_OR_RETURN(doc.first_token, field<int64_t>(dj, where, "first_token"));
+      ENGRAM_ASSIGN_OR_RETURN(doc.token_count, field<int64_t>(dj, where, "token_count"));
+      if (doc.first_token != next || doc.token_count < 0)
+        return bad(where, "token range [" + std::to_string(doc.first_token) + ", +" + std::to_string(doc.token_count) +
+                              ") does not continue at " + std::to_string(next));
+      next += doc.token_count;
+      tf.documents.push_back(std::move(doc));
+    }
+    if (next != count)
+      return bad(jpath, "documents cover " + std::to_string(next) + " tokens of " + std::to_string(count));
+  } else {
+    tf.documents.push_back({path, 0, count});
+  }
+  return tf;
+}
+
+Result<CompressionTable> read_compression_table(const std::string& path) {
+  ENGRAM_ASSIGN_OR_RETURN(json j, read_sidecar(path, "engram-compression-table"));
+  const std::string jpath = path + ".json";
+  CompressionTable t;
+  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer, field<std::string>(j, jpath, "tokenizer"));
+  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer_version, field<std::string>(j, jpath, "tokenizer_version"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t vocab, field<int64_t>(j, jpath, "vocab_size"));
+  ENGRAM_ASSIGN_OR_RETURN(t.compressed_vocab, field<int64_t>(j, jpath, "compressed_vocab_size"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_id, field<int64_t>(j, jpath, "pad_id"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_compressed, field<int64_t>(j, jpath, "pad_compressed_id"));
+  ENGRAM_ASSIGN_OR_RETURN(t.canonical, read_u32_array(path));
+  if (static_cast<int64_t>(t.canonical.size()) != vocab)
+    return bad(path, "holds " + std::to_string(t.canonical.size()) + " entries but its sidecar says vocab_size " + std::to_string(vocab));
+  if (Status st = t.validate(); !st.is_ok()) return st.with_context(path);
+  if (pad_id < 0 || pad_id >= vocab || t.canonical[static_cast<size_t>(pad_id)] != pad_compressed)
+    return bad(path, "pad id " + std::to_string(pad_id) + " does not map to the sidecar's pad_compressed_id " + std::to_string(pad_compressed));
+  return t;
+}
+
+Status check_token_file_matches_table(const TokenFile& tokens, const CompressionTable& table, const std::string& table_path) {
+  if (tokens.tokenizer != table.tokenizer || tokens.vocab_size != table.vocab_size())
+    return Status(Code::kInvalidArgument,
+                  "token file " + tokens.path + " (" + tokens.tokenizer + ", vocab " + std::to_string(tokens.vocab_size) +
+                      ") does not match compression table " + table_path + " (" + table.tokenizer + ", vocab " +
+                      std::to_string(table.vocab_size()) + ")");
+  return Status::ok();
+}
+
+std::string tokenize_script_path() { return (source_root() / "tools" / "tokenize" / "tokenize.mjs").string(); }
+
+std::string default_compression_table_path() {
+  return (source_root() / "tools" / "tokenize" / "data" / "deepseek_v3.compress.bin").string();
+}
+
+std::vector<std::string> default_text_files() {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/usr/share/common-licenses", ec)) {
+    if (e.is_symlink(ec) || !e.is_regular_file(ec) || e.file_size(ec) == 0) continue;
+    files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string tokenize_command(const std::vector<std::string>& texts, const std::string& out_path, bool add_bos) {
+  std::string cmd = "node " + shell_quote(tokenize_script_path()) + " tokens" + (add_bos ? " --add-bos" : "") + " --out " + shell_quote(out_path);
+  for (const auto& t : texts) cmd += " " + shell_quote(t);
+  return cmd;
+}
+
+}  // namespace engram

