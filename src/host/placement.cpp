@@ -8,9 +8,9 @@
 // from mbind, and its fallocate allocates under the calling thread's policy: the prefault threads
 // therefore also set the table's policy as their own thread policy before they allocate.
 //
-// Prefault work is split in chunks handed out through an atomic counter; fallocate on one tmpfs inode is
-// serialised by the kernel (inode lock), so extra threads mainly help the anonymous (touch) path and
-// put the kernel's page zeroing on the target node's CPUs.
+// Prefault work is split in chunks handed out through an atomic counter. fallocate on one tmpfs inode is
+// serialised by the kernel (inode lock) but cheap: it leaves the pages unzeroed; the populate that
+// follows (MADV_POPULATE_WRITE) zeroes them in parallel on the target node's CPUs.
 #include "host/placement.hpp"
 
 #include <algorithm>
@@ -95,8 +95,11 @@ sys::MemPolicy to_mem_policy(const PlacementPolicy& p) {
 
 std::string mem_policy_text(const sys::MemPolicy& m) {
   std::string s = sys::mem_policy_mode_name(m.mode);
-  if (!m.nodes.empty() && m.mode != sys::MemPolicyMode::kDefault && m.mode != sys::MemPolicyMode::kLocal)
-    s += ":" + sys::format_int_list(m.nodes);
+  if (!m.nodes.empty() && m.mode != sys::MemPolicyMode::kDefault && m.mode != sys::MemPolicyMode::kLocal) {
+    // Same spelling as PlacementPolicy::to_string ("interleave:0,1"), so reports compare as text.
+    s += ":";
+    for (size_t i = 0; i < m.nodes.size(); ++i) s += (i ? "," : "") + std::to_string(m.nodes[i]);
+  }
   return s;
 }
 
@@ -371,7 +374,7 @@ Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved,
   std::atomic<bool> failed{false};
   std::mutex mu;
   Status first_error;
-  std::string method = anon ? "touch (MADV_POPULATE_WRITE)" : "fallocate";
+  std::string method = anon ? "touch (MADV_POPULATE_WRITE)" : "fallocate + MADV_POPULATE_WRITE";
   const sys::MemPolicy thread_policy = to_mem_policy(resolved);
   const bool set_thread_policy = resolved.kind != PlacementKind::kNone;
 
@@ -388,8 +391,12 @@ Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved,
       const uint64_t i = next.fetch_add(1);
       if (i >= n_chunks) return;
       const uint64_t off = i * chunk, len = std::min(chunk, total - off);
-      Status s;
-      if (anon) {
+      // Shared kinds: fallocate first (ENOSPC here, never SIGBUS later), then populate: tmpfs leaves
+      // fallocated pages unzeroed and !uptodate until first access (mincore and SEEK_DATA call them
+      // holes), so the zeroing happens now, on these node-bound threads, and the pages are mapped
+      // for the census.
+      Status s = anon ? Status::ok() : backing.fallocate_range(off, len);
+      if (s.is_ok()) {
         s = sys::madvise_range(backing.data() + off, len, sys::MemAdvice::kPopulateWrite);
         if (s.code() == Code::kUnsupported) {
           // Kernels before 5.14: write one byte per page (a write fault allocates it).
@@ -397,10 +404,8 @@ Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved,
           for (uint64_t b = 0; b < len; b += 4096) p[b] = 0;
           s = Status::ok();
           std::lock_guard<std::mutex> lock(mu);
-          method = "touch (one write per 4 KiB page)";
+          method = anon ? "touch (one write per 4 KiB page)" : "fallocate + touch (one write per 4 KiB page)";
         }
-      } else {
-        s = backing.fallocate_range(off, len);
       }
       if (!s.is_ok()) {
         std::lock_guard<std::mutex> lock(mu);

@@ -87,8 +87,8 @@ struct PlacementOptions {
   bool allow_fallback = false;  // policy refused: go on with the default policy (report says so) vs fail
 };
 
-// Allocates every page of the backing under `resolved`: shared kinds by fallocate(2) in chunks, by
-// threads pinned to the CPUs of the target nodes (each also sets the policy as its own thread policy,
+// Allocates every page of the backing under `resolved`: shared kinds by fallocate(2) then
+// MADV_POPULATE_WRITE in chunks, by threads pinned to the CPUs of the target nodes (each also sets the policy as its own thread policy,
 // which is what hugetlbfs's fallocate follows); kAnonThp by MADV_POPULATE_WRITE (touching one byte per
 // page on kernels without it) from threads pinned the same way. kNoSpace / kOutOfMemory on failure:
 // never a SIGBUS later. Records method, threads and seconds in `report`.
