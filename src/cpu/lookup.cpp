@@ -1,36 +1,17 @@
 // CPU lookup: each worker takes a contiguous range of (token, head) positions, reads the row's
-// payload and scales through the TableView (fused or split) and decodes with format.hpp. The
-// 16-value inner loop has no branch so the compiler can vectorise the float multiply and rounding.
+// payload and scales through the TableView (fused or split) and decodes it with decode_row_fast
+// (table-driven, bit-identical to the reference decoder of format.hpp).
 #include "cpu/lookup.hpp"
 
 #include <atomic>
 #include <cstring>
 #include <string>
 
+#include "cpu/decode_fast.hpp"
 #include "engram/format.hpp"
 
 namespace engram::cpu {
 
-namespace {
-
-void decode_row(const uint8_t* payload, const uint8_t* scales, int d, uint16_t* out) {
-  for (int b = 0; b < d / kScaleBlock; ++b) {
-    const uint8_t s = scales[b];
-    const uint8_t* p = payload + b * kScaleBlock;
-    uint16_t* o = out + b * kScaleBlock;
-    if (ue8m0_is_nan(s)) {
-      for (int i = 0; i < kScaleBlock; ++i) o[i] = kBf16CanonicalNaN;
-      continue;
-    }
-    const float sf = ue8m0_to_float(s);
-    for (int i = 0; i < kScaleBlock; ++i) {
-      const uint8_t c = p[i];
-      o[i] = fp8_e4m3_is_nan(c) ? kBf16CanonicalNaN : float_to_bf16_rne(fp8_e4m3_to_float(c) * sf);
-    }
-  }
-}
-
-}  // namespace
 
 Result<LookupStats> lookup(const TableView& table, const LookupRequest& req, ThreadPool* pool) {
   if (req.tokens < 0 || req.heads < 0)
@@ -63,7 +44,7 @@ Result<LookupStats> lookup(const TableView& table, const LookupRequest& req, Thr
         std::memset(o, 0, sizeof(uint16_t) * static_cast<size_t>(d));
         continue;
       }
-      decode_row(table.payload_of(id), table.scales_of(id), d, o);
+      decode_row_fast(table.payload_of(id), table.scales_of(id), d, o);
     }
     dead += my_dead;
     invalid += my_invalid;
