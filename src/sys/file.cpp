@@ -1,0 +1,256 @@
+// File wrappers for checkpoint I/O (see file.hpp for the contract).
+//
+// Each wrapper saves errno on entry and restores it on exit (ErrnoGuard), reading the value a failed
+// call left behind into the returned Status instead: callers never look at errno. pread/pwrite loop
+// over short transfers because a single call may return less than asked (signals, large requests
+// are capped at 0x7ffff000 bytes by the kernel).
+#include "file.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#include "sys/memory.hpp"
+
+namespace engram::sys {
+namespace {
+
+class ErrnoGuard {
+ public:
+  ErrnoGuard() : saved_(errno) {}
+  ~ErrnoGuard() { errno = saved_; }
+  ErrnoGuard(const ErrnoGuard&) = delete;
+  ErrnoGuard& operator=(const ErrnoGuard&) = delete;
+
+ private:
+  int saved_;
+};
+
+std::string range_text(size_t len, int64_t offset) {
+  return "len=" + std::to_string(len) + ", off=" + std::to_string(offset);
+}
+
+}  // namespace
+
+File::~File() { (void)close(); }
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+Status File::close() {
+  if (fd_ < 0) return Status::ok();
+  ErrnoGuard guard;
+  const int fd = fd_;
+  fd_ = -1;
+  // The descriptor is gone whatever close returns (Linux), so it is never retried.
+  if (::close(fd) != 0) return errno_status(errno, "close(" + path_ + ")");
+  return Status::ok();
+}
+
+Result<File> open_read(const std::string& path) {
+  ErrnoGuard guard;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return errno_status(errno, "open(" + path + ", O_RDONLY)");
+  return File(fd, path);
+}
+
+Result<File> create_new(const std::string& path, unsigned mode) {
+  ErrnoGuard guard;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                static_cast<mode_t>(mode));
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return errno_status(errno, "open(" + path + ", O_CREAT|O_EXCL|O_TRUNC)");
+  return File(fd, path);
+}
+
+Result<File> open_directory(const std::string& path) {
+  ErrnoGuard guard;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "open(" + path + ", O_DIRECTORY)");
+  return File(fd, path);
+}
+
+Result<int64_t> file_size_bytes(const File& f) {
+  ErrnoGuard guard;
+  struct stat st;
+  if (::fstat(f.fd(), &st) != 0) return errno_status(errno, "fstat(" + f.path() + ")");
+  return static_cast<int64_t>(st.st_size);
+}
+
+Status allocate_file(const File& f, int64_t len) {
+  ErrnoGuard guard;
+  if (len <= 0) return Status::ok();
+  int rc;
+  do {
+    rc = ::fallocate(f.fd(), 0, 0, static_cast<off_t>(len));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno_status(errno, "fallocate(" + f.path() + ", len=" + std::to_string(len) + ")");
+  return Status::ok();
+}
+
+Status pread_full(const File& f, void* buf, size_t len, int64_t offset) {
+  ErrnoGuard guard;
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(f.fd(), p + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status(errno, "pread(" + f.path() + ", " + range_text(len, offset) + ")");
+    }
+    if (n == 0)
+      return Status(Code::kIo, "pread(" + f.path() + ", " + range_text(len, offset) + "): short read (got " +
+                                   std::to_string(done) + " of " + std::to_string(len) + " bytes: end of file)");
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status pwrite_full(const File& f, const void* buf, size_t len, int64_t offset) {
+  ErrnoGuard guard;
+  const auto* p = static_cast<const uint8_t*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pwrite(f.fd(), p + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status(errno, "pwrite(" + f.path() + ", " + range_text(len, offset) + ")");
+    }
+    if (n == 0)
+      return Status(Code::kIo, "pwrite(" + f.path() + ", " + range_text(len, offset) + "): wrote 0 bytes");
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status fadvise(const File& f, int64_t offset, int64_t len, Advice advice) {
+  ErrnoGuard guard;
+  int a = POSIX_FADV_NORMAL;
+  const char* name = "NORMAL";
+  switch (advice) {
+    case Advice::kNormal: break;
+    case Advice::kSequential: a = POSIX_FADV_SEQUENTIAL; name = "SEQUENTIAL"; break;
+    case Advice::kWillNeed: a = POSIX_FADV_WILLNEED; name = "WILLNEED"; break;
+    case Advice::kDontNeed: a = POSIX_FADV_DONTNEED; name = "DONTNEED"; break;
+  }
+  // posix_fadvise returns the error number instead of setting errno.
+  const int err = ::posix_fadvise(f.fd(), static_cast<off_t>(offset), static_cast<off_t>(len), a);
+  if (err != 0)
+    return errno_status(err, std::string("posix_fadvise(") + f.path() + ", " +
+                                 range_text(static_cast<size_t>(len), offset) + ", " + name + ")");
+  return Status::ok();
+}
+
+Status sync_range(const File& f, int64_t offset, int64_t len, bool wait) {
+  ErrnoGuard guard;
+  const unsigned flags = wait ? SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
+                              : SYNC_FILE_RANGE_WRITE;
+  int rc;
+  do {
+    rc = ::sync_file_range(f.fd(), static_cast<off_t>(offset), static_cast<off_t>(len), flags);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0)
+    return errno_status(errno, "sync_file_range(" + f.path() + ", " + range_text(static_cast<size_t>(len), offset) + ")");
+  return Status::ok();
+}
+
+Status fsync(const File& f) {
+  ErrnoGuard guard;
+  int rc;
+  do {
+    rc = ::fsync(f.fd());
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno_status(errno, "fsync(" + f.path() + ")");
+  return Status::ok();
+}
+
+Status rename_path(const std::string& from, const std::string& to, bool replace) {
+  ErrnoGuard guard;
+  if (replace) {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return errno_status(errno, "rename(" + from + " -> " + to + ")");
+    return Status::ok();
+  }
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return Status::ok();
+  const int err = errno;
+  if (err == EEXIST) return Status(Code::kInvalidArgument, to + " already exists (not replaced)", err);
+  if (err != EINVAL && err != ENOSYS)
+    return errno_status(err, "renameat2(" + from + " -> " + to + ", RENAME_NOREPLACE)");
+  // The file system cannot do RENAME_NOREPLACE: check, then rename (a small race, documented).
+  struct stat st;
+  if (::lstat(to.c_str(), &st) == 0)
+    return Status(Code::kInvalidArgument, to + " already exists (not replaced)", EEXIST);
+  if (::rename(from.c_str(), to.c_str()) != 0) return errno_status(errno, "rename(" + from + " -> " + to + ")");
+  return Status::ok();
+}
+
+Status unlink_path(const std::string& path) {
+  ErrnoGuard guard;
+  if (::unlink(path.c_str()) != 0) return errno_status(errno, "unlink(" + path + ")");
+  return Status::ok();
+}
+
+Result<bool> path_exists(const std::string& path) {
+  ErrnoGuard guard;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT) return false;
+  return errno_status(errno, "lstat(" + path + ")");
+}
+
+bool is_terminal(int fd) noexcept {
+  ErrnoGuard guard;
+  return ::isatty(fd) == 1;
+}
+
+Result<int64_t> page_cache_resident_bytes(const File& f, int64_t len) {
+  ErrnoGuard guard;
+  if (len <= 0) return int64_t{0};
+  const size_t page = page_size_bytes();
+  // Count in windows so the mincore vector stays small for huge files.
+  const int64_t window = int64_t{1} << 30;
+  int64_t resident_pages = 0;
+  std::vector<unsigned char> vec;
+  for (int64_t off = 0; off < len; off += window) {
+    const size_t n = static_cast<size_t>(std::min(window, len - off));
+    void* p = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, f.fd(), static_cast<off_t>(off));
+    if (p == MAP_FAILED) return errno_status(errno, "mmap(" + f.path() + ", " + range_text(n, off) + ")");
+    vec.assign((n + page - 1) / page, 0);
+    const int rc = ::mincore(p, n, vec.data());
+    const int err = errno;
+    ::munmap(p, n);
+    if (rc != 0) return errno_status(err, "mincore(" + f.path() + ", " + range_text(n, off) + ")");
+    for (unsigned char v : vec) resident_pages += v & 1;
+  }
+  return std::min(len, resident_pages * static_cast<int64_t>(page));
+}
+
+Result<int64_t> filesystem_magic(const std::string& path) {
+  ErrnoGuard guard;
+  struct statfs s;
+  if (::statfs(path.c_str(), &s) != 0) return errno_status(errno, "statfs(" + path + ")");
+  return static_cast<int64_t>(s.f_type);
+}
+
+}  // namespace engram::sys
