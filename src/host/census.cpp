@@ -179,6 +179,8 @@ nlohmann::json PageCensus::to_json() const {
   for (auto& [n, c] : pages_per_node) nodes[std::to_string(n)] = c;
   j["pages_per_node"] = nodes;
   j["not_resident"] = not_resident;
+  j["zero_pages"] = zero_pages;
+  j["zero_page_check"] = zero_page_check;
   nlohmann::json errs = nlohmann::json::object();
   for (auto& [e, c] : errors) {
     const char* name = strerrorname_np(e);
@@ -269,11 +271,38 @@ PageCensus take_census(const void* addr, uint64_t len_bytes, const TableIdentity
     return c;
   }
   c.known = true;
-  for (int st : status) {
-    const int k = classify_page_status(st);
+  // Newer kernels (seen on 6.18) report the shared zero page — what a read of a never-written private
+  // page maps — with the zero page's node instead of -EFAULT. It holds none of the table's memory, so
+  // it must not count as resident: pages that are not exclusively mapped get their frame checked in
+  // /proc/kpageflags (KPF_ZERO_PAGE). Without the privilege to see frames the check is skipped and
+  // the census says so.
+  std::vector<uint64_t> pm;
+  const uint64_t base_page = sys::page_size_bytes();
+  if (c.page_bytes == base_page) {
+    auto r = sys::pagemap_entries(addr, static_cast<size_t>(c.pages_total));
+    if (r.is_ok()) pm = std::move(*r);
+  }
+  for (size_t i = 0; i < status.size(); ++i) {
+    int k = classify_page_status(status[i]);
+    if (k >= 0 && !pm.empty()) {
+      const uint64_t e = pm[static_cast<size_t>(i * c.stride_pages)];
+      const bool present = (e >> 63) & 1, exclusive = (e >> 56) & 1;
+      const uint64_t pfn = e & ((uint64_t{1} << 55) - 1);
+      if (present && !exclusive && pfn != 0) {
+        auto z = sys::pfn_is_zero_page(pfn);
+        if (z.is_ok() && *z) {
+          k = kCensusNotResident;
+          ++c.zero_pages;
+        } else if (!z.is_ok()) {
+          c.zero_page_check = false;
+        }
+      } else if (present && !exclusive && pfn == 0) {
+        c.zero_page_check = false;
+      }
+    }
     if (k >= 0) ++c.pages_per_node[k];
     else if (k == kCensusNotResident) ++c.not_resident;
-    else ++c.errors[-st];
+    else ++c.errors[-status[i]];
   }
   return c;
 }

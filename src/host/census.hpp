@@ -11,6 +11,8 @@
 //    or by a peer is in the page cache but not mapped here. With `map_resident` (default) the census
 //    first asks mincore(2) which sampled pages are resident and reads one byte of each of those to map
 //    it (a read of a resident page allocates nothing); pages that are not resident are left alone.
+//    Some kernels (6.18) report the shared zero page with a node; those pages are found through
+//    /proc/self/pagemap + /proc/kpageflags and counted as not resident (`zero_pages`).
 //  - /proc/<pid>/numa_maps + maps + smaps (process_census): per mapping, the N<node>=<pages> counts in
 //    units of kernelpagesize_kB, plus Rss/Pss (PSS divides a shared page among its mappers, so peers
 //    sharing one table do not count it once each); smaps_rollup for the process total. Tables are found
@@ -64,7 +66,9 @@ struct PageCensus {
   uint64_t pages_sampled = 0;           // pages asked about (== pages_total when exact)
   uint64_t stride_pages = 1;            // 1: exact; k: every k-th page
   std::map<int, uint64_t> pages_per_node;  // node -> sampled pages resident there
-  uint64_t not_resident = 0;            // sampled pages with -ENOENT / -EFAULT
+  uint64_t not_resident = 0;            // sampled pages with -ENOENT / -EFAULT, or the shared zero page
+  uint64_t zero_pages = 0;              // of not_resident: mapped to the shared zero page (read, never written)
+  bool zero_page_check = true;          // false: frames not visible (no CAP_SYS_ADMIN), zero pages not told apart
   std::map<int, uint64_t> errors;       // other per-page -errno values -> count (errno as positive)
   int64_t rss_bytes = -1, pss_bytes = -1;  // numa_maps source: from smaps (-1: not read)
 

@@ -331,6 +331,13 @@ Status apply_placement(void* addr, uint64_t len_bytes, const PlacementPolicy& re
   const sys::MemPolicy want = to_mem_policy(resolved);
   const bool strict = resolved.kind == PlacementKind::kBind || resolved.kind == PlacementKind::kPreferred;
   Status s = sys::mbind_range(addr, len_bytes, want, strict);
+  if (s.code() == Code::kIo) {
+    // MPOL_MF_STRICT found pages already placed elsewhere. Kernels differ on whether the policy was
+    // still set (6.1 returns before setting it), so set it again without STRICT: pages that exist keep
+    // their node, every later page follows the policy, and the caller hears about it.
+    Status again = sys::mbind_range(addr, len_bytes, want, false);
+    if (!again.is_ok()) s = again;
+  }
   auto got = read_back();
   if (!s.is_ok()) {
     if (s.code() == Code::kIo)

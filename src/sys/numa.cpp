@@ -3,6 +3,7 @@
 // report. libnuma is still used for the node-of-CPU and node-size queries, where it only reads sysfs.
 #include "numa.hpp"
 
+#include <fcntl.h>
 #include <numa.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -158,6 +159,42 @@ Status move_pages_query(int pid, const std::vector<const void*>& pages, std::vec
       return errno_status(err, "move_pages(pid=" + std::to_string(pid) + ", n=" + std::to_string(n) + ", nodes=NULL)");
   }
   return Status::ok();
+}
+
+Result<std::vector<uint64_t>> pagemap_entries(const void* addr, size_t n_pages) {
+  std::vector<uint64_t> out(n_pages);
+  if (n_pages == 0) return out;
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return errno_status(err, "open(/proc/self/pagemap)");
+  }
+  const off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page_size_bytes() * 8);
+  size_t got = 0;
+  while (got < n_pages * 8) {
+    const ssize_t r = ::pread(fd, reinterpret_cast<char*>(out.data()) + got, n_pages * 8 - got,
+                              off + static_cast<off_t>(got));
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      if (err == EINTR) continue;
+      ::close(fd);
+      return errno_status(err, "pread(/proc/self/pagemap, pages=" + std::to_string(n_pages) + ")");
+    }
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return out;
+}
+
+Result<bool> pfn_is_zero_page(uint64_t pfn) {
+  static int fd = ::open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);  // kept open: one per process
+  if (fd < 0) return Status(Code::kPermission, "open(/proc/kpageflags): not readable here");
+  uint64_t flags = 0;
+  if (::pread(fd, &flags, sizeof flags, static_cast<off_t>(pfn * 8)) != static_cast<ssize_t>(sizeof flags)) {
+    const int err = errno;
+    return errno_status(err, "pread(/proc/kpageflags, pfn=" + std::to_string(pfn) + ")");
+  }
+  return ((flags >> 24) & 1) != 0;
 }
 
 std::vector<int> online_nodes() {
