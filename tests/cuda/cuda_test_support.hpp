@@ -21,7 +21,7 @@
 #define ENGRAM_REQUIRE_GPU()                                                              \
   do {                                                                                    \
     auto engram_dev_ = ::engram::cuda::device_info(0);                                    \
-    if (!engram_dev_.is_ok()) GTEST_SKIP() << "no usable CUDA device: " << engram_dev_.status().message(); \
+    if (!engram_dev_.is_ok()) GTEST_SKIP() << engram_dev_.status().message(); \
   } while (0)
 
 #define ASSERT_CUDA_OK(call)                                                              \

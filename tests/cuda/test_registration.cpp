@@ -91,7 +91,7 @@ TEST(HostRegistration, RegistersInChunksWithDevicePointers) {
     cudaPointerAttributes attr{};
     ASSERT_CUDA_OK(cudaPointerGetAttributes(&attr, c.host));
     EXPECT_EQ(attr.type, cudaMemoryTypeHost);
-    // The device address reads the same bytes (a device-side read over UVA, through the copy engine).
+    // The device address resolves to the same bytes.
     std::vector<uint8_t> back(4096);
     ASSERT_CUDA_OK(cudaMemcpy(back.data(), c.device + c.bytes - 4096, 4096, cudaMemcpyDefault));
     EXPECT_EQ(std::memcmp(back.data(), c.host + c.bytes - 4096, 4096), 0);
