@@ -1,5 +1,5 @@
 // Decode replay loop and its report (see decode_replay.hpp). Statistics exclude warm-up steps; the serial-queue
-// recurrence is replayed per step (each step starts with an idle queue, so f0 = the step's first r).
+// recurrence is replayed over the rank's measured lookups in submission order (analyze_timeline).
 #include "replay/decode_replay.hpp"
 
 #include <algorithm>
@@ -7,16 +7,6 @@
 #include <unordered_set>
 
 namespace engram {
-
-Distribution Distribution::of(const std::vector<double>& v) {
-  Distribution d;
-  d.n = v.size();
-  d.median = percentile(v, 50);
-  d.p5 = percentile(v, 5);
-  d.p95 = percentile(v, 95);
-  d.p99 = percentile(v, 99);
-  return d;
-}
 
 Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSource& source, PrefetchQueue& queue,
                                              LayerCompute& compute, const DecodeReplayOptions& opt) {
@@ -99,7 +89,7 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
   rep.b_source_bytes_per_step = nh * layout.source_bytes_per_row() * layout.n_layers();
   rep.b_staging_bytes_per_step = 2 * nh * layout.d * layout.n_layers();
 
-  // Per-layer distributions and the serial-queue model, over measured rows only.
+  // Lookup busy time and rates over measured rows only.
   const auto& all = queue.timeline().rows();
   std::vector<LayerTiming> measured(all.begin() + static_cast<std::ptrdiff_t>(timeline_mark), all.end());
   for (const auto& t : measured) rep.lookup_busy_ns += t.lookup_ns();
@@ -109,42 +99,17 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     rep.source_gbps = static_cast<double>(rep.rows_looked_up) * static_cast<double>(layout.source_bytes_per_row()) / sec / 1e9;
     rep.staging_gbps = static_cast<double>(rep.rows_looked_up) * 2.0 * layout.d / sec / 1e9;
   }
-  // Group by step in submission order (r), replay the recurrence per step.
-  std::vector<double> residual_by_row(measured.size(), kNotRecorded);
-  {
-    std::vector<size_t> order(measured.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return measured[a].step != measured[b].step ? measured[a].step < measured[b].step : measured[a].r_ns < measured[b].r_ns;
-    });
-    size_t i = 0;
-    while (i < order.size()) {
-      size_t j = i;
-      std::vector<LayerTiming> q;
-      while (j < order.size() && measured[order[j]].step == measured[order[i]].step) q.push_back(measured[order[j++]]);
-      auto rows = explain_serial_queue(q, q.front().r_ns);
-      for (size_t k = 0; k < rows.size(); ++k) residual_by_row[order[i + k]] = rows[k].residual_s_ns;
-      i = j;
-    }
-  }
-  for (int li = 0; li < layout.n_layers(); ++li) {
+  // Per-layer distributions and the serial-queue model over this rank's measured lookups.
+  Timeline mt;
+  for (const auto& t : measured) mt.add(t);
+  for (const auto& a : analyze_timeline(mt)) {
     LayerReport lr;
-    lr.layer_id = layout.layer_ids[li];
-    std::vector<double> e, w, l, qn, res;
-    for (size_t k = 0; k < measured.size(); ++k) {
-      const auto& t = measured[k];
-      if (t.layer_index != li) continue;
-      e.push_back(t.exposed_wait_ns());
-      w.push_back(t.measured_wait_ns());
-      l.push_back(t.lookup_ns());
-      qn.push_back(t.queue_ns());
-      res.push_back(residual_by_row[k]);
-    }
-    lr.exposed_wait_ns = Distribution::of(e);
-    lr.measured_wait_ns = Distribution::of(w);
-    lr.lookup_ns = Distribution::of(l);
-    lr.queue_ns = Distribution::of(qn);
-    lr.residual_s_ns = Distribution::of(res);
+    lr.layer_id = a.layer_id;
+    lr.exposed_wait_ns = a.exposed_wait_ns;
+    lr.measured_wait_ns = a.measured_wait_ns;
+    lr.lookup_ns = a.lookup_ns;
+    lr.queue_ns = a.queue_ns;
+    lr.residual_s_ns = a.residual_s_ns;
     rep.layers.push_back(lr);
   }
   return rep;

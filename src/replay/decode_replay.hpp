@@ -27,12 +27,6 @@ struct DecodeReplayOptions {
   std::function<double()> clock_ns;  // default steady_clock
 };
 
-struct Distribution {
-  double median = kNotRecorded, p5 = kNotRecorded, p95 = kNotRecorded, p99 = kNotRecorded;
-  size_t n = 0;
-  static Distribution of(const std::vector<double>& v);
-};
-
 struct LayerReport {
   int layer_id = 0;
   Distribution exposed_wait_ns;   // E = max(0, f - c), from the timeline

@@ -31,6 +31,35 @@ std::vector<ModelRow> explain_serial_queue(const std::vector<LayerTiming>& queue
   return out;
 }
 
+Result<Timeline> Timeline::from_json(const nlohmann::json& j) {
+  const nlohmann::json* rows = nullptr;
+  if (j.is_object() && j.contains("engram_timeline")) rows = &j["engram_timeline"]["rows"];
+  else if (j.is_object() && j.contains("rows")) rows = &j["rows"];
+  if (!rows || !rows->is_array())
+    return Status(Code::kInvalidArgument, "timeline: no 'rows' array (expected a file written by engram run)");
+  auto num = [](const nlohmann::json& r, const char* k) {
+    return r.contains(k) && r[k].is_number() ? r[k].get<double>() : kNotRecorded;
+  };
+  Timeline tl;
+  for (const auto& r : *rows) {
+    if (!r.is_object()) return Status(Code::kInvalidArgument, "timeline: a row is not an object");
+    LayerTiming t;
+    t.rank = r.value("rank", 0);
+    t.step = r.value("step", int64_t{0});
+    t.layer_index = r.value("layer_index", 0);
+    t.layer_id = r.value("layer_id", 0);
+    t.rows = r.value("rows", int64_t{0});
+    t.r_ns = num(r, "r_ns");
+    t.submit_ns = num(r, "submit_ns");
+    t.s_ns = num(r, "s_ns");
+    t.f_ns = num(r, "f_ns");
+    t.c_ns = num(r, "c_ns");
+    t.wait_end_ns = num(r, "wait_end_ns");
+    tl.add(t);
+  }
+  return tl;
+}
+
 nlohmann::json Timeline::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& t : rows_) {
@@ -80,7 +109,69 @@ nlohmann::json Timeline::to_chrome_trace() const {
       events.push_back({{"ph", "i"}, {"s", "t"}, {"name", "submit " + tag}, {"cat", "submit"}, {"pid", t.rank},
                         {"tid", 1}, {"ts", us(t.submit_ns)}});
   }
-  return {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+  // The raw rows ride along so `engram trace analyze` can re-run the model from the same file; trace viewers
+  // ignore unknown top-level keys.
+  return {{"traceEvents", events}, {"displayTimeUnit", "ns"}, {"engram_timeline", to_json()}};
+}
+
+Distribution Distribution::of(const std::vector<double>& v) {
+  Distribution d;
+  for (double x : v) d.n += std::isfinite(x) ? 1 : 0;
+  d.median = percentile(v, 50);
+  d.p5 = percentile(v, 5);
+  d.p95 = percentile(v, 95);
+  d.p99 = percentile(v, 99);
+  return d;
+}
+
+std::vector<LayerAnalysis> analyze_timeline(const Timeline& timeline, double scale_l, double advance_r_ns) {
+  const auto& all = timeline.rows();
+  // Submission order per rank: submit time when recorded, else r.
+  auto key = [](const LayerTiming& t) { return std::isfinite(t.submit_ns) ? t.submit_ns : t.r_ns; };
+  std::vector<int> ranks;
+  for (const auto& t : all)
+    if (std::find(ranks.begin(), ranks.end(), t.rank) == ranks.end()) ranks.push_back(t.rank);
+  std::sort(ranks.begin(), ranks.end());
+  std::vector<LayerAnalysis> out;
+  for (int rank : ranks) {
+    std::vector<LayerTiming> q;
+    for (const auto& t : all)
+      if (t.rank == rank) q.push_back(t);
+    std::stable_sort(q.begin(), q.end(), [&](const LayerTiming& a, const LayerTiming& b) { return key(a) < key(b); });
+    const auto model = explain_serial_queue(q, q.empty() ? 0.0 : q.front().r_ns - advance_r_ns, scale_l, advance_r_ns);
+    std::vector<int> layers;
+    for (const auto& t : q)
+      if (std::find(layers.begin(), layers.end(), t.layer_id) == layers.end()) layers.push_back(t.layer_id);
+    std::sort(layers.begin(), layers.end());
+    for (int layer : layers) {
+      LayerAnalysis a;
+      a.rank = rank;
+      a.layer_id = layer;
+      std::vector<double> qn, l, e, w, lead, res, me;
+      for (size_t i = 0; i < q.size(); ++i) {
+        const auto& t = q[i];
+        if (t.layer_id != layer) continue;
+        qn.push_back(t.queue_ns());
+        l.push_back(t.lookup_ns());
+        e.push_back(t.exposed_wait_ns());
+        w.push_back(t.measured_wait_ns());
+        lead.push_back(t.lead_ns());
+        res.push_back(model[i].residual_s_ns);
+        me.push_back(model[i].model_e_ns);
+        if (std::isfinite(e.back())) a.total_exposed_wait_ns += e.back();
+        if (std::isfinite(me.back())) a.total_model_exposed_wait_ns += me.back();
+      }
+      a.queue_ns = Distribution::of(qn);
+      a.lookup_ns = Distribution::of(l);
+      a.exposed_wait_ns = Distribution::of(e);
+      a.measured_wait_ns = Distribution::of(w);
+      a.lead_ns = Distribution::of(lead);
+      a.residual_s_ns = Distribution::of(res);
+      a.model_exposed_wait_ns = Distribution::of(me);
+      out.push_back(a);
+    }
+  }
+  return out;
 }
 
 double percentile(std::vector<double> values, double pct) {

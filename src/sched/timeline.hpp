@@ -19,6 +19,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engram/status.hpp"
+
 namespace engram {
 
 inline constexpr double kNotRecorded = std::numeric_limits<double>::quiet_NaN();
@@ -65,6 +67,8 @@ class Timeline {
   std::vector<LayerTiming>& rows() { return rows_; }
   void clear() { rows_.clear(); }
 
+  // Reads to_json() output, or a Chrome trace written by to_chrome_trace() (its "engram_timeline" key).
+  static Result<Timeline> from_json(const nlohmann::json& j);
   // JSON: {"unit":"ns","rows":[{rank,step,layer_id,r_ns,...}]} with null for NaN.
   nlohmann::json to_json() const;
   // Chrome trace event JSON (opens in Perfetto / chrome://tracing): per rank one "main" lane (consumer waits)
@@ -77,5 +81,25 @@ class Timeline {
 
 // Percentile (0..100) of the finite values, linear interpolation; NaN when there are none.
 double percentile(std::vector<double> values, double pct);
+
+// Median and tails of a sample (NaN entries ignored; all NaN when the sample has no finite value).
+struct Distribution {
+  double median = kNotRecorded, p5 = kNotRecorded, p95 = kNotRecorded, p99 = kNotRecorded;
+  size_t n = 0;  // finite values
+  static Distribution of(const std::vector<double>& v);
+};
+
+// Per (rank, Engram layer) statistics of a timeline and the serial-queue model replayed per rank over all its
+// lookups in submission order (f0 = the rank's first r). What-if knobs as in explain_serial_queue; consumer
+// arrivals c stay as measured (in reality an earlier wait also moves later c: the what-if is a bound, not a
+// prediction of a re-run).
+struct LayerAnalysis {
+  int rank = 0;
+  int layer_id = 0;
+  Distribution queue_ns, lookup_ns, exposed_wait_ns, measured_wait_ns, lead_ns, residual_s_ns, model_exposed_wait_ns;
+  double total_exposed_wait_ns = 0;        // sum of measured E
+  double total_model_exposed_wait_ns = 0;  // sum of modelled E (what-if)
+};
+std::vector<LayerAnalysis> analyze_timeline(const Timeline& timeline, double scale_l = 1.0, double advance_r_ns = 0.0);
 
 }  // namespace engram
