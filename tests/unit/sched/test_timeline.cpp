@@ -104,5 +104,41 @@ TEST(TimelineExport, ChromeTraceHasLookupAndWaitSlices) {
   EXPECT_EQ(waits, 1);
 }
 
+TEST(TimelineExport, ChromeTraceRoundTripsThroughFromJson) {
+  Timeline tl;
+  LayerTiming x = t(1, 2, 3, 4, 5, 14);
+  x.step = 7;
+  x.rank = 2;
+  x.submit_ns = kNotRecorded;
+  tl.add(x);
+  auto back = Timeline::from_json(tl.to_chrome_trace());
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_EQ(back->rows().size(), 1u);
+  EXPECT_EQ(back->rows()[0].step, 7);
+  EXPECT_EQ(back->rows()[0].rank, 2);
+  EXPECT_DOUBLE_EQ(back->rows()[0].f_ns, 3);
+  EXPECT_TRUE(std::isnan(back->rows()[0].submit_ns));
+  EXPECT_FALSE(Timeline::from_json(nlohmann::json::array()).is_ok());
+}
+
+TEST(AnalyzeTimeline, PerRankQueueAcrossStepsAndShares) {
+  Timeline tl;
+  // Rank 0: step 0 layer 1 then layer 14; step 1 layer 1 queued behind step 0's layer 14.
+  tl.add(t(0, 0, 100, 50, 100, 1));      // E = 50
+  tl.add(t(0, 100, 150, 400, 400, 14));  // E = 0, queue 100
+  LayerTiming s1 = t(120, 150, 250, 200, 250, 1);  // queued behind f=150: E = 50
+  s1.step = 1;
+  tl.add(s1);
+  auto a = analyze_timeline(tl);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].layer_id, 1);
+  EXPECT_DOUBLE_EQ(a[0].total_exposed_wait_ns, 100);
+  EXPECT_DOUBLE_EQ(a[1].total_exposed_wait_ns, 0);
+  EXPECT_DOUBLE_EQ(a[0].residual_s_ns.median, 0);  // fully explained by the recurrence across steps
+  EXPECT_DOUBLE_EQ(a[1].queue_ns.median, 100);
+  auto faster = analyze_timeline(tl, 0.5);
+  EXPECT_DOUBLE_EQ(faster[0].total_model_exposed_wait_ns, 0);  // 0..50 then 120..170 vs c = 50 and 200
+}
+
 }  // namespace
 }  // namespace engram
