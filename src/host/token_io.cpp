@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -160,6 +161,12 @@ std::string tokenize_script_path() { return (source_root() / "tools" / "tokenize
 
 std::string default_compression_table_path() {
   return (source_root() / "tools" / "tokenize" / "data" / "deepseek_v3.compress.bin").string();
+}
+
+std::string default_token_file_path() {
+  if (const char* dir = std::getenv("ENGRAM_DATA_DIR"); dir != nullptr && *dir != '\0')
+    return (std::filesystem::path(dir) / "common-licenses.tokens").string();
+  return (source_root() / "build" / "data" / "common-licenses.tokens").string();
 }
 
 std::vector<std::string> default_text_files() {

@@ -56,6 +56,10 @@ Status check_token_file_matches_table(const TokenFile& tokens, const Compression
 std::string tokenize_script_path();
 // <source tree>/tools/tokenize/data/deepseek_v3.compress.bin: the committed DeepSeek-V3 table.
 std::string default_compression_table_path();
+// Token file of the default text as scripts/setup writes it (scripts/tokenize-setup DIR):
+// $ENGRAM_DATA_DIR/common-licenses.tokens when that variable is set, else
+// <source tree>/build/data/common-licenses.tokens. The file may not exist (setup not run, no Node).
+std::string default_token_file_path();
 // The default real text: the regular files (not symlinks, which repeat a text) under
 // /usr/share/common-licenses, sorted by name; empty if the directory is missing.
 std::vector<std::string> default_text_files();

@@ -192,4 +192,26 @@ std::string TextIdSource::describe() const {
          std::to_string(hasher_.compressed_vocab()) + ", seq_len=" + std::to_string(options_.seq_len) + ")";
 }
 
+Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout, const std::string& token_file,
+                                                      const std::string& compression_table, int64_t seed,
+                                                      const TextIdSourceOptions& options) {
+  const std::string tokens_path = token_file.empty() ? default_token_file_path() : token_file;
+  const std::string table_path = compression_table.empty() ? default_compression_table_path() : compression_table;
+  auto tokens = read_token_file(tokens_path);
+  if (!tokens.is_ok()) {
+    if (tokens.status().code() == Code::kNotFound && token_file.empty())
+      return Status(Code::kNotFound, tokens.status().message() +
+                                         " (the default text's tokens come from scripts/setup, or run scripts/tokenize-setup DIR "
+                                         "and set ENGRAM_DATA_DIR=DIR)");
+    return tokens.status();
+  }
+  ENGRAM_ASSIGN_OR_RETURN(CompressionTable table, read_compression_table(table_path));
+  ENGRAM_RETURN_IF_ERROR(check_token_file_matches_table(*tokens, table, table_path));
+  NgramHashOptions opt;
+  opt.seed = seed;
+  ENGRAM_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(layout, std::move(table), opt));
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<TextIdSource> src, TextIdSource::create(std::move(hasher), std::move(*tokens), options));
+  return std::unique_ptr<IdSource>(std::move(src));
+}
+
 }  // namespace engram

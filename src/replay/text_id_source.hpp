@@ -114,4 +114,12 @@ class TextIdSource final : public IdSource {
   NgramStatsAccumulator stats_;
 };
 
+// One call for `engram run`: reads the token file (empty path: default_token_file_path()) and the
+// compression table (empty path: the committed DeepSeek-V3 table), checks that they match, builds the
+// reference hasher for `layout` (seed, pad id 2) and the source. kNotFound names a missing token file
+// and how to make it (scripts/tokenize-setup); kInvalidArgument as in read_token_file and create().
+Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout, const std::string& token_file,
+                                                      const std::string& compression_table, int64_t seed,
+                                                      const TextIdSourceOptions& options = {});
+
 }  // namespace engram

@@ -4,6 +4,10 @@
 // distinct ids, top-k share and in-batch repeats correctly.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -155,6 +159,40 @@ TEST_F(TextIdSourceTest, TextStatsCoverEveryTokenOnce) {
   EXPECT_EQ(s->decode_step.batches, 96);  // 3 groups x 32 positions
   EXPECT_FALSE(compute_text_ngram_stats(*hasher_, tf, 0, 32).is_ok());
   EXPECT_FALSE(compute_text_ngram_stats(*hasher_, tf, 3, 0).is_ok());
+}
+
+TEST_F(TextIdSourceTest, MakeTextIdSourceReadsFilesAndExplainsAMissingDefault) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("engram-text-src-" + std::to_string(rng_()));
+  fs::create_directories(dir);
+  std::vector<uint32_t> ids(200);
+  for (auto& x : ids) x = static_cast<uint32_t>(rng_() % 128815);
+  const fs::path p = dir / "t.tokens";
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
+  std::ofstream(p.string() + ".json") << nlohmann::json({{"format", "engram-tokens"}, {"format_version", 1},
+                                                         {"tokenizer", "deepseek-ai/DeepSeek-V3"}, {"tokenizer_version", "3.7.2"},
+                                                         {"vocab_size", 128815}, {"dtype", "uint32le"}, {"token_count", 200}})
+                                             .dump();
+  auto src = make_text_id_source(layout_, p.string(), "", 0);
+  ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+  std::vector<std::vector<int64_t>> out;
+  ASSERT_TRUE((*src)->next_step(0, 8, out).is_ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].size(), static_cast<size_t>(8 * layout_.heads()));
+  for (size_t i = 0; i < out[0].size(); ++i) {
+    EXPECT_GE(out[0][i], 0);
+    EXPECT_LT(out[0][i], layout_.rows(0));
+  }
+  // The default token file comes from setup: its absence says how to make it.
+  const char* old = std::getenv("ENGRAM_DATA_DIR");
+  const std::string saved = old ? old : "";
+  setenv("ENGRAM_DATA_DIR", dir.string().c_str(), 1);
+  auto missing = make_text_id_source(layout_, "", "", 0);
+  if (old) setenv("ENGRAM_DATA_DIR", saved.c_str(), 1); else unsetenv("ENGRAM_DATA_DIR");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_NE(missing.status().message().find("tokenize-setup"), std::string::npos) << missing.status().message();
+  fs::remove_all(dir);
 }
 
 }  // namespace
