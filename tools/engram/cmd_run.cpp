@@ -1,6 +1,7 @@
 // `engram run`: the main job. Builds (or loads) an Engram table, replays decode steps with Engram lookups on a
 // serial prefetch queue overlapped with synthetic layer compute, and reports lookup throughput, exposed wait per
-// layer, byte accounting and the timeline file. With no arguments it runs a 512 MiB V4.1-Flash-shaped table.
+// layer, byte accounting, the page census and the timeline file. With no arguments it runs a 512 MiB
+// V4.1-Flash-shaped table in a memfd, real text (when scripts/setup tokenized it), on the GPU when there is one.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +10,10 @@
 
 #include "command.hpp"
 #include "core/units.hpp"
+#include "host/census.hpp"
+#include "host/checkpoint.hpp"
+#include "replay/cuda_backend_factory.hpp"
+#include "replay/text_id_source.hpp"
 #include "cpu/compute.hpp"
 #include "cpu/prefetch.hpp"
 #include "engram/table.hpp"
@@ -30,12 +35,17 @@ struct RunArgs {
   int model_layers = 0;
   std::string prefetch = "early";
   double layer_us = 200;
-  std::string ids = "zipf";
+  std::string ids = "auto";
+  std::string tokens;        // token file for --ids text (default: the setup's default text)
+  std::string checkpoint;    // load the table from this safetensors file instead of synthesising it
+  std::string backing = "memfd";
+  std::string placement = "none";
+  double grid_fraction = 0.5;
   double zipf_alpha = 1.0;
   int threads = 0;
   bool checked = false;
   std::string timeline = "engram-run.trace.json";
-  std::string backend = "cpu";
+  std::string backend = "auto";
   bool json = false;
   bool no_baseline = false;
 };
@@ -46,39 +56,111 @@ nlohmann::json dist_json(const Distribution& d) {
 }
 
 int run(const RunArgs& a) {
-  auto size = parse_size_bytes(a.table_size);
-  if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure("run", fmt.status().with_context("--row-layout"));
-  auto layout = make_preset_layout(a.layout, *size, *fmt);
-  if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--layout"));
-  const PrefetchMode mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
-
-  if (!a.json)
-    std::fprintf(stderr, "engram run: building %s table (%s, %s rows) ...\n", layout->name.c_str(),
-                 format_bytes(layout->total_bytes()).c_str(), row_format_name(layout->format));
-  auto table = HostTable::allocate(*layout);
-  if (!table.is_ok()) return report_failure("run", table.status());
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  (*table)->fill_synthetic(a.seed, static_cast<int>(hw));
-
-  std::unique_ptr<IdSource> source;
-  if (a.ids == "uniform") {
-    source = make_uniform_id_source(*layout, a.seed);
+  Result<EngramLayout> layout = Status(Code::kInternal, "layout not set");
+  if (!a.checkpoint.empty()) {
+    layout = host::read_checkpoint_layout(a.checkpoint, *fmt);
+    if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--checkpoint"));
   } else {
+    auto size = parse_size_bytes(a.table_size);
+    if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
+    layout = make_preset_layout(a.layout, *size, *fmt);
+    if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--layout"));
+  }
+  const PrefetchMode mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
+  auto say = [&](const std::string& m) {
+    if (!a.json) std::fprintf(stderr, "engram run: %s\n", m.c_str());
+  };
+
+  // Ids first: a missing token file should fail before minutes of table building.
+  std::unique_ptr<IdSource> source;
+  std::string ids_note;
+  if (a.ids == "text" || a.ids == "auto") {
+    const std::string tok = a.tokens.empty() ? default_token_file_path() : a.tokens;
+    auto t = make_text_id_source(*layout, tok, "", 0);
+    if (t.is_ok()) {
+      source = std::move(*t);
+    } else if (a.ids == "text" || !a.tokens.empty()) {
+      return report_failure("run", t.status().with_context("--ids text"));
+    } else {
+      ids_note = "real text unavailable (" + t.status().message() + "); using zipf(alpha=" +
+                 fmt_num(a.zipf_alpha, "%.2f") + ")";
+      say(ids_note);
+    }
+  }
+  if (!source && a.ids == "uniform") source = make_uniform_id_source(*layout, a.seed);
+  if (!source) {
     auto z = make_zipf_id_source(*layout, a.zipf_alpha, a.seed);
     if (!z.is_ok()) return report_failure("run", z.status().with_context("--zipf-alpha"));
     source = std::move(*z);
   }
 
+  say("building " + layout->name + " table (" + format_bytes(layout->total_bytes()) + ", " +
+      row_format_name(layout->format) + " rows, " + a.backing + " backing, placement " + a.placement + ") ...");
+  TableOptions topt;
+  topt.backing = a.backing;
+  topt.placement = a.placement;
+  topt.group = "run";
+  auto table = HostTable::create(*layout, topt);
+  if (!table.is_ok()) return report_failure("run", table.status());
+  std::vector<host::PageCensus> censuses = (*table)->census(host::CensusPoint::kAfterPlacement);
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  std::string content;
+  if (!a.checkpoint.empty()) {
+    say("loading " + a.checkpoint + " ...");
+    host::LoadOptions lopt;
+    Status st = host::load_checkpoint(a.checkpoint, **table, lopt);
+    if (!st.is_ok()) return report_failure("run", st);
+    content = "checkpoint " + a.checkpoint;
+  } else {
+    (*table)->fill_synthetic(a.seed, static_cast<int>(hw));
+    content = "synthetic(seed=" + std::to_string(a.seed) + ")";
+  }
+  for (auto& c : (*table)->census(host::CensusPoint::kAfterLoad)) censuses.push_back(std::move(c));
+
   std::vector<TableView> views;
   for (int li = 0; li < layout->n_layers(); ++li) views.push_back((*table)->view(li));
-  cpu::CpuPrefetchOptions qopt;
-  qopt.lookup_threads = a.threads;
-  qopt.checked = a.checked;
-  auto queue = cpu::CpuPrefetchQueue::create(views, layout->layer_ids, layout->heads(), qopt);
-  if (!queue.is_ok()) return report_failure("run", queue.status());
-  cpu::CpuLayerCompute compute(a.layer_us);
+
+  // Backend: cuda when asked, or when auto finds a usable GPU; the reason is reported either way.
+  std::string backend_name = "cpu", backend_note;
+  std::unique_ptr<ReplayBackend> cuda_backend;
+  if (a.backend == "cuda" || a.backend == "auto") {
+    CudaReplayOptions copt;
+    copt.max_tokens = a.batch;
+    copt.grid_fraction = a.grid_fraction;
+    copt.checked = a.checked;
+    copt.layer_us = a.layer_us;
+    auto b = make_cuda_replay_backend(*layout, views, copt);
+    if (b.is_ok()) {
+      cuda_backend = std::move(*b);
+      backend_name = "cuda";
+    } else if (a.backend == "cuda") {
+      return report_failure("run", b.status().with_context("--backend cuda"));
+    } else {
+      backend_note = "cuda not used: " + b.status().message();
+      say(backend_note);
+    }
+  }
+  std::unique_ptr<cpu::CpuPrefetchQueue> cpu_queue;
+  std::unique_ptr<cpu::CpuLayerCompute> cpu_compute;
+  PrefetchQueue* queue = nullptr;
+  LayerCompute* compute = nullptr;
+  if (cuda_backend) {
+    queue = &cuda_backend->queue();
+    compute = &cuda_backend->compute();
+    for (auto& c : (*table)->census(host::CensusPoint::kAfterRegistration)) censuses.push_back(std::move(c));
+  } else {
+    cpu::CpuPrefetchOptions qopt;
+    qopt.lookup_threads = a.threads;
+    qopt.checked = a.checked;
+    auto q = cpu::CpuPrefetchQueue::create(views, layout->layer_ids, layout->heads(), qopt);
+    if (!q.is_ok()) return report_failure("run", q.status());
+    cpu_queue = std::move(*q);
+    cpu_compute = std::make_unique<cpu::CpuLayerCompute>(a.layer_us);
+    queue = cpu_queue.get();
+    compute = cpu_compute.get();
+  }
 
   DecodeReplayOptions ropt;
   ropt.batch = a.batch;
@@ -87,15 +169,18 @@ int run(const RunArgs& a) {
   ropt.model_layers = a.model_layers;
   ropt.mode = mode;
   ropt.compute_only_baseline = !a.no_baseline;
-  if (!a.json) std::fprintf(stderr, "engram run: replaying %d+%d decode steps ...\n", a.warmup, a.steps);
-  auto rep = run_decode_replay(*layout, *source, **queue, compute, ropt);
+  if (cuda_backend) ropt.sync_compute = [&] { return cuda_backend->synchronize(); };
+  say("replaying " + std::to_string(a.warmup) + "+" + std::to_string(a.steps) + " decode steps on the " + backend_name +
+      " backend ...");
+  auto rep = run_decode_replay(*layout, *source, *queue, *compute, ropt);
   if (!rep.is_ok()) return report_failure("run", rep.status());
+  for (auto& c : (*table)->census(host::CensusPoint::kAfterReplay)) censuses.push_back(std::move(c));
 
   std::string timeline_path = a.timeline;
   if (timeline_path != "none") {
     std::ofstream f(timeline_path);
     if (!f) return report_failure("run", Status(Code::kIo, "cannot write timeline file '" + timeline_path + "'"));
-    f << (*queue)->timeline().to_chrome_trace().dump() << "\n";
+    f << queue->timeline().to_chrome_trace().dump() << "\n";
   }
 
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
@@ -117,10 +202,18 @@ int run(const RunArgs& a) {
                 {"row_stride_bytes", layout->row_stride_bytes()},
                 {"source_bytes_per_row", layout->source_bytes_per_row()},
                 {"bytes", layout->total_bytes()},
-                {"content", "synthetic(seed=" + std::to_string(a.seed) + ")"},
-                {"backing", "private anonymous"}};
-  j["workload"] = {{"backend", "cpu"},
-                   {"lookup_threads", a.threads > 0 ? a.threads : std::max(1, static_cast<int>(hw) - 1)},
+                {"content", content},
+                {"backing", a.backing},
+                {"placement_requested", a.placement}};
+  nlohmann::json cj = nlohmann::json::array();
+  for (const auto& c : censuses) cj.push_back(c.to_json());
+  j["census"] = cj;
+  j["workload"] = {{"backend", backend_name},
+                   {"backend_requested", a.backend},
+                   {"backend_note", backend_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(backend_note)},
+                   {"backend_details", cuda_backend ? cuda_backend->describe() : nlohmann::json(nullptr)},
+                   {"lookup_threads", cuda_backend ? nlohmann::json(nullptr)
+                                                   : nlohmann::json(a.threads > 0 ? a.threads : std::max(1, static_cast<int>(hw) - 1))},
                    {"batch", a.batch},
                    {"steps", a.steps},
                    {"warmup_steps", a.warmup},
@@ -128,6 +221,8 @@ int run(const RunArgs& a) {
                                                         : *std::max_element(layout->layer_ids.begin(), layout->layer_ids.end()) + 2},
                    {"prefetch", prefetch_mode_name(mode)},
                    {"ids", source->describe()},
+                   {"ids_requested", a.ids},
+                   {"ids_note", ids_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(ids_note)},
                    {"layer_us", a.layer_us}};
   j["lookup"] = {{"rows", r.rows_looked_up},
                  {"dead_rows", r.dead_rows},
@@ -163,8 +258,19 @@ int run(const RunArgs& a) {
               static_cast<long long>(layout->row_stride_bytes()), layout->n_layers(),
               j["table"]["engram_layers"].dump().c_str(), layout->heads(), format_bytes(layout->total_bytes()).c_str(),
               j["table"]["content"].get<std::string>().c_str());
-  std::printf("Workload  cpu backend, batch %d, %d steps (+%d warm-up), %s prefetch, ids %s, %.0f us/layer x %s layers\n",
-              a.batch, a.steps, a.warmup, prefetch_mode_name(mode), source->describe().c_str(), a.layer_us,
+  std::printf("Memory    %s backing, placement %s\n", a.backing.c_str(), a.placement.c_str());
+  for (const auto& c : censuses) {
+    if (c.point != host::CensusPoint::kAfterReplay) continue;
+    std::string nodes;
+    for (auto& [node, pages] : c.pages_per_node)
+      nodes += " N" + std::to_string(node) + "=" + fmt_num(100.0 * c.fraction_on(node), "%.1f%%");
+    std::printf("          census after replay, layer %d: %s%s (%llu pages%s)\n", c.table.layer_id,
+                c.known ? "" : ("unknown: " + c.reason).c_str(), nodes.c_str(),
+                static_cast<unsigned long long>(c.pages_sampled),
+                c.not_resident ? (", " + std::to_string(c.not_resident) + " not resident").c_str() : "");
+  }
+  std::printf("Workload  %s backend, batch %d, %d steps (+%d warm-up), %s prefetch, ids %s, %.0f us/layer x %s layers\n",
+              backend_name.c_str(), a.batch, a.steps, a.warmup, prefetch_mode_name(mode), source->describe().c_str(), a.layer_us,
               j["workload"]["model_layers"].dump().c_str());
   std::printf("\nLookup    %s rows/s, source %s GB/s, staging %s GB/s (separate paths; not summed)\n",
               fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), fmt_num(r.source_gbps, "%.2f").c_str(),
@@ -210,12 +316,26 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::IsMember({"early", "on_demand"}));
   sub.add_option("--layer-us", a->layer_us, "Synthetic compute per decoder layer in microseconds (default 200)")
       ->check(CLI::Range(0.0, 1e7));
-  sub.add_option("--ids", a->ids, "Id distribution: zipf (default) or uniform")->check(CLI::IsMember({"zipf", "uniform"}));
+  sub.add_option("--ids", a->ids,
+                 "Ids: text (real text hashed with the reference N-gram hash), zipf, uniform, or auto (default: text "
+                 "when the default token file exists, else zipf, saying so)")
+      ->check(CLI::IsMember({"auto", "text", "zipf", "uniform"}));
+  sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)");
+  sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
+  sub.add_option("--backing", a->backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
+      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
+  sub.add_option("--placement", a->placement,
+                 "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
+                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+  sub.add_option("--grid-fraction", a->grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
+      ->check(CLI::Range(0.01, 1.0));
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--threads", a->threads, "CPU lookup threads (default: cores - 1, at least 1)")->check(CLI::Range(0, 4096));
   sub.add_flag("--checked", a->checked, "Validate every id before each lookup (an out-of-range id fails the run)");
   sub.add_option("--timeline", a->timeline, "Chrome trace output file (default engram-run.trace.json; 'none' to skip)");
-  sub.add_option("--backend", a->backend, "Lookup backend: cpu (default)")->check(CLI::IsMember({"cpu"}));
+  sub.add_option("--backend", a->backend,
+                 "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(
