@@ -1,0 +1,843 @@
+// Shared group: UnixGroupChannel (leader/peer star over SOCK_SEQPACKET) and the shared-table protocol
+// (see group.hpp for the steps).
+//
+// Every collective is leader-centred: an all-gather is "peers send their entry, the leader collects
+// with one poll over all peer sockets against one deadline, then sends the full vector to every peer".
+// A peer that closed its connection, timed out or sent garbage is dropped from the group at that moment
+// and its reason becomes its entry, so the other peers learn who failed and why from the leader in the
+// same round instead of each timing out on its own. A peer waits for the leader's answer a grace period
+// longer than the leader waits for the peers: when both are alive, the leader is the one who decides.
+//
+// Control messages are small JSON objects dumped with invalid UTF-8 replaced, and parsed without
+// exceptions (a peer's garbage must become a Status, never a throw); broadcast payloads are binary
+// (u32 step length, step, bytes) so that any bytes can travel.
+#include "host/group.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "sys/affinity.hpp"
+#include "sys/memfd.hpp"
+#include "sys/protect.hpp"
+
+namespace engram::host {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+enum MsgType : uint16_t {
+  kMsgHello = 1,         // peer -> leader: {"protocol", "group", "pid"}
+  kMsgWelcome = 2,       // leader -> peer: {"rank", "world", "leader_pid", "group"}
+  kMsgReject = 3,        // leader -> peer: {"code", "error"}
+  kMsgBroadcast = 4,     // leader -> peer: u32 step length, step, bytes (+ descriptors)
+  kMsgGather = 5,        // peer -> leader: entry
+  kMsgGatherResult = 6,  // leader -> peer: {"step", "entries": [...]}
+};
+constexpr int kProtocolVersion = 1;
+constexpr size_t kHelloMaxBytes = 64 * 1024;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool parse_object(const std::string& text, json* out) {
+  *out = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !out->is_discarded() && out->is_object();
+}
+bool get_str(const json& j, const char* key, std::string* v) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return false;
+  *v = it->get<std::string>();
+  return true;
+}
+bool get_int(const json& j, const char* key, int64_t* v) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return false;
+  *v = it->get<int64_t>();
+  return true;
+}
+bool get_u64(const json& j, const char* key, uint64_t* v) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned()) {
+    int64_t s = 0;
+    if (!get_int(j, key, &s) || s < 0) return false;
+    *v = static_cast<uint64_t>(s);
+    return true;
+  }
+  *v = it->get<uint64_t>();
+  return true;
+}
+
+json status_json(const Status& s) {
+  return {{"code", static_cast<int>(s.code())}, {"sys", s.sys_error()}, {"error", s.message()}};
+}
+bool status_from_json(const json& j, Status* s) {
+  int64_t code = 0, sys = 0;
+  std::string err;
+  if (!get_int(j, "code", &code) || !get_int(j, "sys", &sys) || !get_str(j, "error", &err)) return false;
+  if (code < 0 || code > static_cast<int>(Code::kInternal)) return false;
+  *s = code == 0 ? Status::ok() : Status(static_cast<Code>(code), err, static_cast<int>(sys));
+  return true;
+}
+
+json entry_json(const std::string& step, const RankEntry& e) {
+  json j = status_json(e.status);
+  j["step"] = step;
+  j["rank"] = e.rank;
+  j["pid"] = e.pid;
+  j["message"] = e.message;
+  return j;
+}
+bool entry_from_json(const json& j, std::string* step, RankEntry* e) {
+  int64_t rank = 0, pid = 0;
+  if (!j.is_object() || !get_str(j, "step", step) || !get_int(j, "rank", &rank) || !get_int(j, "pid", &pid) ||
+      !get_str(j, "message", &e->message) || !status_from_json(j, &e->status))
+    return false;
+  e->rank = static_cast<int>(rank);
+  e->pid = static_cast<int>(pid);
+  return true;
+}
+
+std::string who(int rank, int pid) { return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")"; }
+
+std::string in_quotes(const std::string& step) { return "'" + step + "'"; }
+
+// Reason a peer left the group, from the failed receive or send.
+Status peer_loss(const Status& s, const std::string& step, Millis timeout) {
+  if (s.code() == Code::kTimeout)
+    return Status(Code::kTimeout,
+                  "did not answer step " + in_quotes(step) + " within " + std::to_string(timeout.count()) + " ms", ETIMEDOUT);
+  if (s.code() == Code::kIo && s.sys_error() == EPIPE)
+    return Status(Code::kIo, "closed its connection during step " + in_quotes(step) + " (process exited or was killed)",
+                  EPIPE);
+  if (s.code() == Code::kInvalidArgument)
+    return Status(Code::kInvalidArgument, "sent a malformed message at step " + in_quotes(step) + ": " + s.message());
+  return s.with_context("step " + in_quotes(step));
+}
+
+bool uid_allowed(uint32_t uid, const UnixGroupOptions& o) {
+  if (uid == sys::effective_uid()) return true;
+  for (uint32_t u : o.allowed_uids)
+    if (u == uid) return true;
+  return false;
+}
+
+void send_reject(const sys::UnixSocket& s, Code code, const std::string& reason) {
+  (void)sys::send_message(s, kMsgReject, dump({{"code", static_cast<int>(code)}, {"error", reason}}), {},
+                          sys::deadline_after(Millis(200)));
+}
+
+}  // namespace
+
+Status first_failure(const std::string& step, const std::vector<RankEntry>& entries) {
+  for (const auto& e : entries)
+    if (!e.status.is_ok())
+      return Status(e.status.code(), "step " + in_quotes(step) + ": " + who(e.rank, e.pid) + ": " + e.status.message(),
+                    e.status.sys_error());
+  return Status::ok();
+}
+
+Status GroupChannel::barrier(const std::string& step, Millis timeout) {
+  RankEntry mine;
+  mine.rank = rank();
+  mine.pid = sys::process_id();
+  auto r = all_gather(step, mine, timeout);
+  if (!r.is_ok()) return r.status();
+  return first_failure(step, *r);
+}
+
+// ---- UnixGroupListener ----------------------------------------------------------------------------
+
+Result<std::unique_ptr<UnixGroupListener>> UnixGroupListener::listen(const UnixGroupOptions& options) {
+  std::string path = options.socket_path;
+  if (path.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(std::string dir, sys::private_runtime_dir());
+    ENGRAM_ASSIGN_OR_RETURN(std::string suffix, sys::random_hex(8));
+    std::string name = options.group;
+    for (char& c : name)
+      if (c == '/' || c == '\0') c = '_';
+    path = dir + "/" + name + "." + suffix + ".sock";
+  } else if (options.require_private_dir) {
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    ENGRAM_RETURN_IF_ERROR(sys::check_private_dir(dir).with_context("leader socket " + path));
+  }
+  std::unique_ptr<UnixGroupListener> l(new UnixGroupListener());
+  l->options_ = options;
+  ENGRAM_ASSIGN_OR_RETURN(l->listener_, sys::listen_unix(path));
+  return l;
+}
+
+Result<std::unique_ptr<UnixGroupChannel>> UnixGroupListener::accept_group(int n_peers, Millis timeout) {
+  if (n_peers < 0) return Status(Code::kInvalidArgument, "accept_group: negative peer count");
+  const auto deadline = sys::deadline_after(timeout);
+  std::unique_ptr<UnixGroupChannel> ch(new UnixGroupChannel());
+  ch->options_ = options_;
+  ch->socket_path_ = listener_.path();
+  ch->rank_ = 0;
+  ch->leader_pid_ = sys::process_id();
+  while (static_cast<int>(ch->peers_.size()) < n_peers) {
+    auto s = sys::accept_unix(listener_, deadline);
+    if (!s.is_ok()) {
+      std::string msg = "join: " + std::to_string(ch->peers_.size()) + " of " + std::to_string(n_peers) +
+                        " peers joined within " + std::to_string(timeout.count()) + " ms at " + listener_.path();
+      if (!rejections_.empty()) msg += "; refused: " + rejections_.back();
+      for (auto& p : ch->peers_) send_reject(p.socket, Code::kTimeout, "the group did not form: " + msg);
+      if (s.status().code() == Code::kTimeout) return Status(Code::kTimeout, msg, ETIMEDOUT);
+      return s.status().with_context(msg);
+    }
+    auto refuse = [&](Code code, const std::string& reason) {
+      rejections_.push_back(reason);
+      send_reject(*s, code, reason);
+    };
+    auto cred = sys::peer_credentials(*s);
+    if (!cred.is_ok()) {
+      refuse(Code::kPermission, "SO_PEERCRED failed: " + cred.status().message());
+      continue;
+    }
+    const std::string from = "process " + std::to_string(cred->pid) + " (uid " + std::to_string(cred->uid) + ")";
+    if (!uid_allowed(cred->uid, options_)) {
+      refuse(Code::kPermission, from + ": uid " + std::to_string(cred->uid) +
+                                    " may not join (the leader runs as uid " + std::to_string(sys::effective_uid()) +
+                                    "; allowed_uids names the others)");
+      continue;
+    }
+    const auto hello_deadline = std::min(deadline, sys::deadline_after(options_.hello_timeout));
+    auto hello = sys::recv_message(*s, kHelloMaxBytes, hello_deadline);
+    if (!hello.is_ok()) {
+      refuse(hello.status().code() == Code::kTimeout ? Code::kTimeout : Code::kInvalidArgument,
+             from + ": no valid hello: " + hello.status().message());
+      continue;
+    }
+    json h;
+    std::string group;
+    int64_t protocol = 0;
+    if (hello->type != kMsgHello || !parse_object(hello->payload, &h) || !get_str(h, "group", &group) ||
+        !get_int(h, "protocol", &protocol)) {
+      refuse(Code::kInvalidArgument, from + ": malformed hello (type " + std::to_string(hello->type) + ")");
+      continue;
+    }
+    if (hello->n_fds() != 0) {
+      refuse(Code::kInvalidArgument, from + ": a hello carries no descriptors");
+      continue;
+    }
+    if (protocol != kProtocolVersion) {
+      refuse(Code::kInvalidArgument, from + ": protocol version " + std::to_string(protocol) + ", the leader speaks " +
+                                         std::to_string(kProtocolVersion));
+      continue;
+    }
+    if (group != options_.group) {
+      refuse(Code::kInvalidArgument, from + ": asks for group '" + group + "', this leader serves '" + options_.group + "'");
+      continue;
+    }
+    UnixGroupChannel::Peer p;
+    p.socket = std::move(*s);
+    p.rank = static_cast<int>(ch->peers_.size()) + 1;
+    p.pid = cred->pid;
+    ch->peers_.push_back(std::move(p));
+  }
+  ch->world_ = n_peers + 1;
+  for (auto& p : ch->peers_) {
+    Status s = sys::send_message(p.socket, kMsgWelcome,
+                                 dump({{"rank", p.rank},
+                                       {"world", ch->world_},
+                                       {"leader_pid", ch->leader_pid_},
+                                       {"group", options_.group}}),
+                                 {}, sys::deadline_after(options_.hello_timeout));
+    if (!s.is_ok()) ch->drop(p, peer_loss(s, "join", options_.hello_timeout));
+  }
+  return ch;
+}
+
+// ---- UnixGroupChannel -----------------------------------------------------------------------------
+
+UnixGroupChannel::~UnixGroupChannel() = default;
+
+Result<std::unique_ptr<UnixGroupChannel>> UnixGroupChannel::connect(const std::string& socket_path,
+                                                                    const UnixGroupOptions& options, Millis timeout) {
+  const auto deadline = sys::deadline_after(timeout);
+  const std::string what = "join group '" + options.group + "' at " + socket_path;
+  auto s = sys::connect_unix(socket_path, deadline);
+  if (!s.is_ok()) return s.status().with_context(what);
+  ENGRAM_ASSIGN_OR_RETURN(sys::PeerCredentials cred, sys::peer_credentials(*s));
+  if (!uid_allowed(cred.uid, options))
+    return Status(Code::kPermission, what + ": the listening process " + std::to_string(cred.pid) + " runs as uid " +
+                                         std::to_string(cred.uid) + ", not as ours (" +
+                                         std::to_string(sys::effective_uid()) + ")");
+  Status sent = sys::send_message(
+      *s, kMsgHello, dump({{"protocol", kProtocolVersion}, {"group", options.group}, {"pid", sys::process_id()}}), {},
+      deadline);
+  if (!sent.is_ok()) return sent.with_context(what + ": hello");
+  auto m = sys::recv_message(*s, options.max_message_bytes, deadline + options.peer_grace);
+  if (!m.is_ok()) {
+    if (m.status().code() == Code::kIo && m.status().sys_error() == EPIPE)
+      return Status(Code::kIo, what + ": the leader closed the connection before admitting us (leader exited?)", EPIPE);
+    if (m.status().code() == Code::kTimeout)
+      return Status(Code::kTimeout, what + ": the group did not form within " +
+                                        std::to_string((timeout + options.peer_grace).count()) + " ms",
+                    ETIMEDOUT);
+    return m.status().with_context(what);
+  }
+  json j;
+  if (!parse_object(m->payload, &j)) return Status(Code::kInvalidArgument, what + ": malformed answer from the leader");
+  if (m->type == kMsgReject) {
+    Status refused;
+    int64_t code = 0;
+    std::string err;
+    if (!get_int(j, "code", &code) || !get_str(j, "error", &err) || code <= 0 ||
+        code > static_cast<int>(Code::kInternal))
+      return Status(Code::kInvalidArgument, what + ": malformed refusal from the leader");
+    return Status(static_cast<Code>(code), what + ": the leader refused: " + err);
+  }
+  int64_t rank = 0, world = 0, leader_pid = 0;
+  if (m->type != kMsgWelcome || !get_int(j, "rank", &rank) || !get_int(j, "world", &world) ||
+      !get_int(j, "leader_pid", &leader_pid) || rank < 1 || rank >= world)
+    return Status(Code::kInvalidArgument, what + ": malformed welcome from the leader");
+  std::unique_ptr<UnixGroupChannel> ch(new UnixGroupChannel());
+  ch->options_ = options;
+  ch->socket_path_ = socket_path;
+  ch->rank_ = static_cast<int>(rank);
+  ch->world_ = static_cast<int>(world);
+  ch->leader_pid_ = static_cast<int>(leader_pid);
+  ch->to_leader_ = std::move(*s);
+  return ch;
+}
+
+std::string UnixGroupChannel::describe() const {
+  return "unix:" + socket_path_ + ", rank " + std::to_string(rank_) + " of " + std::to_string(world_);
+}
+
+std::vector<int> UnixGroupChannel::pids() const {
+  std::vector<int> out{leader_pid_};
+  for (const auto& p : peers_) out.push_back(p.pid);
+  return out;
+}
+
+int UnixGroupChannel::alive_peers() const {
+  int n = 0;
+  for (const auto& p : peers_) n += p.alive ? 1 : 0;
+  return n;
+}
+
+void UnixGroupChannel::drop(Peer& p, Status why) {
+  if (!p.alive) return;
+  p.alive = false;
+  p.death = std::move(why);
+  p.socket.close();  // the peer sees EOF at once instead of waiting out its own timeout
+}
+
+Status UnixGroupChannel::broadcast(const std::string& step, std::string* bytes, std::vector<int>* fds, Millis timeout) {
+  if (rank_ == 0) {
+    std::string payload(4, '\0');
+    const uint32_t n = static_cast<uint32_t>(step.size());
+    for (int i = 0; i < 4; ++i) payload[static_cast<size_t>(i)] = static_cast<char>(n >> (8 * i));
+    payload += step;
+    if (bytes) payload += *bytes;
+    const std::vector<int> none;
+    for (auto& p : peers_) {
+      if (!p.alive) continue;
+      Status s = sys::send_message(p.socket, kMsgBroadcast, payload, fds ? *fds : none, sys::deadline_after(timeout));
+      if (!s.is_ok()) drop(p, peer_loss(s, step, timeout));
+    }
+    return Status::ok();
+  }
+  if (fds) fds->clear();
+  const std::string what = "step " + in_quotes(step) + " (broadcast), rank " + std::to_string(rank_);
+  if (!leader_lost_.is_ok()) return leader_lost_;
+  auto m = sys::recv_message(to_leader_, options_.max_message_bytes, sys::deadline_after(timeout));
+  if (!m.is_ok()) {
+    const Status& s = m.status();
+    if (s.code() == Code::kIo && s.sys_error() == EPIPE)
+      leader_lost_ = Status(Code::kIo, what + ": the leader (pid " + std::to_string(leader_pid_) +
+                                           ") closed the connection (leader exited or was killed)", EPIPE);
+    else if (s.code() == Code::kTimeout)
+      leader_lost_ = Status(Code::kTimeout, what + ": nothing from the leader (pid " + std::to_string(leader_pid_) +
+                                                ") within " + std::to_string(timeout.count()) + " ms", ETIMEDOUT);
+    else
+      leader_lost_ = s.with_context(what);
+    return leader_lost_;
+  }
+  if (m->type != kMsgBroadcast || m->payload.size() < 4)
+    return Status(Code::kInvalidArgument, what + ": expected a broadcast, got message type " + std::to_string(m->type));
+  uint32_t n = 0;
+  for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(m->payload[static_cast<size_t>(i)]);
+  if (n > m->payload.size() - 4) return Status(Code::kInvalidArgument, what + ": malformed broadcast (step length)");
+  const std::string got = m->payload.substr(4, n);
+  if (got != step)
+    return Status(Code::kInternal, what + ": the leader broadcast step " + in_quotes(got) + " (protocol out of step)");
+  if (bytes) *bytes = m->payload.substr(4 + n);
+  if (m->n_fds() != 0 && !fds) return Status(Code::kInvalidArgument, what + ": unexpected descriptors");
+  for (size_t i = 0; i < m->n_fds(); ++i) fds->push_back(m->take_fd(i));
+  return Status::ok();
+}
+
+Result<std::vector<RankEntry>> UnixGroupChannel::all_gather(const std::string& step, const RankEntry& mine,
+                                                            Millis timeout) {
+  return rank_ == 0 ? leader_all_gather(step, mine, timeout) : peer_all_gather(step, mine, timeout);
+}
+
+Result<std::vector<RankEntry>> UnixGroupChannel::leader_all_gather(const std::string& step, const RankEntry& mine,
+                                                                   Millis timeout) {
+  std::vector<RankEntry> entries(static_cast<size_t>(world_));
+  entries[0] = mine;
+  entries[0].rank = 0;
+  if (entries[0].pid == 0) entries[0].pid = leader_pid_;
+  std::vector<bool> have(peers_.size(), false);
+  const auto deadline = sys::deadline_after(timeout);
+  for (;;) {
+    std::vector<int> fds;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < peers_.size(); ++i)
+      if (peers_[i].alive && !have[i]) {
+        fds.push_back(peers_[i].socket.fd());
+        idx.push_back(i);
+      }
+    if (fds.empty()) break;
+    auto ready = sys::poll_readable(fds, deadline);
+    if (!ready.is_ok()) return ready.status().with_context("step " + in_quotes(step));
+    if (ready->empty()) {  // deadline: everyone still silent is out
+      for (size_t i : idx) drop(peers_[i], peer_loss(Status(Code::kTimeout, "", ETIMEDOUT), step, timeout));
+      break;
+    }
+    for (size_t k : *ready) {
+      Peer& p = peers_[idx[k]];
+      auto m = sys::recv_message(p.socket, options_.max_message_bytes, deadline);
+      if (!m.is_ok()) {
+        drop(p, peer_loss(m.status(), step, timeout));
+        continue;
+      }
+      json j;
+      std::string their_step;
+      RankEntry e;
+      if (m->type != kMsgGather || m->n_fds() != 0 || !parse_object(m->payload, &j) ||
+          !entry_from_json(j, &their_step, &e)) {
+        drop(p, peer_loss(Status(Code::kInvalidArgument, "expected an all-gather entry (type " +
+                                                             std::to_string(m->type) + ", " +
+                                                             std::to_string(m->payload.size()) + " bytes)"),
+                          step, timeout));
+        continue;
+      }
+      if (their_step != step || e.rank != p.rank) {
+        drop(p, Status(Code::kInternal, "is at step " + in_quotes(their_step) + " as rank " + std::to_string(e.rank) +
+                                            " while the group is at step " + in_quotes(step) + " (protocol out of step)"));
+        continue;
+      }
+      e.pid = p.pid;  // the kernel's word (SO_PEERCRED), not the peer's
+      entries[static_cast<size_t>(p.rank)] = std::move(e);
+      have[idx[k]] = true;
+    }
+  }
+  for (const auto& p : peers_)
+    if (!p.alive) entries[static_cast<size_t>(p.rank)] = RankEntry{p.rank, p.pid, p.death, ""};
+  json res;
+  res["step"] = step;
+  res["entries"] = json::array();
+  for (const auto& e : entries) res["entries"].push_back(entry_json(step, e));
+  const std::string result = dump(res);
+  for (auto& p : peers_) {
+    if (!p.alive) continue;
+    Status s = sys::send_message(p.socket, kMsgGatherResult, result, {}, sys::deadline_after(timeout));
+    if (!s.is_ok()) {
+      drop(p, peer_loss(s, step, timeout));
+      entries[static_cast<size_t>(p.rank)] = RankEntry{p.rank, p.pid, p.death, ""};
+    }
+  }
+  return entries;
+}
+
+Result<std::vector<RankEntry>> UnixGroupChannel::peer_all_gather(const std::string& step, const RankEntry& mine,
+                                                                 Millis timeout) {
+  const std::string what = "step " + in_quotes(step) + ", rank " + std::to_string(rank_);
+  if (!leader_lost_.is_ok()) return leader_lost_;
+  RankEntry e = mine;
+  e.rank = rank_;
+  e.pid = sys::process_id();
+  const auto wait = timeout + options_.peer_grace;
+  const auto deadline = sys::deadline_after(wait);
+  Status s = sys::send_message(to_leader_, kMsgGather, dump(entry_json(step, e)), {}, deadline);
+  Result<sys::Message> m = s.is_ok() ? sys::recv_message(to_leader_, options_.max_message_bytes, deadline)
+                                     : Result<sys::Message>(s);
+  if (!m.is_ok()) {
+    const Status& st = m.status();
+    if (st.code() == Code::kIo && st.sys_error() == EPIPE)
+      leader_lost_ = Status(Code::kIo, what + ": the leader (pid " + std::to_string(leader_pid_) +
+                                           ") closed the connection (leader exited, was killed, or dropped this rank)",
+                            EPIPE);
+    else if (st.code() == Code::kTimeout)
+      leader_lost_ = Status(Code::kTimeout, what + ": no answer from the leader (pid " + std::to_string(leader_pid_) +
+                                                ") within " + std::to_string(wait.count()) + " ms",
+                            ETIMEDOUT);
+    else
+      leader_lost_ = st.with_context(what);
+    return leader_lost_;
+  }
+  json j;
+  std::string got;
+  if (m->type != kMsgGatherResult || !parse_object(m->payload, &j) || !get_str(j, "step", &got))
+    return Status(Code::kInvalidArgument, what + ": malformed all-gather result from the leader");
+  const auto it = j.find("entries");
+  if (it == j.end() || !it->is_array() || it->size() != static_cast<size_t>(world_))
+    return Status(Code::kInvalidArgument, what + ": malformed all-gather result from the leader (entries)");
+  if (got != step)
+    return Status(Code::kInternal, what + ": the leader answered step " + in_quotes(got) + " (protocol out of step)");
+  std::vector<RankEntry> entries;
+  for (const auto& x : *it) {
+    RankEntry r;
+    std::string st;
+    if (!entry_from_json(x, &st, &r)) return Status(Code::kInvalidArgument, what + ": malformed all-gather entry");
+    entries.push_back(std::move(r));
+  }
+  return entries;
+}
+
+// ---- protocol ------------------------------------------------------------------------------------
+
+const std::vector<std::string>& protocol_steps() {
+  static const std::vector<std::string> steps{kStepDescribe,         kStepAttach, kStepRegister, kStepCensusRegistered,
+                                              kStepLoad,             kStepReady,  kStepCensusLoaded};
+  return steps;
+}
+
+SharedTableGroup::~SharedTableGroup() = default;
+
+Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::create(const SharedTableSpec& spec) {
+  if (spec.segments.empty()) return Status(Code::kInvalidArgument, "shared group '" + spec.group + "': no segment");
+  bool named = false;
+  for (const auto& s : spec.segments) {
+    if (s.backing.kind == BackingKind::kAnonThp)
+      return Status(Code::kInvalidArgument, "shared group '" + spec.group +
+                                                "': an anon-thp backing is private to one process and cannot be "
+                                                "shared (use memfd, shm or hugetlb)");
+    named = named || s.backing.kind == BackingKind::kShmFile;
+  }
+  std::unique_ptr<SharedTableGroup> g(new SharedTableGroup());
+  g->leader_ = true;
+  g->group_ = spec.group;
+  g->job_ = spec.job;
+  g->guardian_ = spec.guardian;
+  if (named && !g->guardian_) {
+    auto guard = sys::FileGuardian::start();
+    if (!guard.is_ok()) return guard.status().with_context("shared group '" + spec.group + "': file guardian");
+    g->guardian_ = std::make_shared<sys::FileGuardian>(std::move(*guard));
+  }
+  for (size_t i = 0; i < spec.segments.size(); ++i) {
+    const auto& s = spec.segments[i];
+    auto placed = create_placed_backings(s.backing, spec.placement, spec.placement_options);
+    if (!placed.is_ok())
+      return placed.status().with_context("shared group '" + spec.group + "', segment " + std::to_string(i) +
+                                          " (layer index " + std::to_string(s.layer_index) + ")");
+    for (auto& pb : *placed) {
+      SharedSegment seg;
+      seg.backing = std::move(pb.backing);
+      seg.layer_index = s.layer_index;
+      seg.replica_node = pb.report.replica_node;
+      seg.report = std::move(pb.report);
+      if (seg.backing.kind() == BackingKind::kShmFile && g->guardian_)
+        ENGRAM_RETURN_IF_ERROR(g->guardian_->arm(seg.backing.identity().path));
+      g->segments_.push_back(std::move(seg));
+    }
+  }
+  return g;
+}
+
+nlohmann::json SharedTableGroup::description() const {
+  json segs = json::array();
+  int fd_index = 0;
+  for (const auto& s : segments_) {
+    const auto& id = s.backing.identity();
+    const bool by_fd = id.kind == BackingKind::kMemfd || id.kind == BackingKind::kHugetlb;
+    segs.push_back({{"kind", backing_kind_name(id.kind)},
+                    {"name", id.name},
+                    {"path", id.path},
+                    {"size_bytes", s.backing.size_bytes()},
+                    {"inode", id.inode},
+                    {"device", id.device},
+                    {"layer_index", s.layer_index},
+                    {"replica_node", s.replica_node},
+                    {"fd_index", by_fd ? fd_index++ : -1},
+                    {"placement_requested", s.report.requested},
+                    {"placement_resolved", s.report.resolved},
+                    {"placement_obtained", s.report.obtained},
+                    {"prefault", s.report.prefault}});
+  }
+  return {{"protocol", kProtocolVersion}, {"group", group_}, {"job", job_}, {"segments", segs}};
+}
+
+Status SharedTableGroup::unlink_named() {
+  Status first;
+  for (auto& s : segments_) {
+    if (s.backing.kind() != BackingKind::kShmFile || !s.backing.owner() || s.backing.unlinked()) continue;
+    const std::string path = s.backing.identity().path;
+    Status u = s.backing.unlink_name();
+    if (u.is_ok() && guardian_) (void)guardian_->disarm(path);
+    if (!u.is_ok() && first.is_ok()) first = u;
+  }
+  return first;
+}
+
+Status SharedTableGroup::load(const std::function<Status(std::vector<SharedSegment>&)>& loader) {
+  if (!leader_) return Status(Code::kInvalidArgument, "shared group '" + group_ + "': only the leader loads weights");
+  Status s = loader(segments_);
+  if (s.is_ok()) loaded_ = true;
+  return s;
+}
+
+namespace {
+
+// Runs one step on this rank: hook, local work, all-gather, record. Returns the group's verdict.
+struct StepRunner {
+  GroupChannel& channel;
+  const ProtocolHooks& hooks;
+  std::vector<StepRecord>& record;
+  std::string group;
+
+  Status run(const std::string& step, Millis timeout, const std::function<Status(std::string* message)>& local) {
+    const auto t0 = Clock::now();
+    if (hooks.on_step) hooks.on_step(step, channel.rank());
+    RankEntry mine;
+    mine.rank = channel.rank();
+    mine.pid = sys::process_id();
+    mine.status = local(&mine.message);
+    auto entries = channel.all_gather(step, mine, timeout);
+    StepRecord rec;
+    rec.step = step;
+    rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!entries.is_ok()) {
+      rec.entries.push_back(mine);
+      record.push_back(std::move(rec));
+      return entries.status().with_context("shared group '" + group + "'");
+    }
+    rec.entries = *entries;
+    record.push_back(std::move(rec));
+    Status f = first_failure(step, *entries);
+    return f.is_ok() ? f : f.with_context("shared group '" + group + "'");
+  }
+};
+
+Result<std::string> run_census(const ProtocolHooks& hooks, CensusPoint point, const std::vector<SharedSegment>& segs,
+                               int rank) {
+  if (!hooks.census) return std::string();
+  return hooks.census(point, segs, rank);
+}
+
+}  // namespace
+
+Status SharedTableGroup::admit(GroupChannel& channel, const ProtocolHooks& hooks, const ProtocolTimeouts& timeouts) {
+  if (!leader_) return Status(Code::kInvalidArgument, "shared group '" + group_ + "': admit() is the leader's");
+  if (channel.rank() != 0) return Status(Code::kInvalidArgument, "shared group '" + group_ + "': channel rank is not 0");
+  steps_.clear();
+  auto fail = [&](Status s) {
+    if (!s.is_ok()) (void)unlink_named();  // no named file survives a failed group
+    return s;
+  };
+  // Step "describe".
+  {
+    const auto t0 = Clock::now();
+    if (hooks.on_step) hooks.on_step(kStepDescribe, 0);
+    std::vector<int> fds;
+    for (const auto& s : segments_)
+      if (s.backing.kind() == BackingKind::kMemfd || s.backing.kind() == BackingKind::kHugetlb)
+        fds.push_back(s.backing.fd());
+    std::string bytes = dump(description());
+    // An engine's channel that cannot pass descriptors still works with named files; with a memfd
+    // the peers are told why and fail at attach.
+    Status local;
+    if (!fds.empty() && !channel.can_pass_fds()) {
+      local = Status(Code::kUnsupported, "the channel (" + channel.describe() +
+                                             ") cannot pass descriptors: share a named backing (shm) instead");
+      fds.clear();
+      bytes = dump({{"protocol", kProtocolVersion}, {"group", group_}, {"error", status_json(local)}});
+    }
+    ENGRAM_RETURN_IF_ERROR(fail(channel.broadcast(kStepDescribe, &bytes, &fds, timeouts.step)
+                                    .with_context("shared group '" + group_ + "'")));
+    steps_.push_back({kStepDescribe, std::chrono::duration<double>(Clock::now() - t0).count(), {}});
+    if (!local.is_ok()) {
+      StepRunner r{channel, hooks, steps_, group_};
+      (void)r.run(kStepAttach, timeouts.step, [&](std::string*) { return local; });
+      return fail(local.with_context("shared group '" + group_ + "', step 'describe'"));
+    }
+  }
+  StepRunner r{channel, hooks, steps_, group_};
+  ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepAttach, timeouts.step, [](std::string*) { return Status::ok(); })));
+  // Every peer holds a mapping or a descriptor now: the name has done its job.
+  const Status unlinked = unlink_named();
+  ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepRegister, timeouts.step, [&](std::string*) {
+    if (!unlinked.is_ok()) return unlinked.with_context("unlink of the named table after attach");
+    return hooks.register_memory ? hooks.register_memory(segments_, 0) : Status::ok();
+  })));
+  ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepCensusRegistered, timeouts.step, [&](std::string* msg) {
+    auto c = run_census(hooks, CensusPoint::kAfterRegistration, segments_, 0);
+    if (!c.is_ok()) return c.status();
+    *msg = std::move(*c);
+    return Status::ok();
+  })));
+  ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepLoad, timeouts.step, [&](std::string*) {
+    if (!hooks.load || loaded_) return Status::ok();
+    Status s = hooks.load(segments_);
+    if (s.is_ok()) loaded_ = true;
+    return s.with_context("leader weight load");
+  })));
+  ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepReady, timeouts.step, [](std::string*) { return Status::ok(); })));
+  ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepCensusLoaded, timeouts.step, [&](std::string* msg) {
+    auto c = run_census(hooks, CensusPoint::kAfterLoad, segments_, 0);
+    if (!c.is_ok()) return c.status();
+    *msg = std::move(*c);
+    return Status::ok();
+  })));
+  return Status::ok();
+}
+
+namespace {
+
+// Closes the descriptors a peer received and did not hand to a Backing.
+struct FdList {
+  std::vector<int> fds;
+  ~FdList() {
+    for (int fd : fds)
+      if (fd >= 0) (void)sys::close_fd(fd);
+  }
+  int take(int64_t i) {
+    if (i < 0 || static_cast<size_t>(i) >= fds.size()) return -1;
+    return std::exchange(fds[static_cast<size_t>(i)], -1);
+  }
+};
+
+struct SegmentInfo {
+  std::string kind, name, path, requested, resolved, obtained, prefault;
+  uint64_t size_bytes = 0, inode = 0, device = 0;
+  int64_t layer_index = 0, replica_node = -1, fd_index = -1;
+};
+
+Status parse_description(const std::string& bytes, std::string* group, std::string* job,
+                         std::vector<SegmentInfo>* segs) {
+  json d;
+  int64_t protocol = 0;
+  if (!parse_object(bytes, &d) || !get_int(d, "protocol", &protocol))
+    return Status(Code::kInvalidArgument, "malformed table description from the leader");
+  if (protocol != kProtocolVersion)
+    return Status(Code::kInvalidArgument, "table description of protocol " + std::to_string(protocol) +
+                                              ", this build speaks " + std::to_string(kProtocolVersion));
+  auto err = d.find("error");
+  if (err != d.end()) {
+    Status s;
+    if (!status_from_json(*err, &s) || s.is_ok())
+      return Status(Code::kInvalidArgument, "malformed error in the table description");
+    return Status(s.code(), "the leader could not describe the table: " + s.message(), s.sys_error());
+  }
+  auto it = d.find("segments");
+  if (!get_str(d, "group", group) || !get_str(d, "job", job) || it == d.end() || !it->is_array() || it->empty())
+    return Status(Code::kInvalidArgument, "malformed table description from the leader (group, job, segments)");
+  for (const auto& s : *it) {
+    SegmentInfo i;
+    if (!s.is_object() || !get_str(s, "kind", &i.kind) || !get_str(s, "name", &i.name) ||
+        !get_str(s, "path", &i.path) || !get_u64(s, "size_bytes", &i.size_bytes) || !get_u64(s, "inode", &i.inode) ||
+        !get_u64(s, "device", &i.device) || !get_int(s, "layer_index", &i.layer_index) ||
+        !get_int(s, "replica_node", &i.replica_node) || !get_int(s, "fd_index", &i.fd_index))
+      return Status(Code::kInvalidArgument, "malformed segment in the table description");
+    (void)get_str(s, "placement_requested", &i.requested);
+    (void)get_str(s, "placement_resolved", &i.resolved);
+    (void)get_str(s, "placement_obtained", &i.obtained);
+    (void)get_str(s, "prefault", &i.prefault);
+    segs->push_back(std::move(i));
+  }
+  return Status::ok();
+}
+
+Status attach_segments(const std::vector<SegmentInfo>& infos, FdList& fds, const PeerOptions& options,
+                       std::vector<SharedSegment>* out) {
+  // replica-per-node: attach the copy on our GPU's node, else our CPU's node.
+  std::vector<int> nodes;
+  for (const auto& i : infos)
+    if (i.replica_node >= 0 && std::find(nodes.begin(), nodes.end(), i.replica_node) == nodes.end())
+      nodes.push_back(static_cast<int>(i.replica_node));
+  int want_node = -1;
+  if (!nodes.empty()) {
+    const int pick = choose_replica(nodes, options.gpu_node, sys::current_cpu_node().node);
+    want_node = nodes[static_cast<size_t>(std::max(0, pick))];
+  }
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const auto& i = infos[k];
+    if (want_node >= 0 && i.replica_node != want_node) continue;
+    const std::string what = "segment " + std::to_string(k) + " (" + i.kind + " " + (i.path.empty() ? i.name : i.path) + ")";
+    auto kind = parse_backing_kind(i.kind);
+    if (!kind.is_ok()) return kind.status().with_context(what);
+    Result<Backing> b = Status(Code::kInternal, "unreachable");
+    if (*kind == BackingKind::kShmFile) {
+      b = Backing::attach_path(i.path, i.size_bytes);
+    } else {
+      const int fd = fds.take(i.fd_index);
+      if (fd < 0)
+        return Status(Code::kInvalidArgument, what + ": descriptor " + std::to_string(i.fd_index) +
+                                                  " announced but not received");
+      b = Backing::attach_fd(fd, *kind, i.size_bytes, i.name);
+    }
+    if (!b.is_ok()) return b.status().with_context(what);
+    const auto& id = b->identity();
+    if (id.inode != i.inode || id.device != i.device)
+      return Status(Code::kPermission, what + ": mapped inode " + std::to_string(id.inode) + " on device " +
+                                           std::to_string(id.device) + ", the leader created inode " +
+                                           std::to_string(i.inode) + " on device " + std::to_string(i.device) +
+                                           " (the path names another file now)");
+    SharedSegment seg;
+    seg.layer_index = static_cast<int>(i.layer_index);
+    seg.replica_node = static_cast<int>(i.replica_node);
+    seg.report.requested = i.requested;
+    seg.report.resolved = i.resolved;
+    seg.report.obtained = i.obtained;
+    seg.report.prefault = i.prefault;
+    seg.report.replica_node = seg.replica_node;
+    if (options.read_only) {
+      ENGRAM_RETURN_IF_ERROR(sys::protect_read_only(b->data(), b->mapped_bytes()).with_context(what));
+      seg.read_only = true;
+    }
+    seg.backing = std::move(*b);
+    out->push_back(std::move(seg));
+  }
+  if (out->empty()) return Status(Code::kInternal, "no segment matched this rank's replica");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& channel, const PeerOptions& options,
+                                                                 const ProtocolHooks& hooks,
+                                                                 const ProtocolTimeouts& timeouts) {
+  if (channel.rank() == 0) return Status(Code::kInvalidArgument, "SharedTableGroup::join: rank 0 is the leader");
+  std::unique_ptr<SharedTableGroup> g(new SharedTableGroup());
+  g->leader_ = false;
+  const int rank = channel.rank();
+  const auto t0 = Clock::now();
+  if (hooks.on_step) hooks.on_step(kStepDescribe, rank);
+  std::string bytes;
+  FdList fds;
+  ENGRAM_RETURN_IF_ERROR(channel.broadcast(kStepDescribe, &bytes, &fds.fds, timeouts.step).with_context("shared group"));
+  g->steps_.push_back({kStepDescribe, std::chrono::duration<double>(Clock::now() - t0).count(), {}});
+  std::vector<SegmentInfo> infos;
+  const Status described = parse_description(bytes, &g->group_, &g->job_, &infos);
+  if (g->group_.empty()) g->group_ = "?";
+  StepRunner r{channel, hooks, g->steps_, g->group_};
+  ENGRAM_RETURN_IF_ERROR(r.run(kStepAttach, timeouts.step, [&](std::string*) {
+    if (!described.is_ok()) return described;
+    return attach_segments(infos, fds, options, &g->segments_);
+  }));
+  ENGRAM_RETURN_IF_ERROR(r.run(kStepRegister, timeouts.step, [&](std::string*) {
+    return hooks.register_memory ? hooks.register_memory(g->segments_, rank) : Status::ok();
+  }));
+  ENGRAM_RETURN_IF_ERROR(r.run(kStepCensusRegistered, timeouts.step, [&](std::string* msg) {
+    auto c = run_census(hooks, CensusPoint::kAfterRegistration, g->segments_, rank);
+    if (!c.is_ok()) return c.status();
+    *msg = std::move(*c);
+    return Status::ok();
+  }));
+  ENGRAM_RETURN_IF_ERROR(r.run(kStepLoad, timeouts.load, [](std::string*) { return Status::ok(); }));
+  g->loaded_ = true;
+  ENGRAM_RETURN_IF_ERROR(r.run(kStepReady, timeouts.step, [](std::string*) { return Status::ok(); }));
+  ENGRAM_RETURN_IF_ERROR(r.run(kStepCensusLoaded, timeouts.step, [&](std::string* msg) {
+    auto c = run_census(hooks, CensusPoint::kAfterLoad, g->segments_, rank);
+    if (!c.is_ok()) return c.status();
+    *msg = std::move(*c);
+    return Status::ok();
+  }));
+  return g;
+}
+
+}  // namespace engram::host

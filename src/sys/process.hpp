@@ -1,0 +1,83 @@
+// Process primitives of the shared group: spawning rank processes, waiting for them with a deadline,
+// signals, SIGINT/SIGTERM as a stop request, and a file guardian that removes named files when the
+// process that made them dies without removing them itself (kill -9 included).
+//
+// Why a guardian: a named /dev/shm table exists from its creation until the leader unlinks it once
+// every peer has attached. A leader killed in that window cannot clean up, and no peer may yet know
+// the path. The guardian is a child forked before any table or socket exists; it holds nothing but
+// one end of a socket pair whose other end only the leader holds (O_CLOEXEC, so rank processes started
+// by exec do not inherit it). When its end reaches EOF -- the leader exited, however it exited --
+// the guardian unlinks every path still armed whose device and inode are the ones armed (a path that
+// now names another file is left alone), then exits. Between fork and exit it calls only
+// async-signal-safe functions (read, lstat, unlink, close, _exit), as required after fork in a
+// multi-threaded process.
+//
+// Contract (as in the rest of src/sys): Status / Result, errno left as found, names in messages.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engram/status.hpp"
+#include "sys/unix_socket.hpp"
+
+namespace engram::sys {
+
+// posix_spawn(argv[0], argv) with this process's environment; the child inherits only descriptors
+// without O_CLOEXEC. Returns the child's pid. kNotFound when argv[0] does not exist.
+Result<int> spawn_process(const std::vector<std::string>& argv);
+
+struct ExitInfo {
+  bool exited = false;    // exited with a code
+  int code = -1;          // exit code when exited
+  bool signaled = false;  // killed by a signal
+  int signal = 0;
+  std::string to_string() const;  // "exit 0", "killed by signal 9 (SIGKILL)"
+};
+// waitpid(pid) until it ends or the deadline (kTimeout; the child keeps running). kNotFound for a
+// pid that is not our child.
+Result<ExitInfo> wait_process(int pid, Deadline deadline);
+// kill(pid, sig). kNotFound when the process is gone.
+Status kill_process(int pid, int sig);
+// readlink(/proc/self/exe).
+Result<std::string> self_exe_path();
+
+// Installs SIGINT and SIGTERM handlers that only record the signal (no SA_RESTART, so blocking calls
+// return EINTR). stop_requested() / stop_signal() read the record.
+Status install_stop_handlers();
+bool stop_requested() noexcept;
+int stop_signal() noexcept;
+
+// See the file comment. Move-only; the destructor closes its end (the guardian then unlinks what is
+// still armed) and reaps the child.
+class FileGuardian {
+ public:
+  FileGuardian() = default;
+  ~FileGuardian();
+  FileGuardian(FileGuardian&& o) noexcept;
+  FileGuardian& operator=(FileGuardian&& o) noexcept;
+  FileGuardian(const FileGuardian&) = delete;
+  FileGuardian& operator=(const FileGuardian&) = delete;
+
+  // Forks the guardian. Call before creating what it will guard, while no other thread holds locks
+  // it could need (the child uses none). kInvalidArgument is never returned; kIo/kOutOfMemory from
+  // socketpair(2) / fork(2).
+  static Result<FileGuardian> start();
+  bool running() const { return pid_ > 0; }
+  int pid() const { return pid_; }
+  // The guardian will unlink `path` (as it is now: device + inode from lstat) if this process dies
+  // first. kInvalidArgument for a path over 1023 bytes or with a newline; kNotFound when it does not
+  // exist; kIo when the guardian is gone.
+  Status arm(const std::string& path);
+  // Forget `path` (it was unlinked on purpose, or must outlive us).
+  Status disarm(const std::string& path);
+
+ private:
+  Status send(const std::string& line);
+  int pid_ = -1;
+  int write_fd_ = -1;
+};
+
+}  // namespace engram::sys
