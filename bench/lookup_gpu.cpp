@@ -56,7 +56,7 @@ struct Args {
   int reps = 15;
   double bg_fraction = 0.5;
   int step_batch = 64;
-  int steps = 20;
+  int steps = 40;
   int step_warmup = 3;
   double layer_us = 200;
   int model_layers = 16;
@@ -291,113 +291,117 @@ void print_sweep(const std::string& layout, const json& rows) {
   }
 }
 
-// Decode steps through the backend: early, on_demand, compute-only, and timeline-off.
-json run_steps(const Args& a, const EngramLayout& one, const TableView& view) {
+// Decode steps through the backend. Four variants, one step of each per iteration in shuffled order (so drift
+// and warm-up hit them alike): compute-only, early, on_demand (timeline on), and early with the timeline off.
+json run_steps(const Args& a, const EngramLayout& one, const TableView& view, std::mt19937_64& rng) {
   EngramLayout two = one;  // two Engram layers (model layers 1 and 14) over the same registered rows
   two.layer_ids = {1, 14};
   two.head_rows = {one.head_rows[0], one.head_rows[0]};
   two.head_offsets = {one.head_offsets[0], one.head_offsets[0]};
-  json out;
-  auto make = [&](bool timeline) {
-    cuda::CudaBackendOptions o;
-    o.layer_ids = two.layer_ids;
-    o.heads = two.heads();
-    o.max_tokens = a.step_batch;
-    o.layer_us = a.layer_us;
-    o.record_timeline = timeline;
-    o.grid_fraction = a.bg_fraction;
-    auto be = cuda::make_cuda_backend(o, {view, view});
-    if (!be.is_ok()) die(be.status(), "backend");
-    return std::move(*be);
-  };
-  auto run = [&](cuda::CudaBackend& be, PrefetchMode mode, bool lookups, std::vector<double>& step_ns) {
-    auto src = make_uniform_id_source(two, a.seed + 101);
-    std::vector<std::vector<int64_t>> ids;
-    auto& q = be.queue();
-    auto* compute = be.compute();
-    for (int step = 0; step < a.step_warmup + a.steps; ++step) {
-      if (!src->next_step(step, a.step_batch, ids).is_ok()) die(Status(Code::kInternal, "ids"), "ids");
-      const double t0 = now_ns();
-      if (lookups) {
-        q.begin_step(step);
-        if (mode == PrefetchMode::kEarly)
-          for (int li = 0; li < 2; ++li)
-            if (!q.prepare(li, ids[li].data(), a.step_batch).is_ok()) die(Status(Code::kInternal, "prepare"), "prepare");
-      }
-      for (int layer = 0; layer < a.model_layers; ++layer) {
-        const int li = two.layer_index(layer);
-        if (lookups && li >= 0) {
-          if (mode == PrefetchMode::kOnDemand && !q.prepare(li, ids[li].data(), a.step_batch).is_ok())
-            die(Status(Code::kInternal, "prepare"), "prepare");
-          if (!q.consume(li).is_ok()) die(Status(Code::kInternal, "consume"), "consume");
-        }
-        if (!compute->run_layer(layer).is_ok()) die(Status(Code::kInternal, "compute"), "compute");
-      }
-      const Status st = lookups ? q.end_step() : compute->synchronize();
-      if (!st.is_ok()) die(st, "step");
-      if (step >= a.step_warmup) step_ns.push_back(now_ns() - t0);
+  cuda::CudaBackendOptions o;
+  o.layer_ids = two.layer_ids;
+  o.heads = two.heads();
+  o.max_tokens = a.step_batch;
+  o.layer_us = a.layer_us;
+  o.grid_fraction = a.bg_fraction;
+  auto made = cuda::make_cuda_backend(o, {view, view});
+  if (!made.is_ok()) die(made.status(), "backend");
+  auto& be = **made;
+  auto& q = be.queue();
+  auto* compute = be.compute();
+  auto src = make_uniform_id_source(two, a.seed + 101);
+  enum StepVariant { kComputeOnly, kEarly, kOnDemand, kEarlyNoTimeline, kVariants };
+  const char* names[kVariants] = {"compute_only", "early", "on_demand", "early_timeline_off"};
+  std::vector<double> step_ns[kVariants];
+  std::vector<int64_t> steps_of[kVariants];
+  std::vector<std::vector<int64_t>> ids;
+  int64_t step = 0;
+  auto one_step = [&](int v) {
+    const bool lookups = v != kComputeOnly;
+    const PrefetchMode mode = v == kOnDemand ? PrefetchMode::kOnDemand : PrefetchMode::kEarly;
+    if (!q.set_record_timeline(v != kEarlyNoTimeline).is_ok()) die(Status(Code::kInternal, "toggle"), "timeline");
+    if (!src->next_step(step, a.step_batch, ids).is_ok()) die(Status(Code::kInternal, "ids"), "ids");
+    const double t0 = now_ns();
+    auto check = [](const Status& st, const char* what) {
+      if (!st.is_ok()) die(st, what);
+    };
+    if (lookups) {
+      q.begin_step(step);
+      if (mode == PrefetchMode::kEarly)
+        for (int li = 0; li < 2; ++li) check(q.prepare(li, ids[li].data(), a.step_batch), "prepare");
     }
+    for (int layer = 0; layer < a.model_layers; ++layer) {
+      const int li = two.layer_index(layer);
+      if (lookups && li >= 0) {
+        if (mode == PrefetchMode::kOnDemand) check(q.prepare(li, ids[li].data(), a.step_batch), "prepare");
+        auto v2 = q.consume(li);
+        if (!v2.is_ok()) die(v2.status(), "consume");
+      }
+      check(compute->run_layer(layer), "compute");
+    }
+    check(lookups ? q.end_step() : compute->synchronize(), "step");
+    return now_ns() - t0;
   };
-  auto layer_stats = [&](const Timeline& tl, int64_t first_step) {
+  for (int it = 0; it < a.step_warmup + a.steps; ++it) {
+    std::vector<int> order = {kComputeOnly, kEarly, kOnDemand, kEarlyNoTimeline};
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int v : order) {
+      const double t = one_step(v);
+      if (it >= a.step_warmup) {
+        step_ns[v].push_back(t);
+        steps_of[v].push_back(step);
+      }
+      ++step;
+    }
+  }
+  auto layer_stats = [&](int v) {
     json layers = json::array();
     for (int li = 0; li < 2; ++li) {
-      std::vector<double> e, w, l, qn;
-      for (const auto& t : tl.rows()) {
-        if (t.layer_index != li || t.step < first_step) continue;
+      std::vector<double> e, w, l, qn, lead;
+      for (const auto& t : q.timeline().rows()) {
+        if (t.layer_index != li) continue;
+        if (std::find(steps_of[v].begin(), steps_of[v].end(), t.step) == steps_of[v].end()) continue;
         e.push_back(t.exposed_wait_ns());
         w.push_back(t.measured_wait_ns());
         l.push_back(t.lookup_ns());
         qn.push_back(t.queue_ns());
+        lead.push_back(t.lead_ns());
       }
       layers.push_back({{"layer_id", two.layer_ids[li]}, {"exposed_wait_ns", jdist(dist_of(e))},
                         {"measured_wait_ns", jdist(dist_of(w))}, {"lookup_ns", jdist(dist_of(l))},
-                        {"queue_ns", jdist(dist_of(qn))}});
+                        {"queue_ns", jdist(dist_of(qn))}, {"lead_ns", jdist(dist_of(lead))}});
     }
     return layers;
   };
-  {
-    auto be = make(true);
-    out["registration_s"] = be->registration().register_ns * 1e-9;
-    out["gemm_n"] = be->compute()->gemm_n();
-    out["gemms_per_layer"] = be->compute()->gemms_per_layer();
-    out["layer_ns_calibrated"] = be->compute()->layer_ns();
-    std::vector<double> base, early, ondemand;
-    run(*be, PrefetchMode::kEarly, false, base);
-    run(*be, PrefetchMode::kEarly, true, early);
-    const json early_layers = layer_stats(be->queue().timeline(), a.step_warmup);
-    // One step's timeline (the last early step), relative to its first r.
-    json one_step = json::array();
-    {
-      const auto& rows = be->queue().timeline().rows();
-      const int64_t last = rows.back().step;
-      double t0 = NAN;
-      for (const auto& t : rows)
-        if (t.step == last) t0 = std::isnan(t0) ? t.r_ns : std::min(t0, t.r_ns);
-      for (const auto& t : rows)
-        if (t.step == last)
-          one_step.push_back({{"layer_id", t.layer_id}, {"rows", t.rows}, {"r_us", (t.r_ns - t0) / 1e3},
-                              {"s_us", (t.s_ns - t0) / 1e3}, {"f_us", (t.f_ns - t0) / 1e3}, {"c_us", (t.c_ns - t0) / 1e3},
-                              {"wait_end_us", (t.wait_end_ns - t0) / 1e3}, {"E_us", t.exposed_wait_ns() / 1e3}});
-    }
-    const size_t mark = be->queue().timeline().rows().size();
-    run(*be, PrefetchMode::kOnDemand, true, ondemand);
-    Timeline od;
-    for (size_t i = mark; i < be->queue().timeline().rows().size(); ++i) od.add(be->queue().timeline().rows()[i]);
-    out["compute_only_step_ns"] = jdist(dist_of(base));
-    out["early"] = {{"step_ns", jdist(dist_of(early))}, {"layers", early_layers}};
-    out["on_demand"] = {{"step_ns", jdist(dist_of(ondemand))}, {"layers", layer_stats(od, a.step_warmup)}};
-    out["one_early_step"] = one_step;
+  json out;
+  out["registration_s"] = be.registration().register_ns * 1e-9;
+  out["gemm_n"] = compute->gemm_n();
+  out["gemms_per_layer"] = compute->gemms_per_layer();
+  out["layer_ns_calibrated"] = compute->layer_ns();
+  for (int v = 0; v < kVariants; ++v) {
+    json x = {{"step_ns", jdist(dist_of(step_ns[v]))}};
+    if (v == kEarly || v == kOnDemand) x["layers"] = layer_stats(v);
+    out[names[v]] = x;
   }
-  {
-    auto be = make(false);
-    std::vector<double> early_off;
-    run(*be, PrefetchMode::kEarly, true, early_off);
-    out["early_timeline_off_step_ns"] = jdist(dist_of(early_off));
-  }
+  // One early step's timeline (the last one), relative to its first r.
+  json one_step_rows = json::array();
+  const int64_t last = steps_of[kEarly].back();
+  double t0 = NAN;
+  for (const auto& t : q.timeline().rows())
+    if (t.step == last) t0 = std::isnan(t0) ? t.r_ns : std::min(t0, t.r_ns);
+  for (const auto& t : q.timeline().rows())
+    if (t.step == last)
+      one_step_rows.push_back({{"layer_id", t.layer_id}, {"rows", t.rows}, {"r_us", (t.r_ns - t0) / 1e3},
+                               {"s_us", (t.s_ns - t0) / 1e3}, {"f_us", (t.f_ns - t0) / 1e3},
+                               {"c_us", (t.c_ns - t0) / 1e3}, {"wait_end_us", (t.wait_end_ns - t0) / 1e3},
+                               {"E_us", t.exposed_wait_ns() / 1e3}});
+  out["one_early_step"] = one_step_rows;
   out["batch"] = a.step_batch;
   out["model_layers"] = a.model_layers;
   out["layer_us"] = a.layer_us;
   out["grid_fraction"] = a.bg_fraction;
+  out["steps_per_variant"] = a.steps;
+  out["order"] = "one step of each variant per iteration, shuffled";
   return out;
 }
 
@@ -407,15 +411,17 @@ void print_steps(const json& s) {
               "(%.1f us calibrated), background grid %.2f\n",
               s["batch"].get<int>(), s["model_layers"].get<int>(), s["gemm_n"].get<int>(), s["gemms_per_layer"].get<int>(),
               s["layer_ns_calibrated"].get<double>() / 1e3, s["grid_fraction"].get<double>());
-  std::printf("  step us (median): compute-only %.1f | early %.1f | on_demand %.1f | early, timeline off %.1f\n",
-              med(s["compute_only_step_ns"]), med(s["early"]["step_ns"]), med(s["on_demand"]["step_ns"]),
-              med(s["early_timeline_off_step_ns"]));
+  auto p = [](const json& d, const char* k) { return d[k].is_null() ? NAN : d[k].get<double>() / 1e3; };
+  for (const char* v : {"compute_only", "early", "on_demand", "early_timeline_off"})
+    std::printf("  step %-19s median %8.1f us [p5 %8.1f, p95 %8.1f]\n", v, med(s[v]["step_ns"]),
+                p(s[v]["step_ns"], "p5"), p(s[v]["step_ns"], "p95"));
   for (const char* mode : {"early", "on_demand"})
     for (const auto& l : s[mode]["layers"])
       std::printf("  %-9s layer %2d: E %.1f us [p95 %.1f], wait %.1f us, L %.1f us, queue %.1f us\n", mode,
                   l["layer_id"].get<int>(), med(l["exposed_wait_ns"]),
                   l["exposed_wait_ns"]["p95"].is_null() ? NAN : l["exposed_wait_ns"]["p95"].get<double>() / 1e3,
                   med(l["measured_wait_ns"]), med(l["lookup_ns"]), med(l["queue_ns"]));
+  std::printf("  (main-compute slowdown = early step / compute-only step; timeline overhead = early - early_timeline_off)\n");
   std::printf("  one early step (us from the first r): layer  r  s  f  c  wait_end  E\n");
   for (const auto& t : s["one_early_step"])
     std::printf("    L%-2d %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f\n", t["layer_id"].get<int>(), t["r_us"].get<double>(),
@@ -541,7 +547,7 @@ int main(int argc, char** argv) {
     uva = Status(Code::kInternal, "released");
     if (const Status st = reg->release(); !st.is_ok()) die(st, "unregister");
     if (a.step_batch > 0 && *fmt == RowFormat::kFused) {
-      L["decode_steps"] = run_steps(a, layout, view);
+      L["decode_steps"] = run_steps(a, layout, view, rng);
       print_steps(L["decode_steps"]);
     }
     j["layouts"].push_back(L);

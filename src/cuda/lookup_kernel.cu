@@ -3,10 +3,12 @@
 // A random row read over PCIe costs one request whatever its size (design.md: ~37 M rows/s over an 8 GiB span),
 // so the kernel's job is to keep many independent row requests in flight and to issue each row as few, wide
 // requests as possible: G = d/16 lanes read one row with one 16-byte load each (a warp covers 32/G rows per load
-// round), every lane issues U = 4 rounds of loads before it uses the first, and the scale bytes are fetched in
+// round), every lane issues U = 4 rounds of loads before it uses the first (U = 1 when the batch fits in one wave
+// of the grid: a small lookup's time is one round trip plus the decode), and the scale bytes are fetched in
 // the same round (fused records keep them in the row's last 16-byte sector, so a row is one contiguous read).
-// Decoding is format.hpp's decode_element, element by element, on the same integer and float steps as the CPU
-// reference: bit-identical output by construction. No fast-math: the scale product must keep float subnormals.
+// Decoding is exact: scales in decode_fast's range (decode_fast.cuh; every real table's) take a branch-free bit
+// construction proven equal to format.hpp's decode_element for all 65,536 code pairs in that range; other scales
+// go through decode_element itself. So the staging is bit-identical to the CPU reference. No fast-math.
 //
 // The grid is persistent (blocks stride over tiles) and capped by a fraction of the SMs so that a background
 // lookup leaves room to the consumer's compute. Dead ids write zero rows; ids beyond the table write zero rows
@@ -18,6 +20,7 @@
 #include <string>
 
 #include "cuda/cuda_status.cuh"
+#include "cuda/decode_fast.cuh"
 #include "cuda/lookup_kernel.cuh"
 #include "engram/format.hpp"
 
@@ -27,7 +30,10 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kBlockThreads = 32 * kWarpsPerBlock;
-constexpr int kRowsInFlight = 4;  // U: load rounds issued per lane before the first use
+// U: rows each lane group loads before the first use. 4 for large batches (requests in flight); 1 when the whole
+// batch fits in one wave of the grid, so that a small (decode) lookup spreads its rows over more warps and each
+// lane decodes one row instead of four (a small lookup's time is latency: one round trip plus the decode).
+constexpr int kRowsInFlightLarge = 4;
 
 // What a kernel needs of a table: addresses already translated when one offset does (segs == nullptr),
 // host addresses plus the device segment table otherwise.
@@ -49,7 +55,7 @@ int lanes_per_row(int d) {
   return g;
 }
 
-int tile_rows_for(int g) { return kWarpsPerBlock * (32 / g) * kRowsInFlight; }
+int tile_rows_for(int g, int u) { return kWarpsPerBlock * (32 / g) * u; }
 
 }  // namespace
 
@@ -64,22 +70,30 @@ __device__ __forceinline__ static const uint8_t* translate(const KernelTable& t,
 }
 
 // 16 FP8 codes (little-endian in v) with one scale -> 16 bf16 in lo (elements 0..7) and hi (8..15).
+// Scales in decode_fast's range (every real table's) take the branch-free exact path; others decode_element.
 __device__ __forceinline__ static void decode16(const uint4 v, uint8_t scale, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t o[8];
+  if (decode_fast_ok(scale)) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t word = w[i / 2];
-    const int sh = (i % 2) * 16;
-    const uint16_t e0 = decode_element(static_cast<uint8_t>(word >> sh), scale);
-    const uint16_t e1 = decode_element(static_cast<uint8_t>(word >> (sh + 8)), scale);
-    o[i] = static_cast<uint32_t>(e0) | (static_cast<uint32_t>(e1) << 16);
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t word = w[i / 2] >> ((i % 2) * 16);
+      o[i] = decode_fast(word & 0xFFu, scale) | (decode_fast((word >> 8) & 0xFFu, scale) << 16);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t word = w[i / 2] >> ((i % 2) * 16);
+      const uint16_t e0 = decode_element(static_cast<uint8_t>(word), scale);
+      const uint16_t e1 = decode_element(static_cast<uint8_t>(word >> 8), scale);
+      o[i] = static_cast<uint32_t>(e0) | (static_cast<uint32_t>(e1) << 16);
+    }
   }
   lo = make_uint4(o[0], o[1], o[2], o[3]);
   hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
-template <int G, bool kFused>
+template <int G, int kRowsInFlight, bool kFused>
 __global__ static void __launch_bounds__(kBlockThreads)
     lookup_kernel(const KernelTable t, const int64_t* __restrict__ ids, int64_t n_rows, int64_t n_tiles,
                   uint16_t* __restrict__ out, unsigned long long* __restrict__ counters) {
@@ -161,7 +175,7 @@ __global__ static void __launch_bounds__(kBlockThreads)
 
 // Plain gather: same lane/row mapping, 16-byte loads of the record (or payload) and byte loads of split scales,
 // raw bytes to out[row][out_stride]. Up to 2 chunks per lane per round are issued before any store.
-template <int G, bool kFused>
+template <int G, int kRowsInFlight, bool kFused>
 __global__ static void __launch_bounds__(kBlockThreads)
     gather_kernel(const KernelTable t, const int64_t* __restrict__ ids, int64_t n_rows, int64_t n_tiles,
                   uint8_t* __restrict__ out, int64_t out_stride, int n_chunks, int n_scale_bytes) {
@@ -383,47 +397,71 @@ LaunchInfo plan_launch(int64_t rows, int d, double fraction, int sm_count) {
   LaunchInfo info;
   info.rows = rows;
   info.lanes_per_row = lanes_per_row(d);
-  info.tile_rows = tile_rows_for(info.lanes_per_row);
   info.block_threads = kBlockThreads;
-  info.tiles = (rows + info.tile_rows - 1) / info.tile_rows;
   info.cap = std::max(1, static_cast<int>(std::floor(fraction * sm_count)));
+  // One row per lane group when the batch fits in one wave of the capped grid, else kRowsInFlightLarge.
+  const int64_t small_tile = tile_rows_for(info.lanes_per_row, 1);
+  info.rows_in_flight = (rows + small_tile - 1) / small_tile <= info.cap ? 1 : kRowsInFlightLarge;
+  info.tile_rows = tile_rows_for(info.lanes_per_row, info.rows_in_flight);
+  info.tiles = (rows + info.tile_rows - 1) / info.tile_rows;
   info.grid = static_cast<int>(std::min<int64_t>(info.tiles, info.cap));
   return info;
+}
+
+template <int U, bool kFused>
+cudaError_t launch_lookup_gu(int g, const LaunchInfo& li, const KernelTable& kt, const LookupArgs& a,
+                             cudaStream_t s) {
+#define ENGRAM_LOOKUP_CASE(G)                                                                                  \
+  case G:                                                                                                      \
+    lookup_kernel<G, U, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, a.counters); \
+    break;
+  switch (g) {
+    ENGRAM_LOOKUP_CASE(2)
+    ENGRAM_LOOKUP_CASE(4)
+    ENGRAM_LOOKUP_CASE(8)
+    ENGRAM_LOOKUP_CASE(16)
+    ENGRAM_LOOKUP_CASE(32)
+    default:
+      return cudaErrorInvalidValue;
+  }
+#undef ENGRAM_LOOKUP_CASE
+  return cudaGetLastError();
 }
 
 template <bool kFused>
 cudaError_t launch_lookup_g(int g, const LaunchInfo& li, const KernelTable& kt, const LookupArgs& a,
                             cudaStream_t s) {
-  switch (g) {
-    case 2: lookup_kernel<2, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, a.counters); break;
-    case 4: lookup_kernel<4, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, a.counters); break;
-    case 8: lookup_kernel<8, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, a.counters); break;
-    case 16: lookup_kernel<16, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, a.counters); break;
-    default: lookup_kernel<32, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, a.counters); break;
-  }
-  return cudaGetLastError();
+  return li.rows_in_flight == 1 ? launch_lookup_gu<1, kFused>(g, li, kt, a, s)
+                                : launch_lookup_gu<kRowsInFlightLarge, kFused>(g, li, kt, a, s);
 }
 
-template <bool kFused>
-cudaError_t launch_gather_g(int g, const LaunchInfo& li, const KernelTable& kt, const GatherArgs& a,
-                            int64_t out_stride, int n_chunks, int n_scale_bytes, cudaStream_t s) {
-#define ENGRAM_GATHER_CASE(G)                                                                              \
-  case G:                                                                                                  \
-    gather_kernel<G, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, out_stride, \
-                                                               n_chunks, n_scale_bytes);                   \
+template <int U, bool kFused>
+cudaError_t launch_gather_gu(int g, const LaunchInfo& li, const KernelTable& kt, const GatherArgs& a,
+                             int64_t out_stride, int n_chunks, int n_scale_bytes, cudaStream_t s) {
+#define ENGRAM_GATHER_CASE(G)                                                                             \
+  case G:                                                                                                 \
+    gather_kernel<G, U, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, out_stride, \
+                                                                  n_chunks, n_scale_bytes);               \
     break;
   switch (g) {
     ENGRAM_GATHER_CASE(2)
     ENGRAM_GATHER_CASE(4)
     ENGRAM_GATHER_CASE(8)
     ENGRAM_GATHER_CASE(16)
+    ENGRAM_GATHER_CASE(32)
     default:
-      gather_kernel<32, kFused><<<li.grid, kBlockThreads, 0, s>>>(kt, a.ids, li.rows, li.tiles, a.out, out_stride,
-                                                                  n_chunks, n_scale_bytes);
-      break;
+      return cudaErrorInvalidValue;
   }
 #undef ENGRAM_GATHER_CASE
   return cudaGetLastError();
+}
+
+template <bool kFused>
+cudaError_t launch_gather_g(int g, const LaunchInfo& li, const KernelTable& kt, const GatherArgs& a,
+                            int64_t out_stride, int n_chunks, int n_scale_bytes, cudaStream_t s) {
+  return li.rows_in_flight == 1
+             ? launch_gather_gu<1, kFused>(g, li, kt, a, out_stride, n_chunks, n_scale_bytes, s)
+             : launch_gather_gu<kRowsInFlightLarge, kFused>(g, li, kt, a, out_stride, n_chunks, n_scale_bytes, s);
 }
 
 bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }

@@ -9,8 +9,10 @@
 // format.hpp's decode_element, so the staging is bit-identical to the CPU reference (src/cpu/lookup.hpp).
 //
 // Kernel shape (design.md "Lookup"): a group of G lanes (G = d/16 up to 32) reads one row with 16-byte loads;
-// a warp holds 32/G rows per load round and U = 4 rounds in flight before the first use; a block of 8 warps is a
-// tile of 8*(32/G)*4 rows (64 rows for d = 256). Persistent grid = min(tiles, cap), cap = max(1,
+// a warp holds 32/G rows per load round and U = 4 rounds in flight before the first use (U = 1 when the batch
+// fits in one wave of the grid); a block of 8 warps is a tile of 8*(32/G)*U rows (64 rows for d = 256 and
+// U = 4). Scales in [10, 246] decode through a branch-free exact path (decode_fast.cuh), others through
+// format.hpp's decode_element. Persistent grid = min(tiles, cap), cap = max(1,
 // floor(grid_fraction * SM count)): 1.0 in the foreground, 0.5 by default in the background (seed 000 §4: the
 // cap bounds the number of blocks, it does not reserve SMs). The launcher reports rows, tiles and grid.
 //
@@ -87,8 +89,9 @@ struct LaunchInfo {
   int grid = 0;           // blocks launched: min(tiles, cap); 0 when rows == 0 (nothing launched)
   int cap = 0;            // max(1, floor(grid_fraction * sm_count))
   int block_threads = 0;
-  int tile_rows = 0;
+  int tile_rows = 0;      // 8 warps * (32 / G) * rows_in_flight
   int lanes_per_row = 0;  // G
+  int rows_in_flight = 0; // U: 1 when ceil(rows / (8 * 32 / G)) <= cap (one wave), else 4
 };
 
 // Checks what the launch needs: table (d % 32 == 0, fused stride % 16 == 0, 16-byte aligned payload and

@@ -22,7 +22,10 @@ struct CudaPrefetchQueue::Slot {
   int64_t* ids_pinned = nullptr;  // host, [max_tokens][heads]
   int64_t* ids_dev = nullptr;     // device, [max_tokens][heads]
   uint16_t* staging = nullptr;    // device, [max_tokens][heads][d]
+  // Timed events (timeline on) and their cudaEventDisableTiming twins for r and f (timeline off, or capture).
   cudaEvent_t ev_r = nullptr, ev_s = nullptr, ev_f = nullptr, ev_c = nullptr, ev_w = nullptr;
+  cudaEvent_t ev_r_plain = nullptr, ev_f_plain = nullptr;
+  cudaEvent_t ev_f_used = nullptr;      // the f event of the current submission (what consume waits for)
   cudaEvent_t ev_ids_copied = nullptr;  // eager copies only: guards the pinned buffer's reuse
   bool ids_copy_pending = false;
   bool pending = false;          // prepared, not yet consumed
@@ -97,7 +100,7 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking), "cuda prefetch: create stream");
   q->prefetch_stream_ = ps;
 
-  const unsigned timing_flags = options.record_timeline ? cudaEventDefault : cudaEventDisableTiming;
+  q->record_timeline_ = options.record_timeline;
   auto make_event = [](void** out, unsigned flags) -> Status {
     cudaEvent_t e = nullptr;
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, flags), "cuda prefetch: create event");
@@ -128,18 +131,14 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&slot->staging, staging_bytes),
                                 "cuda prefetch: staging " + std::to_string(staging_bytes) + " B" + which);
     void* e = nullptr;
-    ENGRAM_RETURN_IF_ERROR(make_event(&e, timing_flags));
-    slot->ev_r = as_event(e);
-    ENGRAM_RETURN_IF_ERROR(make_event(&e, timing_flags));
-    slot->ev_s = as_event(e);
-    ENGRAM_RETURN_IF_ERROR(make_event(&e, timing_flags));
-    slot->ev_f = as_event(e);
-    ENGRAM_RETURN_IF_ERROR(make_event(&e, timing_flags));
-    slot->ev_c = as_event(e);
-    ENGRAM_RETURN_IF_ERROR(make_event(&e, timing_flags));
-    slot->ev_w = as_event(e);
-    ENGRAM_RETURN_IF_ERROR(make_event(&e, cudaEventDisableTiming));
-    slot->ev_ids_copied = as_event(e);
+    for (cudaEvent_t* ev : {&slot->ev_r, &slot->ev_s, &slot->ev_f, &slot->ev_c, &slot->ev_w}) {
+      ENGRAM_RETURN_IF_ERROR(make_event(&e, cudaEventDefault));
+      *ev = as_event(e);
+    }
+    for (cudaEvent_t* ev : {&slot->ev_r_plain, &slot->ev_f_plain, &slot->ev_ids_copied}) {
+      ENGRAM_RETURN_IF_ERROR(make_event(&e, cudaEventDisableTiming));
+      *ev = as_event(e);
+    }
     q->slots_.push_back(std::move(slot));
   }
   return std::move(q);  // C++17: no implicit move into Result<T>(T)
@@ -149,7 +148,7 @@ CudaPrefetchQueue::~CudaPrefetchQueue() {
   if (prefetch_stream_) (void)cudaStreamSynchronize(as_stream(prefetch_stream_));
   for (auto& s : slots_) {
     if (s->ids_copy_pending) (void)cudaEventSynchronize(s->ev_ids_copied);
-    for (cudaEvent_t e : {s->ev_r, s->ev_s, s->ev_f, s->ev_c, s->ev_w, s->ev_ids_copied})
+    for (cudaEvent_t e : {s->ev_r, s->ev_s, s->ev_f, s->ev_c, s->ev_w, s->ev_r_plain, s->ev_f_plain, s->ev_ids_copied})
       if (e) (void)cudaEventDestroy(e);
     if (s->ids_pinned) (void)cudaFreeHost(s->ids_pinned);
     if (s->ids_dev) (void)cudaFree(s->ids_dev);
@@ -168,7 +167,7 @@ void CudaPrefetchQueue::begin_step(int64_t step) {
   step_order_.clear();
   step_origin_recorded_ = false;
   auto cap = is_capturing(as_stream(main_stream_));
-  if (!cap.is_ok() || *cap || !opt_.record_timeline) return;
+  if (!cap.is_ok() || *cap || !record_timeline_) return;
   if (!have_first_origin_) {
     if (cudaEventRecord(as_event(ev_first_origin_), as_stream(main_stream_)) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -254,9 +253,11 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
   Slot& slot = *slots_[layer_index];
   const cudaStream_t ms = as_stream(main_stream_);
   const cudaStream_t ps = as_stream(prefetch_stream_);
-  const bool timed = opt_.record_timeline && !capturing;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.ev_r, ms), "cuda prefetch: record r");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(ps, slot.ev_r, 0), "cuda prefetch: wait r");
+  const bool timed = record_timeline_ && step_origin_recorded_ && !capturing;
+  const cudaEvent_t ev_r = timed ? slot.ev_r : slot.ev_r_plain;
+  const cudaEvent_t ev_f = timed ? slot.ev_f : slot.ev_f_plain;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_r, ms), "cuda prefetch: record r");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(ps, ev_r, 0), "cuda prefetch: wait r");
   if (timed) ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.ev_s, ps), "cuda prefetch: record s");
   LookupArgs a;
   a.table = tables_[layer_index];
@@ -269,7 +270,8 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
   a.sm_count = sm_count_;
   a.checked = false;  // checked mode was done on the host in prepare(); device-side checking would synchronise
   ENGRAM_ASSIGN_OR_RETURN(slot.launch, launch_lookup(a, ps));
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.ev_f, ps), "cuda prefetch: record f");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_f, ps), "cuda prefetch: record f");
+  slot.ev_f_used = ev_f;
 
   slot.pending = true;
   slot.tokens = tokens;
@@ -296,9 +298,9 @@ Result<StagingView> CudaPrefetchQueue::consume(int layer_index) {
   NvtxRange range("consume", layer_ids_[layer_index]);
   const cudaStream_t ms = as_stream(main_stream_);
   ENGRAM_ASSIGN_OR_RETURN(const bool capturing, is_capturing(ms));
-  const bool timed = opt_.record_timeline && !capturing;
+  const bool timed = slot.timed && !capturing;
   if (timed) ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.ev_c, ms), "cuda prefetch: record c");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(ms, slot.ev_f, 0), "cuda prefetch: wait f");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(ms, slot.ev_f_used, 0), "cuda prefetch: wait f");
   if (timed) ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.ev_w, ms), "cuda prefetch: record wait_end");
   slot.pending = false;
   slot.consume_timed = timed;
@@ -332,7 +334,7 @@ Status CudaPrefetchQueue::end_step() {
   totals_.dead_rows = static_cast<int64_t>(counters_host_[0]);
   totals_.invalid_ids = static_cast<int64_t>(counters_host_[1]);
 
-  if (opt_.record_timeline) {
+  if (record_timeline_) {
     const cudaEvent_t origin = as_event(ev_step_origin_);
     const double base = step_origin_recorded_ ? elapsed_ns(as_event(ev_first_origin_), origin) : kNotRecorded;
     for (int li : step_order_) {
@@ -365,5 +367,12 @@ Status CudaPrefetchQueue::write_ids(int layer_index, const int64_t* ids, int64_t
 const LaunchInfo& CudaPrefetchQueue::last_launch(int layer_index) const { return slots_.at(layer_index)->launch; }
 
 const uint16_t* CudaPrefetchQueue::staging_buffer(int layer_index) const { return slots_.at(layer_index)->staging; }
+
+Status CudaPrefetchQueue::set_record_timeline(bool on) {
+  if (!step_order_.empty())
+    return Status(Code::kInvalidArgument, "cuda prefetch: set_record_timeline inside a step (call it before begin_step)");
+  record_timeline_ = on;
+  return Status::ok();
+}
 
 }  // namespace engram::cuda

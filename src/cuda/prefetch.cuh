@@ -18,7 +18,8 @@
 // step's origin event (recorded at begin_step) plus the elapsed time from the first origin to the step's origin,
 // so intra-step differences keep the events' ~0.5 us resolution over long runs. They are read in end_step after
 // its single host synchronisation; no synchronisation is added per stage. With record_timeline off the queue
-// records only the dependency events (created with cudaEventDisableTiming) and adds no rows. Steps captured into a
+// records only the dependency events (cudaEventDisableTiming twins) and adds no rows; it can be switched between
+// steps (set_record_timeline), so its overhead is measured in one run. Steps captured into a
 // graph add rows whose times are NaN (not recorded): captured event records are graph dependencies, not times.
 // `submit` (a host time) is never on the events' time base and stays NaN.
 //
@@ -81,6 +82,10 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   int64_t max_tokens() const { return opt_.max_tokens; }
   // Device address of layer's persistent staging buffer ([max_tokens][heads][d] bf16).
   const uint16_t* staging_buffer(int layer_index) const;
+  // Turns the timeline on or off between steps (e.g. to measure its own overhead in one run: off uses
+  // cudaEventDisableTiming events for r and f and records nothing else). kInvalidArgument inside a step.
+  Status set_record_timeline(bool on);
+  bool record_timeline() const { return record_timeline_; }
 
  private:
   struct Slot;
@@ -103,6 +108,7 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   void* ev_prefetch_done_ = nullptr;
   void* ev_end_ = nullptr;
   bool have_first_origin_ = false;
+  bool record_timeline_ = true;
   bool step_origin_recorded_ = false;
   int64_t step_ = 0;
   unsigned long long* counters_dev_ = nullptr;   // [dead, invalid], accumulated by every launch

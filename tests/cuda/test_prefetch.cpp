@@ -208,6 +208,17 @@ TEST(CudaPrefetch, TimelineOffAddsNoRowsAndKeepsStaging) {
   for (int li = 0; li < 2; ++li)
     EXPECT_EQ(testing::first_mismatch(got[li], testing::reference_staging(f.host->view(li), ids[li], f.layout.heads())), -1);
   EXPECT_TRUE(f.be->queue().timeline().rows().empty());
+  // Switched on between steps: the next step has complete rows; switching inside a step is refused.
+  ASSERT_TRUE(f.be->queue().set_record_timeline(true).is_ok());
+  const auto again = run_step(f, ids, tokens, PrefetchMode::kOnDemand, 1);
+  EXPECT_EQ(testing::first_mismatch(again[1], got[1]), -1);
+  ASSERT_EQ(f.be->queue().timeline().rows().size(), 2u);
+  EXPECT_TRUE(std::isfinite(f.be->queue().timeline().rows()[1].wait_end_ns));
+  f.be->queue().begin_step(2);
+  ASSERT_TRUE(f.be->queue().prepare(0, ids[0].data(), tokens).is_ok());
+  EXPECT_EQ(f.be->queue().set_record_timeline(false).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(f.be->queue().consume(0).is_ok());
+  ASSERT_TRUE(f.be->queue().end_step().is_ok());
 }
 
 TEST(CudaPrefetch, DeviceIdsAndSplitLayout) {
