@@ -49,7 +49,7 @@ Result<int64_t> parse_size_bytes(const std::string& text) {
   if (i < e && text[i] == '.') {
     ++i;
     while (i < e && std::isdigit(static_cast<unsigned char>(text[i]))) {
-      if (frac_digits < 18) {  // more digits cannot change a whole-byte result of a unit <= 2^50
+      if (frac_digits < 18) {  // frac < 10^18 and a unit <= 2^60 keep frac * unit below 2^128
         frac = frac * 10 + static_cast<unsigned>(text[i] - '0');
         frac_scale *= 10;
       } else if (text[i] != '0') {
@@ -71,12 +71,14 @@ Result<int64_t> parse_size_bytes(const std::string& text) {
   else if (unit == "gb") mult = 1000ULL * 1000 * 1000;
   else if (unit == "tb") mult = 1000ULL * 1000 * 1000 * 1000;
   else if (unit == "pb") mult = 1000ULL * 1000 * 1000 * 1000 * 1000;
+  else if (unit == "eb") mult = 1000ULL * 1000 * 1000 * 1000 * 1000 * 1000;
   else if (unit == "kib") mult = 1ULL << 10;
   else if (unit == "mib") mult = 1ULL << 20;
   else if (unit == "gib") mult = 1ULL << 30;
   else if (unit == "tib") mult = 1ULL << 40;
   else if (unit == "pib") mult = 1ULL << 50;
-  else if (unit == "k" || unit == "m" || unit == "g" || unit == "t" || unit == "p")
+  else if (unit == "eib") mult = 1ULL << 60;  // format_bytes prints EiB near INT64_MAX
+  else if (unit == "k" || unit == "m" || unit == "g" || unit == "t" || unit == "p" || unit == "e")
     return bad_size(text, "ambiguous unit '" + text.substr(i, e - i) + "': write " +
                               static_cast<char>(std::toupper(unit[0])) + "B (powers of 1000) or " +
                               static_cast<char>(std::toupper(unit[0])) + "iB (powers of 1024)");
@@ -85,7 +87,7 @@ Result<int64_t> parse_size_bytes(const std::string& text) {
 
   const u128 whole = int_part * mult;
   if (whole > kMax) return bad_size(text, "too large (above 2^63-1 bytes)");
-  const u128 frac_num = frac * mult;  // frac < 10^18, mult <= 2^50: fits in 128 bits
+  const u128 frac_num = frac * mult;  // < 10^18 * 2^60 < 2^120
   if (frac_num % frac_scale != 0) return bad_size(text, "not a whole number of bytes");
   const u128 total = whole + frac_num / frac_scale;
   if (total > kMax) return bad_size(text, "too large (above 2^63-1 bytes)");

@@ -12,8 +12,8 @@
 namespace engram {
 
 // Parses "<number>[ ]<unit>" into bytes. number: digits with an optional fraction ("1.5"); unit
-// (case-insensitive): none or B; KB MB GB TB PB (powers of 1000); KiB MiB GiB TiB PiB (powers of
-// 1024). Surrounding blanks are ignored. Examples: "4096" -> 4096, "512MiB" -> 536870912,
+// (case-insensitive): none or B; KB MB GB TB PB EB (powers of 1000); KiB MiB GiB TiB PiB EiB (powers
+// of 1024). Surrounding blanks are ignored. Examples: "4096" -> 4096, "512MiB" -> 536870912,
 // "1GB" -> 1000000000, "1.5 KiB" -> 1536.
 // kInvalidArgument (the message quotes the text and says what was expected) for an empty string, a
 // sign, a missing or malformed number, an unknown or ambiguous unit (K, M, G, ...), a value that is

@@ -128,6 +128,16 @@ TEST(FormatBytes, RoundTripsThroughParseWithinRounding) {
   }
 }
 
+// Regression (fuzz_size_parser): format_bytes(INT64_MAX) printed "8.0 EiB", a unit the parser did not
+// know; parsing it back must fail for the value being too large, never for an unknown unit.
+TEST(FormatBytes, ExbibytesParseBack) {
+  EXPECT_EQ(parse_ok("1EiB"), int64_t{1} << 60);
+  EXPECT_EQ(parse_ok("7.5 EiB"), int64_t{15} << 59);
+  EXPECT_EQ(parse_ok("9EB"), 9'000'000'000'000'000'000);
+  expect_rejected(format_bytes(std::numeric_limits<int64_t>::max()), "too large");
+  expect_rejected("1e", "ambiguous");
+}
+
 TEST(FormatGbps, Rates) {
   EXPECT_EQ(format_gbps(2.5e9, 1.0), "2.50 GB/s");
   EXPECT_EQ(format_gbps(1e9, 4.0), "0.25 GB/s");

@@ -663,6 +663,34 @@ TEST_F(Checkpoint, RandomHeaderCorruptionNeverCrashes) {
   }
 }
 
+// The fuzzer's seed corpus doubles as a regression corpus: valid_* headers parse (valid_engram_* also
+// decode), bad_* ones are refused with kInvalidArgument; crash reproducers found by scripts/fuzz-smoke
+// are added there as bad_* / valid_* files. The first byte is the fuzzer's mode (bit 0: the bytes are
+// only the start of a 1 TiB file).
+TEST(FuzzCorpus, SeedsBehaveAsNamed) {
+  const fs::path dir = fs::path(ENGRAM_SOURCE_DIR) / "fuzz" / "corpus" / "safetensors_header";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << dir << " is missing";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const std::vector<uint8_t> raw = read_file(e.path().string());
+    ASSERT_FALSE(raw.empty()) << name;
+    const std::span<const uint8_t> bytes(raw.data() + 1, raw.size() - 1);
+    const uint64_t file_size = (raw[0] & 1) ? bytes.size() + (uint64_t{1} << 40) : bytes.size();
+    auto h = parse_safetensors_header(bytes, file_size);
+    Status st = h.status();
+    if (h.is_ok() && name.rfind("valid_engram", 0) == 0) st = decode_checkpoint_header(*h).status();
+    if (h.is_ok() && name.rfind("bad_", 0) == 0) st = decode_checkpoint_header(*h).status();
+    if (name.rfind("valid_", 0) == 0) {
+      EXPECT_TRUE(st.is_ok()) << name << ": " << st.to_string();
+    } else if (name.rfind("bad_", 0) == 0) {
+      EXPECT_EQ(st.code(), Code::kInvalidArgument) << name << ": " << st.to_string();
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 8);
+}
+
 TEST_F(Checkpoint, MissingFileIsNotFound) {
   auto info = read_checkpoint_info(path("absent.safetensors"));
   ASSERT_FALSE(info.is_ok());
@@ -744,6 +772,34 @@ TEST_F(TableCli, CreateThenInfo) {
   ASSERT_EQ(text.code, 0) << text.out;
   EXPECT_NE(text.out.find("engram.layer14.scales"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("F8_E4M3"), std::string::npos) << text.out;
+}
+
+TEST_F(TableCli, LoadVerifiesSyntheticRows) {
+  const std::string p = path("v.safetensors");
+  ASSERT_EQ(cli("table create --layout tiny --seed 5 --out " + p).code, 0);
+  for (const char* layout : {"fused", "split"}) {
+    auto o = cli(std::string("table load --verify --json --threads 2 --row-layout ") + layout + " " + p);
+    ASSERT_EQ(o.code, 0) << o.out;
+    const json j = json::parse(o.out);
+    EXPECT_EQ(j["row_layout"], layout);
+    EXPECT_EQ(j["mismatched_rows"], 0);
+    EXPECT_EQ(j["bytes"], tiny_layout().total_rows() * 66);
+  }
+  // Flip one payload byte in the data section: --verify finds exactly one row and exits 1.
+  std::vector<uint8_t> b = read_file(p);
+  auto h = parse_safetensors_header(b, b.size());
+  ASSERT_TRUE(h.is_ok());
+  b[h->data_offset + 64 * 17 + 3] ^= 0x10;
+  write_file(p, b);
+  auto o = cli("table load --verify --json " + p);
+  EXPECT_EQ(o.code, 1) << o.out;
+  EXPECT_EQ(json::parse(o.out)["mismatched_rows"], 1);
+  // A checkpoint written from a table has no seed: --verify is refused (exit 2).
+  auto t = alloc(tiny_layout());
+  t->fill_synthetic(3);
+  ASSERT_TRUE(write_checkpoint(path("noseed.safetensors"), *t, quiet_write()).is_ok());
+  EXPECT_EQ(cli("table load --verify " + path("noseed.safetensors")).code, 2);
+  EXPECT_EQ(cli("table load --row-layout diagonal " + p).code, 2);
 }
 
 TEST_F(TableCli, BadArgumentsExitTwoAndWriteNothing) {
