@@ -6,8 +6,10 @@
 // the plain gather of the payloads only (design.md's baseline), for decode batches and prefill chunks of a
 // V4.1-Flash-shaped table (d = 256, 24 heads) of at least --table-gib GiB in private anonymous memory that is
 // registered, never copied. Each repetition uses fresh ids (an id set is never reused, so no row is in L2 from
-// an earlier repetition); the L2 is flushed (a 256 MiB device memset) before every timed launch; the order of the
-// four variants is shuffled per repetition. The link ceiling is the pinned H2D/D2H copy bandwidth (1 GiB
+// an earlier repetition); before every timed launch a gather of 131072 other random rows evicts the GPU's cached
+// address translations (--tlb-scrub-rows) and a 256 MiB device memset flushes the L2, so every variant runs
+// cold on the same ids, as a decode step's fresh ids do; the order of the four variants is shuffled per
+// repetition. The link ceiling is the pinned H2D/D2H copy bandwidth (1 GiB
 // cudaMemcpyAsync), also measured from the registered table itself. Registration time per GiB is reported.
 // Optionally (--step-batch > 0), decode steps through the CudaBackend (prefetch queue + cuBLAS layer compute):
 // per-layer exposed wait E for early and on_demand, the compute-only step, the timeline's own overhead (timeline
@@ -62,6 +64,7 @@ struct Args {
   int model_layers = 16;
   uint64_t seed = 1;
   int threads = 0;
+  int64_t tlb_scrub_rows = 131072;
   std::string json_path;
   bool smoke = false;
 };
@@ -109,7 +112,8 @@ EngramLayout bench_layout(int64_t bytes, RowFormat fmt) {
 }
 
 // Random table bytes (splitmix64 of the word index), written by `threads` threads (0 = all), which also
-// first-touch the pages. The decode's cost does not depend on the values (NaN codes, 2 in 256, only select).
+// first-touch the pages; then realistic scales (codes 119..135, as synth_row) and zero fused padding, so the
+// decode runs the path real checkpoints take (a random scale byte would take the exact slow path 7% of the time).
 void fill_random(uint8_t* p, int64_t bytes, uint64_t seed, int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t words = bytes / 8;
@@ -128,6 +132,25 @@ void fill_random(uint8_t* p, int64_t bytes, uint64_t seed, int threads) {
   }
   for (auto& th : pool) th.join();
   for (int64_t i = words * 8; i < bytes; ++i) p[i] = static_cast<uint8_t>(i);
+}
+
+void set_realistic_scales(const TableView& v, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int ns = v.d / 32;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([=] {
+      for (int64_t r = v.rows * t / threads; r < v.rows * (t + 1) / threads; ++r) {
+        uint8_t* sc = const_cast<uint8_t*>(v.scales_of(r));
+        uint64_t z = static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull;
+        z ^= z >> 29;
+        for (int k = 0; k < ns; ++k) sc[k] = static_cast<uint8_t>(119 + ((z >> (5 * k)) & 0xFF) % 17);
+        if (v.format == RowFormat::kFused)
+          std::memset(sc + ns, 0, static_cast<size_t>(v.stride_bytes - v.d - ns));
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
 }
 
 // Timed copy: median GB/s of `reps` copies of `bytes` (after one warm-up).
@@ -175,6 +198,20 @@ json run_sweep(const Args& a, const EngramLayout& layout, const TableView& view,
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
+  // TLB scrub: a gather of tlb_scrub_rows random rows (distinct pages, spread over the whole table) before every
+  // timed launch evicts the GPU's cached translations of the measured rows' pages, so that every variant runs
+  // translation-cold, as a decode step's fresh random ids do (otherwise whichever variant runs second on an id
+  // set finds the first one's translations cached and looks faster).
+  int64_t* scrub_ids = nullptr;
+  uint8_t* scrub_out = nullptr;
+  if (a.tlb_scrub_rows > 0) {
+    std::vector<int64_t> h(static_cast<size_t>(a.tlb_scrub_rows));
+    std::mt19937_64 r2(a.seed + 7);
+    for (auto& x : h) x = static_cast<int64_t>(r2() % static_cast<uint64_t>(view.rows));
+    CK(cudaMalloc(&scrub_ids, h.size() * 8));
+    CK(cudaMalloc(&scrub_out, h.size() * static_cast<size_t>(cuda::plain_gather_out_stride(view, cuda::GatherBytes::kPayloadOnly))));
+    CK(cudaMemcpy(scrub_ids, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+  }
   std::unique_ptr<IdSource> src;
   if (dist == "uniform") {
     src = make_uniform_id_source(layout, a.seed + 17);
@@ -207,6 +244,16 @@ json run_sweep(const Args& a, const EngramLayout& layout, const TableView& view,
       const int64_t* ids_k = ids_dev + static_cast<size_t>(k) * max_rows;
       for (size_t vi : order) {
         const Variant& v = variants[vi];
+        if (scrub_ids) {
+          cuda::GatherArgs sa;
+          sa.table = &uva;
+          sa.ids = scrub_ids;
+          sa.rows = a.tlb_scrub_rows;
+          sa.out = scrub_out;
+          sa.what = cuda::GatherBytes::kPayloadOnly;
+          auto sr = cuda::launch_plain_gather(sa, s);
+          if (!sr.is_ok()) die(sr.status(), "tlb scrub");
+        }
         CK(cudaMemsetAsync(flush, k & 0xFF, flush_bytes, s));  // evict the table's lines from L2
         CK(cudaEventRecord(e0, s));
         Result<cuda::LaunchInfo> li = cuda::LaunchInfo{};
@@ -269,6 +316,8 @@ json run_sweep(const Args& a, const EngramLayout& layout, const TableView& view,
   CK(cudaFree(ids_dev));
   CK(cudaFree(out_dev));
   CK(cudaFree(gout_dev));
+  if (scrub_ids) CK(cudaFree(scrub_ids));
+  if (scrub_out) CK(cudaFree(scrub_out));
   return out;
 }
 
@@ -449,6 +498,8 @@ int main(int argc, char** argv) {
   app.add_option("--model-layers", a.model_layers, "Decoder layers per step");
   app.add_option("--seed", a.seed, "Seed of table content and ids");
   app.add_option("--threads", a.threads, "Threads for filling the table (0 = all)");
+  app.add_option("--tlb-scrub-rows", a.tlb_scrub_rows,
+                 "Rows of the translation scrub before every timed launch (0 = none: variants share warm TLBs)");
   app.add_option("--json", a.json_path, "Write all figures as JSON to this file");
   app.add_flag("--smoke", a.smoke, "Tiny sizes (1 GiB table, few batches): seconds");
   CLI11_PARSE(app, argc, argv);
@@ -475,6 +526,7 @@ int main(int argc, char** argv) {
                  {"pci_bus_id", dev->pci_bus_id},
                  {"can_use_host_pointer_for_registered_mem", dev->can_use_host_pointer_for_registered_mem}};
   j["method"] = {{"warmup", a.warmup}, {"reps", a.reps}, {"fresh_ids_per_rep", true}, {"l2_flush_bytes", 256 << 20},
+                 {"tlb_scrub_rows", a.tlb_scrub_rows},
                  {"timer", "cudaEvent around one launch"}, {"order", "variants shuffled per repetition"}};
   std::printf("engram_bench_lookup_gpu: %s, %d SMs, driver %d, runtime %d, git %s\n", dev->name.c_str(), dev->sm_count,
               dev->driver_version, dev->runtime_version, ENGRAM_GIT_REV);
@@ -507,6 +559,7 @@ int main(int argc, char** argv) {
     const int64_t bytes = layout.table_bytes(0);
     const double tf0 = now_ns();
     fill_random(const_cast<uint8_t*>(view.data), bytes, a.seed, a.threads);
+    set_realistic_scales(view, a.threads);
     const double fill_s = (now_ns() - tf0) * 1e-9;
     cuda::RegistrationOptions ro;
     ro.boundary_bytes = *fmt == RowFormat::kFused ? view.stride_bytes : view.d;
@@ -521,7 +574,7 @@ int main(int argc, char** argv) {
               {"rows", layout.rows(0)},
               {"row_stride_bytes", layout.row_stride_bytes()},
               {"table_bytes", bytes},
-              {"backing", "private anonymous"}, {"content", "splitmix64 random bytes"},
+              {"backing", "private anonymous"}, {"content", "splitmix64 random payload, scale codes 119..135"},
               {"fill_s", fill_s},
               {"registration",
                {{"bytes", reg->bytes()},
