@@ -20,6 +20,7 @@
 #include "host/conditions.hpp"
 #include "replay/decode_replay.hpp"
 #include "report.hpp"
+#include "run_ranks.hpp"
 
 namespace engram::cli {
 namespace {
@@ -48,6 +49,7 @@ struct RunArgs {
   std::string backend = "auto";
   bool json = false;
   bool no_baseline = false;
+  int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
 };
 
 nlohmann::json dist_json(const Distribution& d) {
@@ -55,7 +57,28 @@ nlohmann::json dist_json(const Distribution& d) {
           {"p99", json_num(d.p99)}, {"n", d.n}};
 }
 
+// --ranks N > 1: N rank processes replay on ONE shared table (src/replay/multi_rank.hpp), CPU queues.
+int run_ranks(const RunArgs& a) {
+  if (a.backend == "cuda")
+    return report_failure("run", Status(Code::kUnsupported, "--ranks > 1 runs each rank on the CPU prefetch queue; "
+                                                            "--backend cuda is single-process for now"));
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
+  RanksCliArgs r;
+  r.job = {.layout = a.layout, .table_bytes = *size, .row_layout = a.row_layout, .checkpoint = a.checkpoint,
+           .seed = a.seed, .batch = a.batch, .steps = a.steps, .warmup = a.warmup, .model_layers = a.model_layers,
+           .prefetch = a.prefetch, .layer_us = a.layer_us, .ids = a.ids, .tokens = a.tokens,
+           .zipf_alpha = a.zipf_alpha, .threads = a.threads, .checked = a.checked,
+           .compute_only_baseline = !a.no_baseline, .timeline = a.timeline};
+  r.options.ranks = a.ranks;
+  r.options.backing = a.backing;
+  r.options.placement = a.placement;
+  r.json = a.json;
+  return run_ranks_cli(r);
+}
+
 int run(const RunArgs& a) {
+  if (a.ranks > 1) return run_ranks(a);
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure("run", fmt.status().with_context("--row-layout"));
   Result<EngramLayout> layout = Status(Code::kInternal, "layout not set");
@@ -246,6 +269,25 @@ int run(const RunArgs& a) {
                       {"queue_ns", dist_json(l.queue_ns)},
                       {"model_residual_s_ns", dist_json(l.residual_s_ns)}});
   j["layers"] = layers;
+  // N-gram statistics of real-text ids (per layer and order, averaged over the order's heads).
+  if (auto* text = dynamic_cast<TextIdSource*>(source.get())) {
+    const NgramStats st = text->stats(10);
+    nlohmann::json ng = nlohmann::json::array();
+    const int k = layout->heads_per_order;
+    for (int li = 0; li < layout->n_layers(); ++li)
+      for (int n = 2; n <= layout->max_ngram; ++n) {
+        double distinct = 0, top = 0, repeat = 0;
+        for (int jh = 0; jh < k; ++jh) {
+          const auto& h = st.heads[li][(n - 2) * k + jh];
+          distinct += static_cast<double>(h.distinct) / k;
+          top += h.top_k_share / k;
+          repeat += h.repeat_rate / k;
+        }
+        ng.push_back({{"layer_id", layout->layer_ids[li]}, {"order", n}, {"distinct_ids_per_head", distinct},
+                      {"top10_share", json_num(top)}, {"repeat_rate_in_step", json_num(repeat)}});
+      }
+    j["ngram_stats"] = {{"batches", st.batches}, {"per_order", ng}};
+  }
   j["timeline"] = timeline_path == "none" ? nlohmann::json(nullptr) : nlohmann::json(timeline_path);
 
   if (a.json) {
@@ -290,6 +332,16 @@ int run(const RunArgs& a) {
     std::printf("%-8d %14s %14s %14s %14s %14s\n", l.layer_id, fmt_num(l.exposed_wait_ns.median / 1e3, "%.1f").c_str(),
                 fmt_num(l.exposed_wait_ns.p95 / 1e3, "%.1f").c_str(), fmt_num(l.lookup_ns.median / 1e3, "%.1f").c_str(),
                 fmt_num(l.queue_ns.median / 1e3, "%.1f").c_str(), fmt_num(l.residual_s_ns.median / 1e3, "%.1f").c_str());
+  if (j.contains("ngram_stats")) {
+    std::printf("\nN-gram ids of the text (per head, averaged over the order's heads, %lld decode steps):\n",
+                static_cast<long long>(j["ngram_stats"]["batches"].get<int64_t>()));
+    std::printf("%-8s %-6s %14s %12s %22s\n", "layer", "order", "distinct ids", "top-10 share", "repeat rate in a step");
+    for (const auto& o : j["ngram_stats"]["per_order"])
+      std::printf("%-8d %-6d %14.0f %12s %22s\n", o["layer_id"].get<int>(), o["order"].get<int>(),
+                  o["distinct_ids_per_head"].get<double>(),
+                  o["top10_share"].is_null() ? "n/a" : fmt_num(100 * o["top10_share"].get<double>(), "%.2f%%").c_str(),
+                  o["repeat_rate_in_step"].is_null() ? "n/a" : fmt_num(100 * o["repeat_rate_in_step"].get<double>(), "%.2f%%").c_str());
+  }
   std::printf("\nE = max(0, f - c): exposed wait of the consumer; L = f - s: lookup time; queue = s - r.\n");
   std::printf("Timeline  %s (Chrome trace JSON: open in https://ui.perfetto.dev)\n",
               timeline_path == "none" ? "not written (--timeline none)" : timeline_path.c_str());
@@ -327,6 +379,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--placement", a->placement,
                  "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
                  "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+  sub.add_option("--ranks", a->ranks,
+                 "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "
+                 "each rank replays on its own CPU prefetch queue over the shared mapping")
+      ->check(CLI::Range(1, 1024));
   sub.add_option("--grid-fraction", a->grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
       ->check(CLI::Range(0.01, 1.0));
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
