@@ -68,6 +68,17 @@ Result<std::string> read_link(const std::string& path) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+Result<std::string> real_path(const std::string& path) {
+  char* r = ::realpath(path.c_str(), nullptr);
+  if (r == nullptr) {
+    const int err = errno;
+    return errno_status(err, "realpath(" + path + ")");
+  }
+  std::string out(r);
+  std::free(r);
+  return out;
+}
+
 Result<std::vector<int>> parse_int_list(const std::string& text) {
   std::vector<int> out;
   std::string s;

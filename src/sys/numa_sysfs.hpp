@@ -21,6 +21,8 @@ Result<int64_t> read_int_file(const std::string& path);
 Result<std::vector<std::string>> list_dir(const std::string& path);
 // readlink(2). kNotFound if the link does not exist.
 Result<std::string> read_link(const std::string& path);
+// realpath(3): the canonical path with every symlink resolved. kNotFound if it does not exist.
+Result<std::string> real_path(const std::string& path);
 // Parses a kernel list "0-3,8,10-11" into {0,1,2,3,8,10,11}; kInvalidArgument on garbage.
 Result<std::vector<int>> parse_int_list(const std::string& text);
 // Inverse of parse_int_list: sorted unique values as "0-3,8,10-11" ("" for none).

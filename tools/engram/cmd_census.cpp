@@ -1,0 +1,105 @@
+// `engram census`: where the pages of Engram tables are, per NUMA node.
+//   engram census --pid PID [--json]   every table mapped by a running process (found by its backing
+//                                      name "engram:..." in /proc/PID/maps), counts from numa_maps
+//                                      (kernelpagesize_kB units), Rss/Pss per table from smaps and the
+//                                      process's smaps_rollup.
+//   engram census [--table-size 64MiB] [--backing memfd] [--placement interleave:all] [--json]
+//                                      builds a synthetic table here with that backing and placement,
+//                                      prints the placement report (requested / obtained / why) and the
+//                                      move_pages census after placement and after load.
+// Exit codes: 0; 1 runtime failure; 2 bad argument or no such process; 77 the machine cannot do it
+// (e.g. weighted interleave before Linux 6.9).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "core/units.hpp"
+#include "engram/layout.hpp"
+#include "engram/table.hpp"
+#include "host/census.hpp"
+#include "host/placement.hpp"
+
+namespace engram::cli {
+namespace {
+
+struct CensusArgs {
+  int pid = 0;
+  bool json = false;
+  std::string prefix = "engram:";
+  std::string table_size = "64MiB";
+  std::string layout = "v41-flash-mini";
+  std::string backing = "memfd";
+  std::string placement = "none";
+  bool allow_fallback = false;
+  uint64_t max_samples = uint64_t{1} << 20;
+  uint64_t seed = 1;
+};
+
+int census_pid(const CensusArgs& a) {
+  auto pc = host::process_census(a.pid, a.prefix);
+  if (!pc.is_ok()) return report_failure("census", pc.status().with_context("--pid " + std::to_string(a.pid)));
+  if (a.json)
+    std::printf("%s\n", pc->to_json().dump(2).c_str());
+  else
+    std::printf("%s", pc->to_text().c_str());
+  return 0;
+}
+
+int census_here(const CensusArgs& a) {
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return report_failure("census", size.status().with_context("--table-size"));
+  auto layout = make_preset_layout(a.layout, *size);
+  if (!layout.is_ok()) return report_failure("census", layout.status().with_context("--layout"));
+  TableOptions opts;
+  opts.backing = a.backing;
+  opts.placement = a.placement;
+  opts.allow_fallback = a.allow_fallback;
+  auto table = HostTable::create(*layout, opts);
+  if (!table.is_ok()) return report_failure("census", table.status());
+  nlohmann::json j;
+  j["placement"] = nlohmann::json::array();
+  for (int li = 0; li < (*table)->n_layers(); ++li)
+    for (int r = 0; r < (*table)->n_replicas(); ++r) {
+      const host::PlacedBacking* pb = (*table)->backing(li, r);
+      if (a.json) {
+        nlohmann::json p = pb->report.to_json();
+        p["backing"] = pb->backing.identity().to_string();
+        j["placement"].push_back(p);
+      } else {
+        std::printf("placement of %s: %s\n", pb->backing.identity().to_string().c_str(), pb->report.to_string().c_str());
+      }
+    }
+  j["census"] = nlohmann::json::array();
+  auto print = [&](host::CensusPoint point) {
+    for (const host::PageCensus& c : (*table)->census(point, a.max_samples)) {
+      if (a.json) j["census"].push_back(c.to_json());
+      else std::printf("%s", c.to_text().c_str());
+    }
+  };
+  print(host::CensusPoint::kAfterPlacement);
+  (*table)->fill_synthetic(a.seed);
+  print(host::CensusPoint::kAfterLoad);
+  if (a.json) std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+auto setup(CLI::App& sub) -> std::function<int()> {
+  auto a = std::make_shared<CensusArgs>();
+  sub.add_option("--pid", a->pid, "Census of a running process's tables (numa_maps + smaps)");
+  sub.add_option("--prefix", a->prefix, "Backing-name prefix that marks a table mapping (default engram:)");
+  sub.add_flag("--json", a->json, "Print JSON");
+  sub.add_option("--table-size", a->table_size, "Without --pid: size of the synthetic table to build (e.g. 64MiB)");
+  sub.add_option("--layout", a->layout, "Without --pid: layout preset (v41-flash-mini, tiny)");
+  sub.add_option("--backing", a->backing, "Without --pid: memfd | shm | hugetlb | hugetlb-1g | anon-thp");
+  sub.add_option("--placement", a->placement,
+                 "Without --pid: none | local | bind:N | preferred:N | interleave:N,M|all | weighted-interleave:N=w,... "
+                 "| replica-per-node");
+  sub.add_flag("--allow-fallback", a->allow_fallback, "Placement refused: keep the default policy and report it");
+  sub.add_option("--max-samples", a->max_samples, "Exact census up to this many pages, stride sampling above");
+  return [a] { return a->pid > 0 ? census_pid(*a) : census_here(*a); };
+}
+
+}  // namespace
+}  // namespace engram::cli
+ENGRAM_COMMAND(census, "census", "Pages per NUMA node of each Engram table (a running process's, or one built here)",
+               engram::cli::setup);
