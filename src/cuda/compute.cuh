@@ -25,7 +25,7 @@ class CudaLayerCompute final : public LayerCompute {
 
   Status run_layer(int layer) override;   // enqueues gemms_per_layer() GEMMs on the main stream
   double layer_ns() const override { return layer_ns_; }
-  Status synchronize();                   // waits for the main stream
+  Status synchronize() override;          // waits for the main stream
 
   int gemm_n() const { return n_; }
   int gemms_per_layer() const { return reps_; }

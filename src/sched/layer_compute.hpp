@@ -14,6 +14,9 @@ class LayerCompute {
   virtual Status run_layer(int layer) = 0;
   // Target duration of one layer in nanoseconds (as calibrated).
   virtual double layer_ns() const = 0;
+  // Waits until everything run_layer enqueued has finished (CUDA: the main stream); a no-op where run_layer is
+  // synchronous. A compute-only timing must call it before reading its clock.
+  virtual Status synchronize() { return Status::ok(); }
 };
 
 }  // namespace engram
