@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "engram/layout.hpp"
@@ -196,4 +197,37 @@ TEST(Placement, LocalFollowsThePrefaultThreadsNode) {
   EXPECT_EQ(placed->front().report.obtained, "local");
   PageCensus c = census_of(placed->front().backing, "local from node 1");
   EXPECT_EQ(pages_on(c, 1), c.pages_sampled);
+}
+
+TEST(Placement, HugetlbBindOneTakesNodeOnesPool) {
+  ENGRAM_NEED_TWO_NODES();
+  if (std::getenv("ENGRAM_NUMA_GUEST") == nullptr)
+    GTEST_SKIP() << "reserves hugepages on each node: runs in the numa guest only (ENGRAM_NUMA_GUEST=1)";
+  auto set_pool = [](int node, int pages) {
+    const std::string p =
+        "/sys/devices/system/node/node" + std::to_string(node) + "/hugepages/hugepages-2048kB/nr_hugepages";
+    FILE* f = std::fopen(p.c_str(), "w");
+    if (f == nullptr) return false;
+    const bool ok = std::fprintf(f, "%d\n", pages) > 0;
+    return std::fclose(f) == 0 && ok;
+  };
+  if (!set_pool(0, 4) || !set_pool(1, 8)) GTEST_SKIP() << "cannot reserve hugepages here";
+  // 6 x 2 MiB fits node 1's pool (8) but not node 0's (4): bind:1 must take node 1's pages.
+  auto placed = make(BackingKind::kHugetlb, 12u << 20, "bind:1");
+  ASSERT_TRUE(placed.is_ok()) << placed.status().to_string();
+  const Backing& b = placed->front().backing;
+  EXPECT_EQ(b.page_bytes(), 2u << 20);
+  PageCensus c = census_of(b, "bind:1 hugetlb 2 MiB");
+  ASSERT_TRUE(c.known) << c.reason;
+  EXPECT_EQ(c.page_bytes, 2u << 20);
+  EXPECT_EQ(c.pages_sampled, 6u);
+  EXPECT_EQ(pages_on(c, 1), 6u);
+  // More than node 1's pool holds: refused up front (no SIGBUS later).
+  auto big = make(BackingKind::kHugetlb, 20u << 20, "bind:1");
+  ASSERT_FALSE(big.is_ok());
+  EXPECT_EQ(big.status().code(), Code::kNoSpace) << big.status().to_string();
+  std::printf("%s\n", big.status().to_string().c_str());
+  placed->clear();
+  (void)set_pool(0, 0);
+  (void)set_pool(1, 0);
 }
