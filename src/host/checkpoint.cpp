@@ -9,8 +9,9 @@
 //
 // Transfers are split into row-aligned chunks handed to a few threads through an atomic counter;
 // the calling thread only waits and reports progress, so the progress callback always runs on the
-// caller's thread. Loading preads straight into split arrays, or into a per-thread bounce buffer that
-// is scattered into fused records; each chunk is dropped from the page cache after it is read.
+// caller's thread. Loading preads straight into split arrays; for fused records it reads payload and
+// scales of the same rows into a 1 MiB per-thread bounce buffer (cache-resident) and writes each
+// record once, whole. Each chunk is dropped from the page cache after it is read.
 // Writing generates rows per chunk (synth_row or a copy out of a table), writes the payload and the
 // scales ranges, and pushes them out of the page cache too (sync_file_range then DONTNEED) so that
 // creating a 190 GB table does not flush everything else out of memory.
@@ -581,12 +582,16 @@ Status check_spans(const EngramLayout& layout, std::span<const TableSpan> spans)
   return Status::ok();
 }
 
+// Split tables: one item per chunk of one tensor, read straight into the table. Fused tables: one item
+// per chunk of rows, covering both tensors, so each record is written once, whole (payload, scales,
+// zero padding), from a small bounce buffer that stays in the core's cache (kFusedBounceBytes).
 struct LoadItem {
   int layer;
-  bool scales;
+  enum Kind { kPayload, kScales, kRows } kind;
   int64_t row_lo, row_hi;
-  int64_t file_offset, bytes;
 };
+
+constexpr int64_t kFusedBounceBytes = int64_t{1} << 20;
 
 Status load_impl(const std::string& path, const EngramLayout& layout, std::span<const TableSpan> spans,
                  const LoadOptions& opt) {
@@ -597,55 +602,73 @@ Status load_impl(const std::string& path, const EngramLayout& layout, std::span<
   ENGRAM_RETURN_IF_ERROR(check_layout_matches(info.layout, layout));
 
   const int d = layout.d;
+  const int64_t sd = d / 32;
+  const bool fused = layout.format == RowFormat::kFused;
   const int64_t chunk = std::max<int64_t>(opt.chunk_bytes, 1);
+  // File offsets of each layer's payload and scales tensors.
+  std::vector<int64_t> payload_off, scales_off;
+  for (int id : layout.layer_ids) {
+    payload_off.push_back(static_cast<int64_t>(info.header.data_offset + info.header.find(checkpoint_payload_name(id))->begin));
+    scales_off.push_back(static_cast<int64_t>(info.header.data_offset + info.header.find(checkpoint_scales_name(id))->begin));
+  }
   std::vector<LoadItem> items;
   std::vector<int64_t> item_bytes;
-  int64_t total = 0, max_item = 0;
+  int64_t total = 0;
+  auto add_items = [&](int li, LoadItem::Kind kind, int64_t row_bytes) {
+    const int64_t rows_per = std::max<int64_t>(1, chunk / row_bytes);
+    for (int64_t lo = 0; lo < layout.rows(li); lo += rows_per) {
+      const int64_t hi = std::min(layout.rows(li), lo + rows_per);
+      items.push_back({li, kind, lo, hi});
+      item_bytes.push_back((hi - lo) * row_bytes);
+      total += (hi - lo) * row_bytes;
+    }
+  };
   for (int li = 0; li < layout.n_layers(); ++li) {
-    for (bool is_scales : {false, true}) {
-      const int id = layout.layer_ids[li];
-      const SafetensorsTensor* t = info.header.find(is_scales ? checkpoint_scales_name(id) : checkpoint_payload_name(id));
-      const int64_t row_bytes = is_scales ? d / 32 : d;
-      const int64_t rows_per = std::max<int64_t>(1, chunk / row_bytes);
-      for (int64_t lo = 0; lo < layout.rows(li); lo += rows_per) {
-        const int64_t hi = std::min(layout.rows(li), lo + rows_per);
-        const int64_t off = static_cast<int64_t>(info.header.data_offset + t->begin) + lo * row_bytes;
-        items.push_back({li, is_scales, lo, hi, off, (hi - lo) * row_bytes});
-        item_bytes.push_back((hi - lo) * row_bytes);
-        total += (hi - lo) * row_bytes;
-        max_item = std::max(max_item, (hi - lo) * row_bytes);
-      }
+    if (fused) {
+      add_items(li, LoadItem::kRows, d + sd);
+    } else {
+      add_items(li, LoadItem::kPayload, d);
+      add_items(li, LoadItem::kScales, sd);
     }
   }
-  const bool fused = layout.format == RowFormat::kFused;
+  const int64_t bounce_rows = std::max<int64_t>(1, kFusedBounceBytes / (d + sd));
   const int threads = resolve_threads(opt.threads, items.size());
   if (opt.drop_page_cache) (void)sys::fadvise(f, 0, 0, sys::Advice::kSequential);
   ProgressReporter progress("load", path, total, opt.display, opt.on_progress);
 
   const Status s = run_chunked(
-      items.size(), threads, fused ? static_cast<size_t>(max_item) : 0, item_bytes, progress,
-      [&](size_t i, uint8_t* scratch) -> Status {
+      items.size(), threads, fused ? static_cast<size_t>(bounce_rows * (d + sd)) : 0, item_bytes, progress,
+      [&](size_t i, uint8_t* bounce) -> Status {
         const LoadItem& it = items[i];
         const TableSpan& sp = spans[static_cast<size_t>(it.layer)];
-        const int64_t row_bytes = it.scales ? d / 32 : d;
-        if (!fused) {
-          uint8_t* dst = (it.scales ? sp.scales : sp.data) + it.row_lo * row_bytes;
-          ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, dst, static_cast<size_t>(it.bytes), it.file_offset));
+        const int64_t n = it.row_hi - it.row_lo;
+        const int64_t p_off = payload_off[static_cast<size_t>(it.layer)] + it.row_lo * d;
+        const int64_t s_off = scales_off[static_cast<size_t>(it.layer)] + it.row_lo * sd;
+        if (it.kind == LoadItem::kPayload) {
+          ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, sp.data + it.row_lo * d, static_cast<size_t>(n * d), p_off));
+        } else if (it.kind == LoadItem::kScales) {
+          ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, sp.scales + it.row_lo * sd, static_cast<size_t>(n * sd), s_off));
         } else {
-          ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, scratch, static_cast<size_t>(it.bytes), it.file_offset));
-          const size_t pad = static_cast<size_t>(sp.stride_bytes - d - d / 32);
-          for (int64_t r = it.row_lo; r < it.row_hi; ++r) {
-            const uint8_t* src = scratch + (r - it.row_lo) * row_bytes;
-            if (it.scales) {
-              std::memcpy(sp.scales_of(r), src, static_cast<size_t>(row_bytes));
-              if (pad) std::memset(sp.scales_of(r) + d / 32, 0, pad);
-            } else {
-              std::memcpy(sp.payload_of(r), src, static_cast<size_t>(row_bytes));
+          const size_t pad = static_cast<size_t>(sp.stride_bytes - d - sd);
+          for (int64_t lo = it.row_lo; lo < it.row_hi; lo += bounce_rows) {
+            const int64_t m = std::min(bounce_rows, it.row_hi - lo);
+            uint8_t* bp = bounce;
+            uint8_t* bs = bounce + m * d;
+            ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, bp, static_cast<size_t>(m * d), p_off + (lo - it.row_lo) * d));
+            ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, bs, static_cast<size_t>(m * sd), s_off + (lo - it.row_lo) * sd));
+            for (int64_t r = 0; r < m; ++r) {
+              uint8_t* rec = sp.payload_of(lo + r);
+              std::memcpy(rec, bp + r * d, static_cast<size_t>(d));
+              std::memcpy(rec + d, bs + r * sd, static_cast<size_t>(sd));
+              if (pad) std::memset(rec + d + sd, 0, pad);
             }
           }
         }
         // Advisory: a failure only leaves pages cached, the data is already correct.
-        if (opt.drop_page_cache) (void)sys::fadvise(f, it.file_offset, it.bytes, sys::Advice::kDontNeed);
+        if (opt.drop_page_cache) {
+          if (it.kind != LoadItem::kScales) (void)sys::fadvise(f, p_off, n * d, sys::Advice::kDontNeed);
+          if (it.kind != LoadItem::kPayload) (void)sys::fadvise(f, s_off, n * sd, sys::Advice::kDontNeed);
+        }
         return Status::ok();
       });
   // Chunk edges leave partial pages behind; one last pass drops them too.
