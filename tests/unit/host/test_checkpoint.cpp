@@ -357,6 +357,31 @@ TEST_F(Checkpoint, ProgressCallbackReportsEveryByte) {
   expect_synthetic_rows(*t, 9);
 }
 
+TEST_F(Checkpoint, ProgressLineOnlyWhenAsked) {
+  // kOn draws the terminal line (rewritten with \r, ended by a newline); kOff and kAuto with stderr
+  // not a terminal (as under ctest) print nothing.
+  const EngramLayout l = tiny_layout();
+  const std::string p = path("line.safetensors");
+  ASSERT_TRUE(write_synthetic_checkpoint(p, l, 4, quiet_write()).is_ok());
+  for (ProgressDisplay mode : {ProgressDisplay::kOn, ProgressDisplay::kOff, ProgressDisplay::kAuto}) {
+    LoadOptions o = quiet_load();
+    o.display = mode;
+    auto t = alloc(l);
+    ::testing::internal::CaptureStderr();
+    const Status s = load_checkpoint(p, *t, o);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(s.is_ok());
+    if (mode == ProgressDisplay::kOn) {
+      EXPECT_EQ(err.rfind("\rload " + p + ": ", 0), 0u) << err;
+      EXPECT_NE(err.find("GB/s"), std::string::npos) << err;
+      EXPECT_NE(err.find("(100%)"), std::string::npos) << err;
+      EXPECT_EQ(err.back(), '\n');
+    } else if (mode == ProgressDisplay::kOff || !sys::is_terminal(2)) {
+      EXPECT_EQ(err, "");
+    }
+  }
+}
+
 TEST_F(Checkpoint, ExistingFileNeedsOverwrite) {
   const EngramLayout l = tiny_layout();
   const std::string p = path("t.safetensors");
