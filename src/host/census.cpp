@@ -279,13 +279,13 @@ PageCensus take_census(const void* addr, uint64_t len_bytes, const TableIdentity
   std::vector<uint64_t> pm;
   const uint64_t base_page = sys::page_size_bytes();
   if (c.page_bytes == base_page) {
-    auto r = sys::pagemap_entries(addr, static_cast<size_t>(c.pages_total));
+    auto r = sys::pagemap_entries(addr, static_cast<size_t>(c.pages_total), static_cast<size_t>(c.stride_pages));
     if (r.is_ok()) pm = std::move(*r);
   }
   for (size_t i = 0; i < status.size(); ++i) {
     int k = classify_page_status(status[i]);
     if (k >= 0 && !pm.empty()) {
-      const uint64_t e = pm[static_cast<size_t>(i * c.stride_pages)];
+      const uint64_t e = i < pm.size() ? pm[i] : 0;
       const bool present = (e >> 63) & 1, exclusive = (e >> 56) & 1;
       const uint64_t pfn = e & ((uint64_t{1} << 55) - 1);
       if (present && !exclusive && pfn != 0) {

@@ -161,28 +161,37 @@ Status move_pages_query(int pid, const std::vector<const void*>& pages, std::vec
   return Status::ok();
 }
 
-Result<std::vector<uint64_t>> pagemap_entries(const void* addr, size_t n_pages) {
-  std::vector<uint64_t> out(n_pages);
-  if (n_pages == 0) return out;
+Result<std::vector<uint64_t>> pagemap_entries(const void* addr, size_t n_pages, size_t stride_pages) {
+  if (stride_pages == 0) stride_pages = 1;
+  const size_t n_out = (n_pages + stride_pages - 1) / stride_pages;
+  std::vector<uint64_t> out(n_out);
+  if (n_out == 0) return out;
   const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     return errno_status(err, "open(/proc/self/pagemap)");
   }
-  const off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page_size_bytes() * 8);
-  size_t got = 0;
-  while (got < n_pages * 8) {
-    const ssize_t r = ::pread(fd, reinterpret_cast<char*>(out.data()) + got, n_pages * 8 - got,
-                              off + static_cast<off_t>(got));
-    if (r <= 0) {
-      const int err = r < 0 ? errno : EIO;
-      if (err == EINTR) continue;
-      ::close(fd);
-      return errno_status(err, "pread(/proc/self/pagemap, pages=" + std::to_string(n_pages) + ")");
+  const off_t base = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page_size_bytes() * 8);
+  // Reads `len` bytes at `off` into `dst`, retrying short reads and EINTR.
+  auto read_at = [&](void* dst, size_t len, off_t off) -> int {
+    size_t got = 0;
+    while (got < len) {
+      const ssize_t r = ::pread(fd, static_cast<char*>(dst) + got, len - got, off + static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return r < 0 ? errno : EIO;
+      got += static_cast<size_t>(r);
     }
-    got += static_cast<size_t>(r);
+    return 0;
+  };
+  int err = 0;
+  if (stride_pages == 1) {
+    err = read_at(out.data(), n_out * 8, base);
+  } else {
+    for (size_t i = 0; i < n_out && err == 0; ++i)
+      err = read_at(&out[i], 8, base + static_cast<off_t>(i * stride_pages * 8));
   }
   ::close(fd);
+  if (err != 0) return errno_status(err, "pread(/proc/self/pagemap, pages=" + std::to_string(n_pages) + ")");
   return out;
 }
 

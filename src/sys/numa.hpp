@@ -61,10 +61,11 @@ Result<std::vector<int>> mems_allowed();
 // Sends the pages in chunks of 16384 so a huge table does not need one giant kernel buffer.
 Status move_pages_query(int pid, const std::vector<const void*>& pages, std::vector<int>* status);
 
-// /proc/self/pagemap entries of `n_pages` consecutive base pages from `addr` (page aligned): bit 63
-// present, bit 56 exclusively mapped, bits 0-54 the PFN (0 unless CAP_SYS_ADMIN). See
+// /proc/self/pagemap entries of `n_pages` base pages from `addr` (page aligned), every `stride_pages`-th
+// page (entry i is page i * stride): bit 63 present, bit 56 exclusively mapped, bits 0-54 the PFN (0
+// unless CAP_SYS_ADMIN). Stride 1 is one bulk read; larger strides read entry by entry. See
 // Documentation/admin-guide/mm/pagemap.rst.
-Result<std::vector<uint64_t>> pagemap_entries(const void* addr, size_t n_pages);
+Result<std::vector<uint64_t>> pagemap_entries(const void* addr, size_t n_pages, size_t stride_pages = 1);
 // True when the page frame is the shared zero page (or the huge zero page): /proc/kpageflags bit 24
 // (KPF_ZERO_PAGE). kPermission without CAP_SYS_ADMIN; kUnsupported without /proc/kpageflags.
 Result<bool> pfn_is_zero_page(uint64_t pfn);
