@@ -231,7 +231,7 @@ class Prefetcher:
 
 
 def timeline_summary(timeline):
-    """Per Engram layer: lookups, median lookup time L = f - s, median lead c - r, total measured wait
+    """Per Engram layer: lookups, median lookup time L = f - s, median queue time s - r, median lead c - r, total measured wait
     (wait_end - c) and total exposed wait max(0, f - c), in microseconds. ``timeline`` is Prefetcher.timeline()."""
     per = {}
     for r in timeline["rows"]:
@@ -250,6 +250,7 @@ def timeline_summary(timeline):
         out[layer_id] = {
             "lookups": len(rows),
             "median_lookup_us": med([d("f_ns", "s_ns", r) for r in rows]),
+            "median_queue_us": med([d("s_ns", "r_ns", r) for r in rows]),
             "median_lead_us": med([d("c_ns", "r_ns", r) for r in rows]),
             "total_wait_us": sum(w for w in waits if w is not None) / 1e3,
             "total_exposed_wait_us": sum(exposed) / 1e3,

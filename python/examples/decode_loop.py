@@ -57,8 +57,8 @@ def main():
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, vocab, size=(args.batch, 16))
     H, D = layout.heads, layout.d
-    w = rng.standard_normal((args.hidden, args.hidden)).astype(np.float32) / np.sqrt(args.hidden)
-    proj = rng.standard_normal((H * D, args.hidden)).astype(np.float32) / np.sqrt(H * D)
+    w = (rng.standard_normal((args.hidden, args.hidden)) / np.sqrt(args.hidden)).astype(np.float32)
+    proj = (rng.standard_normal((H * D, args.hidden)) / np.sqrt(H * D)).astype(np.float32)
     if torch is not None:
         w_t = torch.from_numpy(w).to(device)
         proj_t = torch.from_numpy(proj).to(device=device, dtype=torch.bfloat16)
@@ -90,7 +90,9 @@ def main():
                 else:
                     x = np.tanh(x @ w)
                 if layer in engram_at:
-                    staging = pf.consume(engram_at[layer], copy=False)  # uint16 bf16 bits [batch, H, D]
+                    # uint16 bf16 bits [batch, H, D]; NumPy reads the queue's staging in place, torch gets its own copy
+                    # (torch.from_numpy wants a writable array; the staging is read-only)
+                    staging = pf.consume(engram_at[layer], copy=torch is not None)
                     if torch is not None:
                         e = torch.from_numpy(staging.reshape(args.batch, H * D).view(np.int16)).view(torch.bfloat16)
                         x = x + (e.to(device) @ proj_t).float()
@@ -110,7 +112,7 @@ def main():
               f"checksum {checksum:.6e}, totals {pf.totals()}")
         for layer_id, s in pf.summary().items():
             print(f"  engram layer {layer_id}: {s['lookups']} lookups, median L {s['median_lookup_us']:.1f} us, "
-                  f"median lead c-r {s['median_lead_us']:.1f} us, wait {s['total_wait_us']:.1f} us total, "
+                  f"median queue s-r {s['median_queue_us']:.1f} us, median lead c-r {s['median_lead_us']:.1f} us, wait {s['total_wait_us']:.1f} us total, "
                   f"exposed {s['total_exposed_wait_us']:.1f} us total")
     same = results["early"][2] == results["on_demand"][2]
     print(f"\nearly and on_demand give the same hidden state: {same}")

@@ -466,7 +466,7 @@ PYBIND11_MODULE(_engram, m) {
           "while the table lives), size/mapped/page bytes, placement report dict.")
       .def(
           "memory",
-          [](py::object self, int layer_index, bool writable) {
+          [](py::object self, int layer_index, bool writable) -> py::tuple {
             PyTable& t = self.cast<PyTable&>();
             const TableSpan s = t.table->span(t.layer_index_checked(layer_index));
             py::list arrays;

@@ -1,0 +1,29 @@
+"""PyTorch interop (skipped where PyTorch is not installed, e.g. the CI machine; run on the GPU machine)."""
+import numpy as np
+import pytest
+
+import engram_offload as eo
+from conftest import random_ids, reference_lookup
+
+torch = pytest.importorskip("torch")
+
+
+def test_torch_cpu_ids_and_bf16_out(random_table, rng):
+    lay = random_table.layout
+    ids = random_ids(rng, lay, 0, 21)
+    res = eo.lookup(random_table, 0, torch.from_numpy(ids))
+    assert res.dtype == torch.bfloat16 and tuple(res.shape) == ids.shape + (lay.d,)
+    np.testing.assert_array_equal(res.view(torch.int16).numpy().view(np.uint16), reference_lookup(random_table, 0, ids))
+    out = torch.empty(ids.shape + (lay.d,), dtype=torch.bfloat16)
+    got = eo.lookup(random_table, 0, ids, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out.view(torch.int16).numpy().view(np.uint16), reference_lookup(random_table, 0, ids))
+
+
+def test_torch_cuda_tensor_is_refused(random_table, rng):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    ids = torch.from_numpy(random_ids(rng, random_table.layout, 0, 4)).cuda()
+    with pytest.raises(eo.EngramError) as e:
+        eo.lookup(random_table, 0, ids)
+    assert e.value.code == "unsupported"
