@@ -36,7 +36,7 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     for (int64_t step = 0; step < total_steps; ++step) {
       const double t0 = clock();
       for (int layer = 0; layer < model_layers; ++layer) ENGRAM_RETURN_IF_ERROR(compute.run_layer(layer));
-      if (opt.sync_compute) ENGRAM_RETURN_IF_ERROR(opt.sync_compute());
+      ENGRAM_RETURN_IF_ERROR(compute.synchronize());  // CUDA run_layer only enqueues
       if (step >= opt.warmup_steps) base.push_back(clock() - t0);
     }
     rep.compute_only_step_ns = Distribution::of(base);

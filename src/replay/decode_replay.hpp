@@ -25,9 +25,6 @@ struct DecodeReplayOptions {
   PrefetchMode mode = PrefetchMode::kEarly;
   bool compute_only_baseline = true;
   std::function<double()> clock_ns;  // default steady_clock
-  // Called at the end of every compute-only step before its clock is read (CUDA: synchronise the streams,
-  // since run_layer only enqueues). Empty: nothing to wait for (CPU).
-  std::function<Status()> sync_compute;
 };
 
 struct LayerReport {

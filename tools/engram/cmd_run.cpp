@@ -192,7 +192,6 @@ int run(const RunArgs& a) {
   ropt.model_layers = a.model_layers;
   ropt.mode = mode;
   ropt.compute_only_baseline = !a.no_baseline;
-  if (cuda_backend) ropt.sync_compute = [&] { return cuda_backend->synchronize(); };
   say("replaying " + std::to_string(a.warmup) + "+" + std::to_string(a.steps) + " decode steps on the " + backend_name +
       " backend ...");
   auto rep = run_decode_replay(*layout, *source, *queue, *compute, ropt);
