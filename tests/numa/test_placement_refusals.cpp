@@ -230,3 +230,20 @@ TEST(Refusal, MovePagesStatusMapping) {
   // Another process's pages are ours to query as root only: a peer that is not may see EPERM, which
   // the census turns into "unknown", not zeros.
 }
+
+TEST(Refusal, WeightedInterleaveBeforeLinux69IsUnsupported) {
+  ENGRAM_NEED_TWO_NODES();
+  auto layout = make_preset_layout("tiny");
+  ASSERT_TRUE(layout.is_ok());
+  TableOptions opts;
+  opts.placement = "weighted-interleave:0=1,1=1";
+  auto t = HostTable::create(*layout, opts);
+  std::printf("weighted-interleave on %s: %s\n", sys::kernel_version().release.c_str(), t.status().to_string().c_str());
+  if (sys::kernel_version().at_least(6, 9)) {
+    ASSERT_TRUE(t.is_ok() || t.status().code() == Code::kPermission) << t.status().to_string();
+  } else {
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_EQ(t.status().code(), Code::kUnsupported);
+    EXPECT_NE(t.status().message().find("Linux >= 6.9"), std::string::npos) << t.status().message();
+  }
+}
