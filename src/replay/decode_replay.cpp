@@ -52,9 +52,11 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
       timeline_mark = queue.timeline().rows().size();
       before = queue.totals();
     }
+    // Ids are hashed before the step's clock starts: an engine hashes on the host ahead of the step, and the
+    // real-text source also keeps statistics here, which must not count as step time.
+    ENGRAM_RETURN_IF_ERROR(source.next_step(step, opt.batch, ids));
     const double t0 = clock();
     queue.begin_step(step);
-    ENGRAM_RETURN_IF_ERROR(source.next_step(step, opt.batch, ids));
     if (opt.mode == PrefetchMode::kEarly)
       for (int li = 0; li < layout.n_layers(); ++li) ENGRAM_RETURN_IF_ERROR(queue.prepare(li, ids[li].data(), opt.batch));
     for (int layer = 0; layer < model_layers; ++layer) {

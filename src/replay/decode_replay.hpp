@@ -2,7 +2,9 @@
 // them into Engram ids (IdSource), and walks the model's layers in order: at an Engram layer the consumer takes its
 // staging from the prefetch queue (after prepare(): at step start in `early` mode, right there in `on_demand`
 // mode), then the layer's synthetic compute runs. A compute-only pass (same steps, no lookups) runs first so the
-// report can state the main-compute slowdown caused by concurrent lookups.
+// report can state the main-compute slowdown caused by concurrent lookups. A step's time runs from submitting
+// its lookups to the end of its last layer; hashing the step's ids happens before (as in an engine, ahead of
+// the step) and is not counted.
 #pragma once
 
 #include <cstdint>
