@@ -121,9 +121,18 @@ bool uid_allowed(uint32_t uid, const UnixGroupOptions& o) {
   return false;
 }
 
+// Sends the refusal, then reads (and drops) whatever the refused process still sends until it hangs up:
+// closing a unix socket with unread data in it resets the connection (ECONNRESET), and the refused
+// process would lose the reason we just sent. Bounded: at most 500 ms per refused connection.
 void send_reject(const sys::UnixSocket& s, Code code, const std::string& reason) {
-  (void)sys::send_message(s, kMsgReject, dump({{"code", static_cast<int>(code)}, {"error", reason}}), {},
-                          sys::deadline_after(Millis(200)));
+  const auto deadline = sys::deadline_after(Millis(500));
+  if (!sys::send_message(s, kMsgReject, dump({{"code", static_cast<int>(code)}, {"error", reason}}), {}, deadline).is_ok())
+    return;
+  for (;;) {
+    auto m = sys::recv_message(s, kHelloMaxBytes, deadline);
+    // A malformed packet was still taken off the queue: keep going. EOF, timeout, error: done.
+    if (!m.is_ok() && m.status().code() != Code::kInvalidArgument) return;
+  }
 }
 
 }  // namespace
@@ -167,7 +176,8 @@ Result<std::unique_ptr<UnixGroupListener>> UnixGroupListener::listen(const UnixG
   return l;
 }
 
-Result<std::unique_ptr<UnixGroupChannel>> UnixGroupListener::accept_group(int n_peers, Millis timeout) {
+Result<std::unique_ptr<UnixGroupChannel>> UnixGroupListener::accept_group(int n_peers, Millis timeout,
+                                                                         const std::function<bool()>& cancelled) {
   if (n_peers < 0) return Status(Code::kInvalidArgument, "accept_group: negative peer count");
   const auto deadline = sys::deadline_after(timeout);
   std::unique_ptr<UnixGroupChannel> ch(new UnixGroupChannel());
@@ -176,10 +186,14 @@ Result<std::unique_ptr<UnixGroupChannel>> UnixGroupListener::accept_group(int n_
   ch->rank_ = 0;
   ch->leader_pid_ = sys::process_id();
   while (static_cast<int>(ch->peers_.size()) < n_peers) {
-    auto s = sys::accept_unix(listener_, deadline);
+    // Waits in slices so that a cancellation (a server's SIGINT) is seen within ~200 ms.
+    auto s = sys::accept_unix(listener_, cancelled ? std::min(deadline, sys::deadline_after(Millis(200))) : deadline);
+    const bool cancel = !s.is_ok() && s.status().code() == Code::kTimeout && cancelled && cancelled();
+    if (!s.is_ok() && s.status().code() == Code::kTimeout && !cancel && sys::SteadyClock::now() < deadline) continue;
     if (!s.is_ok()) {
       std::string msg = "join: " + std::to_string(ch->peers_.size()) + " of " + std::to_string(n_peers) +
-                        " peers joined within " + std::to_string(timeout.count()) + " ms at " + listener_.path();
+                        " peers joined " + (cancel ? std::string("before the wait was cancelled") :
+                                            "within " + std::to_string(timeout.count()) + " ms") + " at " + listener_.path();
       if (!rejections_.empty()) msg += "; refused: " + rejections_.back();
       for (auto& p : ch->peers_) send_reject(p.socket, Code::kTimeout, "the group did not form: " + msg);
       if (s.status().code() == Code::kTimeout) return Status(Code::kTimeout, msg, ETIMEDOUT);

@@ -110,8 +110,11 @@ class UnixGroupListener {
   // Admits connecting processes until `n_peers` joined: checks each one's uid (SO_PEERCRED), wire
   // version and group name, answers a refusal with its reason (it does not count). Then tells every
   // peer its rank (1..n in order of arrival) and the world size. kTimeout "join: 1 of 2 peers within
-  // 10000 ms" (the peers that did join are told and dropped).
-  Result<std::unique_ptr<UnixGroupChannel>> accept_group(int n_peers, Millis timeout);
+  // 10000 ms" (the peers that did join are told and dropped). `cancelled`, when given, is polled about
+  // every 200 ms (a server's stop flag): true ends the wait the same way ("... before the wait was
+  // cancelled").
+  Result<std::unique_ptr<UnixGroupChannel>> accept_group(int n_peers, Millis timeout,
+                                                         const std::function<bool()>& cancelled = {});
   // Reasons of refused connections since listen() ("uid 65534 is not allowed", "wire version 9").
   const std::vector<std::string>& rejections() const { return rejections_; }
   // No new peer can find the leader; existing connections stay.

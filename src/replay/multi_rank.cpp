@@ -1,0 +1,766 @@
+// Multi-rank decode replay (see multi_rank.hpp).
+//
+// Ownership and order matter more than anything else here. The parent starts the file guardian before
+// the socket and the table exist (it is forked, so it must come before threads and mappings), listens,
+// creates and places the table, and only then spawns ranks: a rank is a fresh exec, so it inherits
+// nothing but stdio. After every rank has joined, the socket path is removed (nobody else needs to
+// find the group). The rank processes are owned by a RankSet declared before the channel: on any
+// return the channel closes first (every rank sees EOF and exits with the group's error), then the
+// RankSet waits briefly and kills whatever is left, so no rank outlives the parent's call.
+//
+// Ranks differ only in their ids: zipf / uniform ids are seeded with (seed, rank); real text is the same
+// stream advanced by (rank - 1) x (warm-up + steps) steps, so the ranks serve different text at once.
+#include "replay/multi_rank.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "core/splitmix.hpp"
+#include "core/units.hpp"
+#include "cpu/compute.hpp"
+#include "cpu/prefetch.hpp"
+#include "host/census.hpp"
+#include "host/checkpoint.hpp"
+#include "host/conditions.hpp"
+#include "host/token_io.hpp"
+#include "replay/decode_replay.hpp"
+#include "replay/text_id_source.hpp"
+#include "sys/process.hpp"
+
+namespace engram {
+namespace {
+
+using nlohmann::json;
+using host::Millis;
+
+constexpr const char* kStepReplayed = "replayed";
+constexpr const char* kStepReport = "report";
+
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json dist_json(const Distribution& d) {
+  return {{"median", num(d.median)}, {"p5", num(d.p5)}, {"p95", num(d.p95)}, {"p99", num(d.p99)}, {"n", d.n}};
+}
+
+std::string fmt(double v, const char* f) {
+  if (!std::isfinite(v)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+TableSpan span_over(uint8_t* base, const EngramLayout& layout, int li) {
+  TableSpan s;
+  s.data = base;
+  s.rows = layout.rows(li);
+  s.d = layout.d;
+  s.format = layout.format;
+  if (layout.format == RowFormat::kFused) {
+    s.stride_bytes = layout.row_stride_bytes();
+  } else {
+    s.stride_bytes = layout.d;
+    s.scales = s.data + s.rows * layout.d;
+  }
+  return s;
+}
+
+// Row r of layer index li as bytes (payload then scales), for comparison across processes.
+void row_bytes(const TableSpan& s, int64_t r, std::string* out) {
+  out->assign(reinterpret_cast<const char*>(s.payload_of(r)), static_cast<size_t>(s.d));
+  out->append(reinterpret_cast<const char*>(s.scales_of(r)), static_cast<size_t>(s.d / 32));
+}
+
+// Checks `verify_rows` rows per layer (the same rows on every rank: chosen by the job's seed): against
+// synth_row for synthetic content; always folds them into one FNV-1a digest that the parent compares
+// across processes.
+json verify_rows(const RankJob& job, const EngramLayout& layout, const std::vector<TableSpan>& spans) {
+  uint64_t fnv = 1469598103934665603ull;
+  int64_t checked = 0, mismatches = 0;
+  std::string got, want;
+  std::vector<uint8_t> payload(static_cast<size_t>(layout.d)), scales(static_cast<size_t>(layout.d / 32));
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    for (int k = 0; k < job.verify_rows; ++k) {
+      const int64_t r = static_cast<int64_t>(mix_seed(job.seed, static_cast<uint64_t>(li), static_cast<uint64_t>(k)) %
+                                             static_cast<uint64_t>(spans[static_cast<size_t>(li)].rows));
+      row_bytes(spans[static_cast<size_t>(li)], r, &got);
+      for (char c : got) {
+        fnv ^= static_cast<uint8_t>(c);
+        fnv *= 1099511628211ull;
+      }
+      ++checked;
+      if (job.checkpoint.empty()) {
+        synth_row(job.seed, li, r, layout.d, payload.data(), scales.data());
+        want.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
+        want.append(reinterpret_cast<const char*>(scales.data()), scales.size());
+        if (want != got) ++mismatches;
+      }
+    }
+  }
+  return {{"rows_checked", checked},
+          {"mismatches", job.checkpoint.empty() ? json(mismatches) : json(nullptr)},
+          {"sample_fnv", fnv}};
+}
+
+// Rss / Pss of this process's table mappings (smaps via the census module).
+json table_memory(int pid) {
+  auto pc = host::process_census(pid, "engram:");
+  if (!pc.is_ok()) return {{"error", pc.status().to_string()}};
+  int64_t rss = 0, pss = 0;
+  int n = 0;
+  for (const auto& t : pc->tables) {
+    if (t.rss_bytes >= 0) rss += t.rss_bytes;
+    if (t.pss_bytes >= 0) pss += t.pss_bytes;
+    ++n;
+  }
+  return {{"pid", pid}, {"mappings", n}, {"rss_bytes", rss}, {"pss_bytes", pss}};
+}
+
+json census_json(const std::vector<host::SharedSegment>& segs, const EngramLayout& layout, const std::string& group,
+                 host::CensusPoint point, uint64_t max_samples) {
+  json out = json::array();
+  for (const auto& c : shared_table_census(segs, layout, group, point, max_samples)) out.push_back(c.to_json());
+  return out;
+}
+
+// Real text for rank r starts (r - 1) x (warm-up + steps) decode steps into the stream.
+class StepOffsetIdSource final : public IdSource {
+ public:
+  StepOffsetIdSource(std::unique_ptr<IdSource> inner, int64_t offset) : inner_(std::move(inner)), offset_(offset) {}
+  Status next_step(int64_t step, int batch, std::vector<std::vector<int64_t>>& ids) override {
+    if (!primed_) {
+      for (int64_t s = 0; s < offset_; ++s) ENGRAM_RETURN_IF_ERROR(inner_->next_step(s, batch, ids));
+      primed_ = true;
+    }
+    return inner_->next_step(step + offset_, batch, ids);
+  }
+  std::string describe() const override {
+    return inner_->describe() + (offset_ > 0 ? ", from step " + std::to_string(offset_) : "");
+  }
+
+ private:
+  std::unique_ptr<IdSource> inner_;
+  int64_t offset_;
+  bool primed_ = false;
+};
+
+// `stream` receives what makes this rank's ids its own: the seed, or the text's starting step.
+Result<std::unique_ptr<IdSource>> rank_ids(const RankJob& job, const EngramLayout& layout, int rank, std::string* note,
+                                           json* stream) {
+  if (job.ids == "text" || job.ids == "auto") {
+    const std::string tok = job.tokens.empty() ? default_token_file_path() : job.tokens;
+    auto t = make_text_id_source(layout, tok, "", 0);
+    if (t.is_ok()) {
+      const int64_t offset = int64_t{rank - 1} * (job.warmup + job.steps);
+      *stream = {{"text_from_step", offset}};
+      return std::unique_ptr<IdSource>(new StepOffsetIdSource(std::move(*t), offset));
+    }
+    if (job.ids == "text" || !job.tokens.empty()) return t.status().with_context("ids text");
+    *note = "real text unavailable (" + t.status().message() + "); using zipf(alpha=" + fmt(job.zipf_alpha, "%.2f") + ")";
+  }
+  const uint64_t seed = mix_seed(job.seed, static_cast<uint64_t>(rank), 0x1d5);
+  *stream = {{"seed", seed}};
+  if (job.ids == "uniform") return make_uniform_id_source(layout, seed);
+  return make_zipf_id_source(layout, job.zipf_alpha, seed);
+}
+
+// The rank processes of one run. See the file comment for why it is declared before the channel.
+struct RankSet {
+  std::vector<int> pids;
+  std::vector<sys::ExitInfo> exits;
+  std::vector<bool> reaped;
+
+  void add(int pid) {
+    pids.push_back(pid);
+    exits.emplace_back();
+    reaped.push_back(false);
+  }
+  // Waits up to `grace` for every rank, then SIGKILLs and reaps the rest.
+  void finish(Millis grace) {
+    const auto deadline = sys::deadline_after(grace);
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (reaped[i]) continue;
+      auto e = sys::wait_process(pids[i], deadline);
+      if (!e.is_ok()) {
+        (void)sys::kill_process(pids[i], SIGKILL);
+        e = sys::wait_process(pids[i], sys::deadline_after(std::chrono::seconds(10)));
+      }
+      if (e.is_ok()) exits[i] = *e;
+      reaped[i] = true;
+    }
+  }
+  ~RankSet() { finish(Millis(3000)); }
+};
+
+}  // namespace
+
+// ---- RankJob -------------------------------------------------------------------------------------
+
+json RankJob::to_json() const {
+  return {{"layout", layout},       {"table_bytes", table_bytes},
+          {"row_layout", row_layout}, {"checkpoint", checkpoint},
+          {"seed", seed},           {"batch", batch},
+          {"steps", steps},         {"warmup", warmup},
+          {"model_layers", model_layers}, {"prefetch", prefetch},
+          {"layer_us", layer_us},   {"ids", ids},
+          {"tokens", tokens},       {"zipf_alpha", zipf_alpha},
+          {"threads", threads},     {"checked", checked},
+          {"compute_only_baseline", compute_only_baseline},
+          {"verify_rows", verify_rows}, {"timeline", timeline},
+          {"ranks", ranks}};
+}
+
+Result<RankJob> RankJob::from_json(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status(Code::kInvalidArgument, "rank job: not a JSON object");
+  RankJob r;
+  std::string bad;
+  auto str = [&](const char* k, std::string* v) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_string()) bad = k;
+    else *v = it->get<std::string>();
+  };
+  auto integer = [&](const char* k, auto* v) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_number_integer()) bad = k;
+    else *v = it->get<std::remove_pointer_t<decltype(v)>>();
+  };
+  auto number = [&](const char* k, double* v) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_number()) bad = k;
+    else *v = it->get<double>();
+  };
+  auto boolean = [&](const char* k, bool* v) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_boolean()) bad = k;
+    else *v = it->get<bool>();
+  };
+  str("layout", &r.layout);
+  integer("table_bytes", &r.table_bytes);
+  str("row_layout", &r.row_layout);
+  str("checkpoint", &r.checkpoint);
+  integer("seed", &r.seed);
+  integer("batch", &r.batch);
+  integer("steps", &r.steps);
+  integer("warmup", &r.warmup);
+  integer("model_layers", &r.model_layers);
+  str("prefetch", &r.prefetch);
+  number("layer_us", &r.layer_us);
+  str("ids", &r.ids);
+  str("tokens", &r.tokens);
+  number("zipf_alpha", &r.zipf_alpha);
+  integer("threads", &r.threads);
+  boolean("checked", &r.checked);
+  boolean("compute_only_baseline", &r.compute_only_baseline);
+  integer("verify_rows", &r.verify_rows);
+  str("timeline", &r.timeline);
+  integer("ranks", &r.ranks);
+  if (!bad.empty()) return Status(Code::kInvalidArgument, "rank job: field '" + bad + "' missing or of the wrong type");
+  if (r.batch < 1 || r.steps < 1 || r.warmup < 0 || r.verify_rows < 0 || r.ranks < 1)
+    return Status(Code::kInvalidArgument, "rank job: batch, steps, ranks must be >= 1; warmup, verify_rows >= 0");
+  if (r.prefetch != "early" && r.prefetch != "on_demand")
+    return Status(Code::kInvalidArgument, "rank job: prefetch '" + r.prefetch + "' (early | on_demand)");
+  if (r.ids != "auto" && r.ids != "text" && r.ids != "zipf" && r.ids != "uniform")
+    return Status(Code::kInvalidArgument, "rank job: ids '" + r.ids + "' (auto | text | zipf | uniform)");
+  return r;
+}
+
+Result<EngramLayout> job_layout(const RankJob& job) {
+  ENGRAM_ASSIGN_OR_RETURN(RowFormat fmt_, parse_row_format(job.row_layout));
+  if (!job.checkpoint.empty()) return host::read_checkpoint_layout(job.checkpoint, fmt_);
+  return make_preset_layout(job.layout, job.table_bytes, fmt_);
+}
+
+Result<std::vector<TableSpan>> shared_table_spans(const EngramLayout& layout,
+                                                  const std::vector<host::SharedSegment>& segments) {
+  std::vector<TableSpan> spans;
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    auto it = std::find_if(segments.begin(), segments.end(), [&](const auto& s) { return s.layer_index == li; });
+    if (it == segments.end())
+      return Status(Code::kInvalidArgument, "shared table: no segment holds Engram layer index " + std::to_string(li));
+    if (it->backing.size_bytes() < static_cast<uint64_t>(layout.table_bytes(li)))
+      return Status(Code::kInvalidArgument, "shared table: segment of layer index " + std::to_string(li) + " holds " +
+                                                format_bytes(static_cast<int64_t>(it->backing.size_bytes())) +
+                                                ", the layout needs " + format_bytes(layout.table_bytes(li)));
+    spans.push_back(span_over(it->backing.data(), layout, li));
+  }
+  return spans;
+}
+
+Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::vector<host::SharedSegment>& segments) {
+  // One pass per replica (replica-per-node keeps a full copy on each node).
+  std::vector<int> replicas;
+  for (const auto& s : segments)
+    if (std::find(replicas.begin(), replicas.end(), s.replica_node) == replicas.end()) replicas.push_back(s.replica_node);
+  for (int node : replicas) {
+    std::vector<host::SharedSegment> view_of;  // not owning: spans only
+    std::vector<TableSpan> spans;
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      auto it = std::find_if(segments.begin(), segments.end(),
+                             [&](const auto& s) { return s.layer_index == li && s.replica_node == node; });
+      if (it == segments.end())
+        return Status(Code::kInvalidArgument, "load: no segment for layer index " + std::to_string(li) +
+                                                  (node >= 0 ? " on node " + std::to_string(node) : std::string()));
+      spans.push_back(span_over(it->backing.data(), layout, li));
+    }
+    if (!job.checkpoint.empty()) {
+      host::LoadOptions lo;
+      lo.display = host::ProgressDisplay::kOff;
+      ENGRAM_RETURN_IF_ERROR(host::load_checkpoint(job.checkpoint, layout, spans, lo));
+      continue;
+    }
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      const TableSpan s = spans[static_cast<size_t>(li)];
+      const int64_t per = (s.rows + threads - 1) / threads;
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t) {
+        const int64_t lo = t * per, hi = std::min(s.rows, lo + per);
+        if (lo >= hi) break;
+        pool.emplace_back([=] {
+          const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
+          for (int64_t r = lo; r < hi; ++r) {
+            synth_row(job.seed, li, r, s.d, s.payload_of(r), s.scales_of(r));
+            if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
+          }
+        });
+      }
+      for (auto& th : pool) th.join();
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
+                                                                 const std::string& shm_dir, const std::string& group) {
+  uint64_t huge_page_bytes = 0;
+  ENGRAM_ASSIGN_OR_RETURN(host::BackingKind kind, host::parse_backing_kind(backing, &huge_page_bytes));
+  if (kind == host::BackingKind::kAnonThp)
+    return Status(Code::kInvalidArgument,
+                  "backing anon-thp is private to one process: ranks cannot share it (use memfd, shm or hugetlb)");
+  std::vector<host::SharedSegmentSpec> specs;
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    host::TableIdentity id;
+    id.layer_id = layout.layer_ids[static_cast<size_t>(li)];
+    id.head_begin = 0;
+    id.head_end = layout.heads();
+    id.group = group;
+    host::SharedSegmentSpec s;
+    s.backing.kind = kind;
+    s.backing.size_bytes = static_cast<uint64_t>(layout.table_bytes(li));
+    s.backing.name = host::table_backing_name(id);
+    s.backing.shm_dir = shm_dir;
+    if (huge_page_bytes) s.backing.huge_page_bytes = huge_page_bytes;
+    s.layer_index = li;
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+std::vector<host::PageCensus> shared_table_census(const std::vector<host::SharedSegment>& segments,
+                                                  const EngramLayout& layout, const std::string& group,
+                                                  host::CensusPoint point, uint64_t max_samples) {
+  std::vector<host::PageCensus> out;
+  host::CensusOptions co;
+  co.max_samples = max_samples;
+  for (const auto& s : segments) {
+    host::TableIdentity id;
+    const int li = s.layer_index;
+    id.layer_id = li >= 0 && li < layout.n_layers() ? layout.layer_ids[static_cast<size_t>(li)] : -1;
+    id.head_end = layout.heads();
+    id.bytes = s.backing.size_bytes();
+    id.base = reinterpret_cast<uintptr_t>(s.backing.data());
+    id.group = group;
+    id.backing = s.backing.identity().to_string();
+    id.replica_node = s.replica_node;
+    co.page_bytes = s.backing.page_bytes();
+    out.push_back(host::take_census(s.backing.data(), s.backing.size_bytes(), id, point, co));
+  }
+  return out;
+}
+
+// ---- parent --------------------------------------------------------------------------------------
+
+Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
+  if (o.ranks < 1 || o.ranks > 1024)
+    return Status(Code::kInvalidArgument, "--ranks " + std::to_string(o.ranks) + ": expected 1..1024");
+  RankJob job = job_in;
+  job.ranks = o.ranks;
+  ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, job_layout(job));
+  ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(o.placement));
+  std::string exe = o.exe;
+  if (exe.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(exe, sys::self_exe_path());
+  }
+  const std::string group_name = "run-" + std::to_string(sys::process_id());
+  auto say = [&](const std::string& m) {
+    if (o.progress) o.progress(m);
+  };
+  const auto t_start = std::chrono::steady_clock::now();
+
+  // The guardian first: it is forked, and it removes the socket and named tables if we are killed.
+  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
+  auto guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
+  host::UnixGroupOptions gopt;
+  gopt.group = group_name;
+  ENGRAM_ASSIGN_OR_RETURN(auto listener, host::UnixGroupListener::listen(gopt));
+  ENGRAM_RETURN_IF_ERROR(guardian->arm(listener->socket_path()));
+
+  host::SharedTableSpec spec;
+  spec.group = group_name;
+  ENGRAM_ASSIGN_OR_RETURN(spec.segments, shared_segment_specs(layout, o.backing, o.shm_dir, group_name));
+  spec.placement = policy;
+  spec.job = job.to_json().dump();
+  spec.guardian = guardian;
+  say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
+      " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks ...");
+  ENGRAM_ASSIGN_OR_RETURN(auto group, host::SharedTableGroup::create(spec));
+  json census = json::array();
+  for (auto& c : census_json(group->segments(), layout, group_name, host::CensusPoint::kAfterPlacement, uint64_t{1} << 20))
+    census.push_back(c);
+
+  RankSet ranks;  // before the channel: see the file comment
+  std::vector<std::string> argv_base{exe,
+                                     "rank-worker",
+                                     "--socket",
+                                     listener->socket_path(),
+                                     "--group",
+                                     group_name,
+                                     "--join-timeout-ms",
+                                     std::to_string(o.join_timeout.count()),
+                                     "--step-timeout-ms",
+                                     std::to_string(o.timeouts.step.count()),
+                                     "--load-timeout-ms",
+                                     std::to_string(o.timeouts.load.count()),
+                                     "--replay-timeout-ms",
+                                     std::to_string(o.replay_timeout.count())};
+  for (const auto& a : o.extra_rank_args) argv_base.push_back(a);
+  for (int r = 0; r < o.ranks; ++r) {
+    auto pid = sys::spawn_process(argv_base);
+    if (!pid.is_ok()) return pid.status().with_context("starting rank process " + std::to_string(r + 1));
+    ranks.add(*pid);
+  }
+  say("waiting for " + std::to_string(o.ranks) + " ranks at " + listener->socket_path() + " ...");
+  auto channel = listener->accept_group(o.ranks, o.join_timeout);
+  if (!channel.is_ok()) return channel.status().with_context("engram run --ranks " + std::to_string(o.ranks));
+  (void)listener->unlink_socket();  // the group is complete: nobody else needs to find it
+  (void)guardian->disarm(listener->socket_path());
+
+  host::ProtocolHooks hooks;
+  hooks.load = [&](std::vector<host::SharedSegment>& segs) {
+    say(job.checkpoint.empty() ? "writing synthetic rows (seed " + std::to_string(job.seed) + ") ..."
+                               : "loading " + job.checkpoint + " ...");
+    return load_shared_table(job, layout, segs);
+  };
+  hooks.census = [&](host::CensusPoint p, const std::vector<host::SharedSegment>& segs, int) -> Result<std::string> {
+    json c = census_json(segs, layout, group_name, p, uint64_t{1} << 20);
+    for (auto& x : c) census.push_back(x);
+    return std::string();
+  };
+  Status admitted = group->admit(**channel, hooks, o.timeouts);
+  if (!admitted.is_ok()) return admitted.with_context("engram run --ranks " + std::to_string(o.ranks));
+
+  say("ranks replaying " + std::to_string(job.warmup) + "+" + std::to_string(job.steps) + " decode steps ...");
+  host::RankEntry mine;
+  auto replayed = (*channel)->all_gather(kStepReplayed, mine, o.replay_timeout);
+  if (!replayed.is_ok()) return replayed.status().with_context("engram run --ranks, step 'replayed'");
+  ENGRAM_RETURN_IF_ERROR(host::first_failure(kStepReplayed, *replayed).with_context("engram run --ranks"));
+  mine.message = table_memory(sys::process_id()).dump();
+  auto reports = (*channel)->all_gather(kStepReport, mine, o.timeouts.step);
+  if (!reports.is_ok()) return reports.status().with_context("engram run --ranks, step 'report'");
+  ENGRAM_RETURN_IF_ERROR(host::first_failure(kStepReport, *reports).with_context("engram run --ranks"));
+  for (auto& c : census_json(group->segments(), layout, group_name, host::CensusPoint::kAfterReplay, uint64_t{1} << 20))
+    census.push_back(c);
+  const std::vector<int> pids = (*channel)->pids();
+  channel->reset();  // ranks see the group end and exit
+  ranks.finish(Millis(30000));
+
+  // ---- the report ----
+  json out;
+  out["command"] = "run";
+  out["mode"] = "multi-rank";
+  out["ranks"] = o.ranks;
+  out["conditions"] = collect_conditions(ENGRAM_GIT_REV);
+  json placement = json::array();
+  uint64_t all_backings_bytes = 0;
+  for (const auto& s : group->segments()) {
+    placement.push_back({{"layer_index", s.layer_index}, {"backing", s.backing.identity().to_string()},
+                         {"report", s.report.to_json()}});
+    all_backings_bytes += s.backing.size_bytes();
+  }
+  out["table"] = {{"layout", layout.name},
+                  {"row_layout", row_format_name(layout.format)},
+                  {"d", layout.d},
+                  {"engram_layers", layout.layer_ids},
+                  {"heads", layout.heads()},
+                  {"rows", layout.total_rows()},
+                  {"bytes", layout.total_bytes()},
+                  {"bytes_all_backings", all_backings_bytes},
+                  {"content", job.checkpoint.empty() ? "synthetic(seed=" + std::to_string(job.seed) + ")"
+                                                     : "checkpoint " + job.checkpoint},
+                  {"backing", o.backing},
+                  {"placement_requested", o.placement},
+                  {"placement", placement},
+                  {"read_only_ranks", o.read_only}};
+  json steps = json::array();
+  for (const auto& s : group->steps()) {
+    json e = json::array();
+    for (const auto& x : s.entries) e.push_back({{"rank", x.rank}, {"pid", x.pid}, {"ok", x.status.is_ok()}});
+    steps.push_back({{"step", s.step}, {"seconds", s.seconds}, {"entries", e}});
+  }
+  out["group"] = {{"name", group_name}, {"socket", listener->socket_path()}, {"leader_pid", sys::process_id()},
+                  {"rank_pids", json(std::vector<int>(pids.begin() + 1, pids.end()))}, {"protocol", steps}};
+  out["census"] = census;
+  json per_rank = json::array(), rank_census = json::array(), mem_ranks = json::array();
+  json leader_mem = json::parse((*reports)[0].message, nullptr, false);
+  int64_t pss_sum = leader_mem.is_object() ? leader_mem.value("pss_bytes", int64_t{0}) : 0;
+  double rows_per_s_sum = 0, tokens_per_s_sum = 0, step_median_max = kNotRecorded;
+  bool same_bytes = true;
+  std::vector<double> layer_e_max;
+  uint64_t first_fnv = 0;
+  for (size_t r = 1; r < reports->size(); ++r) {
+    const auto& e = (*reports)[r];
+    json rep = json::parse(e.message, nullptr, false);
+    if (!rep.is_object()) return Status(Code::kInternal, "rank " + std::to_string(r) + " sent an unreadable report");
+    const auto& exit = ranks.exits[r - 1];
+    per_rank.push_back({{"rank", r}, {"pid", e.pid}, {"exit", exit.to_string()}, {"report", rep}});
+    if (rep.contains("census")) rank_census.push_back({{"rank", r}, {"census", rep["census"]}});
+    if (rep.contains("memory")) {
+      mem_ranks.push_back(rep["memory"]);
+      pss_sum += rep["memory"].value("pss_bytes", int64_t{0});
+    }
+    const auto& lk = rep["lookup"];
+    if (lk["rows_per_s"].is_number()) rows_per_s_sum += lk["rows_per_s"].get<double>();
+    if (rep["steps"]["tokens_per_s"].is_number()) tokens_per_s_sum += rep["steps"]["tokens_per_s"].get<double>();
+    const auto& med = rep["steps"]["step_ns"]["median"];
+    if (med.is_number())
+      step_median_max = std::isfinite(step_median_max) ? std::max(step_median_max, med.get<double>()) : med.get<double>();
+    const auto& layers = rep["layers"];
+    layer_e_max.resize(layers.size(), kNotRecorded);
+    for (size_t k = 0; k < layers.size(); ++k) {
+      const auto& v = layers[k]["exposed_wait_ns"]["median"];
+      if (v.is_number())
+        layer_e_max[k] = std::isfinite(layer_e_max[k]) ? std::max(layer_e_max[k], v.get<double>()) : v.get<double>();
+    }
+    const uint64_t fnv = rep["verify"]["sample_fnv"].get<uint64_t>();
+    if (r == 1) first_fnv = fnv;
+    same_bytes = same_bytes && fnv == first_fnv && !(rep["verify"]["mismatches"].is_number() &&
+                                                     rep["verify"]["mismatches"].get<int64_t>() != 0);
+  }
+  out["per_rank"] = per_rank;
+  out["rank_census"] = rank_census;
+  json layer_e = json::array();
+  for (size_t k = 0; k < layer_e_max.size(); ++k)
+    layer_e.push_back({{"layer_id", layout.layer_ids[k]}, {"exposed_wait_ns_median_worst_rank", num(layer_e_max[k])}});
+  out["aggregate"] = {{"rows_per_s_sum", rows_per_s_sum},
+                      {"tokens_per_s_sum", tokens_per_s_sum},
+                      {"step_ns_median_worst_rank", num(step_median_max)},
+                      {"layers", layer_e},
+                      {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()}};
+  out["memory"] = {{"table_bytes", all_backings_bytes},
+                   {"leader", leader_mem},
+                   {"ranks", mem_ranks},
+                   {"pss_sum_bytes", pss_sum},
+                   {"note", "Pss divides each shared page among its mappers: the sum over processes counts the "
+                            "table's resident pages once"}};
+  out["same_bytes"] = same_bytes;
+  return out;
+}
+
+// ---- rank ----------------------------------------------------------------------------------------
+
+Status run_rank_worker(const RankWorkerOptions& o) {
+  host::UnixGroupOptions gopt;
+  gopt.group = o.group;
+  ENGRAM_ASSIGN_OR_RETURN(auto channel, host::UnixGroupChannel::connect(o.socket_path, gopt, o.join_timeout));
+  const int rank = channel->rank();
+  auto fault = [&](const std::string& step) {
+    if (!o.fault_at.empty() && step == o.fault_at && (o.fault_rank < 0 || o.fault_rank == rank)) raise(SIGKILL);
+  };
+  // Ranks take their census after the replay (below); the leader takes it at the protocol's points.
+  host::ProtocolHooks hooks;
+  hooks.on_step = [&](const std::string& step, int) { fault(step); };
+  host::PeerOptions po;
+  po.read_only = true;
+  const std::string group_name = o.group;
+  EngramLayout layout;
+  RankJob job;
+  auto g = host::SharedTableGroup::join(*channel, po, hooks, o.timeouts);
+  if (!g.is_ok()) return g.status();
+  auto parsed = RankJob::from_json((*g)->job());
+  nlohmann::json report;
+  Status local = parsed.status();
+  std::vector<TableSpan> spans;
+  std::unique_ptr<cpu::CpuPrefetchQueue> queue;
+  if (local.is_ok()) {
+    job = *parsed;
+    auto l = job_layout(job);
+    local = l.status();
+    if (local.is_ok()) layout = *l;
+  }
+  if (local.is_ok()) {
+    auto s = shared_table_spans(layout, (*g)->segments());
+    local = s.status();
+    if (local.is_ok()) spans = *s;
+  }
+  if (local.is_ok()) {
+    local = [&]() -> Status {
+      report["rank"] = rank;
+      report["pid"] = sys::process_id();
+      report["verify"] = verify_rows(job, layout, spans);
+      if (report["verify"]["mismatches"].is_number() && report["verify"]["mismatches"].get<int64_t>() != 0)
+        return Status(Code::kInternal, "rank " + std::to_string(rank) + ": " +
+                                           std::to_string(report["verify"]["mismatches"].get<int64_t>()) +
+                                           " sampled rows differ from the table's synthetic content");
+      std::string note;
+      json stream;
+      ENGRAM_ASSIGN_OR_RETURN(auto ids, rank_ids(job, layout, rank, &note, &stream));
+      report["ids_stream"] = stream;
+      std::vector<TableView> views;
+      for (const auto& s : spans) views.push_back(s.view());
+      const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      cpu::CpuPrefetchOptions qopt;
+      qopt.rank = rank;
+      qopt.lookup_threads = job.threads > 0 ? job.threads : std::max(1, hw / std::max(1, job.ranks) - 1);
+      qopt.checked = job.checked;
+      ENGRAM_ASSIGN_OR_RETURN(queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), qopt));
+      cpu::CpuLayerCompute compute(job.layer_us);
+      DecodeReplayOptions ropt;
+      ropt.batch = job.batch;
+      ropt.steps = job.steps;
+      ropt.warmup_steps = job.warmup;
+      ropt.model_layers = job.model_layers;
+      ropt.mode = job.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
+      ropt.compute_only_baseline = job.compute_only_baseline;
+      ENGRAM_ASSIGN_OR_RETURN(DecodeReplayReport r, run_decode_replay(layout, *ids, *queue, compute, ropt));
+      const double slowdown =
+          (std::isfinite(r.step_ns.median) && std::isfinite(r.compute_only_step_ns.median) && r.compute_only_step_ns.median > 0)
+              ? r.step_ns.median / r.compute_only_step_ns.median
+              : kNotRecorded;
+      report["backend"] = "cpu";
+      report["lookup_threads"] = qopt.lookup_threads;
+      report["ids"] = ids->describe();
+      report["ids_note"] = note.empty() ? json(nullptr) : json(note);
+      report["replica_node"] = (*g)->segments().front().replica_node;
+      report["read_only"] = (*g)->segments().front().read_only;
+      report["lookup"] = {{"rows", r.rows_looked_up},
+                          {"dead_rows", r.dead_rows},
+                          {"invalid_ids", r.invalid_ids},
+                          {"busy_ns", num(r.lookup_busy_ns)},
+                          {"rows_per_s", num(r.rows_per_s)},
+                          {"source_gbps", num(r.source_gbps)},
+                          {"staging_gbps", num(r.staging_gbps)},
+                          {"distinct_id_fraction", num(r.distinct_id_fraction)}};
+      report["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step},
+                         {"b_staging_per_step", r.b_staging_bytes_per_step}};
+      report["steps"] = {{"step_ns", dist_json(r.step_ns)},
+                         {"compute_only_step_ns", dist_json(r.compute_only_step_ns)},
+                         {"slowdown", num(slowdown)},
+                         {"tokens_per_s", num(r.tokens_per_s)}};
+      json layers = json::array();
+      for (const auto& l : r.layers)
+        layers.push_back({{"layer_id", l.layer_id},
+                          {"exposed_wait_ns", dist_json(l.exposed_wait_ns)},
+                          {"measured_wait_ns", dist_json(l.measured_wait_ns)},
+                          {"lookup_ns", dist_json(l.lookup_ns)},
+                          {"queue_ns", dist_json(l.queue_ns)}});
+      report["layers"] = layers;
+      report["timeline"] = nullptr;
+      if (!job.timeline.empty() && job.timeline != "none") {
+        const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";
+        std::ofstream f(path);
+        if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
+        f << queue->timeline().to_chrome_trace().dump() << "\n";
+        report["timeline"] = path;
+      }
+      return Status::ok();
+    }();
+  }
+  fault(kStepReplayed);
+  host::RankEntry mine;
+  mine.status = local;
+  auto replayed = channel->all_gather(kStepReplayed, mine, o.replay_timeout);
+  if (!replayed.is_ok()) return replayed.status();
+  ENGRAM_RETURN_IF_ERROR(host::first_failure(kStepReplayed, *replayed));
+  // Every rank has finished its replay and still maps the table: Pss now shares pages among all.
+  report["memory"] = table_memory(sys::process_id());
+  report["census"] = census_json((*g)->segments(), layout, group_name, host::CensusPoint::kAfterReplay, 4096);
+  fault(kStepReport);
+  host::RankEntry rep;
+  rep.message = report.dump(-1, ' ', false, json::error_handler_t::replace);
+  auto done = channel->all_gather(kStepReport, rep, o.timeouts.step);
+  if (!done.is_ok()) return done.status();
+  return host::first_failure(kStepReport, *done);
+}
+
+// ---- text ------------------------------------------------------------------------------------------
+
+std::string multi_rank_text(const json& j) {
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  const auto& t = j["table"];
+  line("engram run --ranks " + std::to_string(j["ranks"].get<int>()) + " — " +
+       conditions_summary(j["conditions"]));
+  line("");
+  line("Table     " + t["layout"].get<std::string>() + ", " + t["row_layout"].get<std::string>() + " rows of d=" +
+       std::to_string(t["d"].get<int>()) + ", Engram layers " + t["engram_layers"].dump() + " x " +
+       std::to_string(t["heads"].get<int>()) + " heads, " + format_bytes(t["bytes"].get<int64_t>()) + ", " +
+       t["content"].get<std::string>());
+  line("Memory    ONE shared copy: " + t["backing"].get<std::string>() + " backing, placement " +
+       t["placement_requested"].get<std::string>() + (t["read_only_ranks"].get<bool>() ? ", ranks map it read-only" : ""));
+  for (const auto& p : t["placement"])
+    line("          layer index " + std::to_string(p["layer_index"].get<int>()) + ": " + p["backing"].get<std::string>() +
+         "; requested " + p["report"].value("requested", "?") + ", obtained " + p["report"].value("obtained", "?"));
+  std::string proto;
+  for (const auto& s : j["group"]["protocol"]) proto += " " + s["step"].get<std::string>() + " " + fmt(s["seconds"].get<double>() * 1e3, "%.1f") + " ms;";
+  line("Group     " + j["group"]["name"].get<std::string>() + ", leader pid " +
+       std::to_string(j["group"]["leader_pid"].get<int>()) + ", rank pids " + j["group"]["rank_pids"].dump());
+  line("Protocol " + proto);
+  for (const auto& c : j["census"]) {
+    if (c.value("point", "") != "after load" && c.value("point", "") != "after replay") continue;
+    std::string nodes;
+    if (c.contains("pages_per_node") && c["pages_per_node"].is_object())
+      for (auto it = c["pages_per_node"].begin(); it != c["pages_per_node"].end(); ++it)
+        nodes += " N" + it.key() + "=" + it.value().dump() + " pages";
+    line("Census    " + c.value("point", "?") + ", layer " + std::to_string(c["table"].value("layer_id", -1)) + ":" +
+         (c.value("known", false) ? nodes : " unknown (" + c.value("reason", "") + ")") +
+         (c.value("not_resident", 0) ? ", " + std::to_string(c.value("not_resident", 0)) + " not resident" : ""));
+  }
+  const auto& m = j["memory"];
+  line("Pss       sum over leader and ranks " + format_bytes(m["pss_sum_bytes"].get<int64_t>()) + " for " +
+       format_bytes(m["table_bytes"].get<int64_t>()) + " of table (one copy, not " + std::to_string(j["ranks"].get<int>() + 1) +
+       "); rows identical on every rank: " + (j["same_bytes"].get<bool>() ? "yes" : "NO"));
+  line("");
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-5s %-8s %-9s %12s %10s %12s %12s %s", "rank", "pid", "exit", "rows/s", "src GB/s",
+                "step med us", "tokens/s", "E med us per layer");
+  line(buf);
+  for (const auto& r : j["per_rank"]) {
+    const auto& rep = r["report"];
+    std::string e;
+    for (const auto& l : rep["layers"])
+      e += " L" + std::to_string(l["layer_id"].get<int>()) + "=" +
+           (l["exposed_wait_ns"]["median"].is_number() ? fmt(l["exposed_wait_ns"]["median"].get<double>() / 1e3, "%.1f") : "n/a");
+    auto d = [](const json& v, double scale, const char* f) { return v.is_number() ? fmt(v.get<double>() * scale, f) : std::string("n/a"); };
+    std::snprintf(buf, sizeof buf, "%-5d %-8d %-9s %12s %10s %12s %12s%s", r["rank"].get<int>(), r["pid"].get<int>(),
+                  r["exit"].get<std::string>().c_str(), d(rep["lookup"]["rows_per_s"], 1e-6, "%.2f M").c_str(),
+                  d(rep["lookup"]["source_gbps"], 1, "%.2f").c_str(), d(rep["steps"]["step_ns"]["median"], 1e-3, "%.1f").c_str(),
+                  d(rep["steps"]["tokens_per_s"], 1, "%.0f").c_str(), e.c_str());
+    line(buf);
+  }
+  const auto& a = j["aggregate"];
+  line("");
+  line("Aggregate " + fmt(a["rows_per_s_sum"].get<double>() / 1e6, "%.2f") + " M rows/s and " +
+       fmt(a["tokens_per_s_sum"].get<double>(), "%.0f") + " tokens/s over all ranks; worst median step " +
+       (a["step_ns_median_worst_rank"].is_number() ? fmt(a["step_ns_median_worst_rank"].get<double>() / 1e3, "%.1f") : "n/a") +
+       " us; wall " + fmt(a["wall_s"].get<double>(), "%.2f") + " s");
+  line("Ids       " + (j["per_rank"].empty() ? std::string("?") : j["per_rank"][0]["report"].value("ids", "?")) +
+       " (rank 1; each rank has its own stream)");
+  return out;
+}
+
+}  // namespace engram

@@ -1,0 +1,121 @@
+// Multi-rank decode replay over ONE shared table: what `engram run --ranks N` does.
+//
+// The parent process is the shared group's leader (host/group.hpp). It creates one backing per Engram
+// layer (memfd by default, a named /dev/shm file with --backing shm), applies the placement before the
+// first page exists, then starts N rank processes (posix_spawn of the engram binary's hidden
+// `rank-worker` subcommand: a fresh exec, so no descriptor or lock leaks from the parent) and runs the
+// protocol with them: describe -> attach (read-only mappings) -> census -> leader-only load (synthetic
+// rows or a checkpoint) -> ready -> census. Each rank then runs the decode replay (run_decode_replay) on
+// its own CPU prefetch queue over the SHARED mapping -- DP ranks: its own id stream (zipf / uniform seeded
+// by rank; real text advanced by rank x steps), the same table -- checks sampled rows against the
+// content, reports Rss/Pss of its table mappings, and sends its JSON report through the group's
+// all-gather. The parent adds the census after replay, aggregates and reaps every rank.
+//
+// Failures: a rank that dies or fails at any step fails the run with the step and the rank named (the
+// protocol's own errors); the parent then kills and reaps the remaining ranks, and no named file or
+// socket is left (unlinked on failure, or by the guardian if the parent itself is killed).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engram/layout.hpp"
+#include "engram/status.hpp"
+#include "engram/table.hpp"
+#include "host/group.hpp"
+
+namespace engram {
+
+// What the table holds and what every rank replays. Travels to the ranks as the group's job (JSON).
+struct RankJob {
+  std::string layout = "v41-flash-mini";  // preset (ignored with a checkpoint)
+  int64_t table_bytes = 512LL << 20;      // preset's total table bytes
+  std::string row_layout = "fused";       // fused | split
+  std::string checkpoint;                 // the leader loads this file; "" = synthetic rows (seed)
+  uint64_t seed = 1;                      // synthetic content, and the ids (plus the rank)
+  int batch = 64;                         // sequences per rank and step
+  int steps = 32;
+  int warmup = 4;
+  int model_layers = 0;                   // 0 = last Engram layer + 2
+  std::string prefetch = "early";         // early | on_demand
+  double layer_us = 200;
+  std::string ids = "auto";               // auto (text when available, else zipf) | text | zipf | uniform
+  std::string tokens;                     // token file for text ids ("" = the setup's default)
+  double zipf_alpha = 1.0;
+  int threads = 0;                        // lookup threads per rank; 0 = max(1, cores / ranks - 1)
+  bool checked = false;
+  bool compute_only_baseline = true;
+  int verify_rows = 64;                   // rows per layer each rank compares with the expected content
+  std::string timeline;                   // "" / "none": no trace; else rank r writes "<timeline>.rank<r>.json"
+  int ranks = 1;                          // filled in by run_multi_rank
+
+  nlohmann::json to_json() const;
+  // kInvalidArgument naming the field for a malformed job.
+  static Result<RankJob> from_json(const std::string& text);
+};
+
+// The job's layout: the preset's, or the checkpoint's (read from its header).
+Result<EngramLayout> job_layout(const RankJob& job);
+
+// Views of every Engram layer over shared segments (one per layer index; with replicas, the segment
+// of each layer that this process attached). kInvalidArgument when a layer has no segment or a
+// segment is smaller than the layer's table.
+Result<std::vector<TableSpan>> shared_table_spans(const EngramLayout& layout,
+                                                  const std::vector<host::SharedSegment>& segments);
+// Leader load hook: synthetic rows (synth_row, as HostTable::fill_synthetic) or the job's checkpoint
+// into the shared segments, every replica included.
+Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::vector<host::SharedSegment>& segments);
+// The table's backing options per layer (name "engram:layer=<L>:heads=0-<H>:group=<g>").
+Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
+                                                                 const std::string& shm_dir, const std::string& group);
+
+// move_pages census of each segment at a named point, each named by its layer, heads, group and
+// backing (host/census.hpp); exact up to `max_samples` pages per segment, sampled with a stated stride
+// beyond.
+std::vector<host::PageCensus> shared_table_census(const std::vector<host::SharedSegment>& segments,
+                                                  const EngramLayout& layout, const std::string& group,
+                                                  host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20);
+
+struct MultiRankOptions {
+  int ranks = 2;
+  std::string backing = "memfd";        // memfd | shm | hugetlb | hugetlb-1g (anon-thp cannot be shared)
+  std::string placement = "none";       // host/placement.hpp text forms
+  std::string shm_dir = "/dev/shm";
+  std::string exe;                      // engram binary for the ranks; "" = /proc/self/exe
+  std::vector<std::string> extra_rank_args;  // appended to every rank's command line (tests: --fault-at)
+  bool read_only = true;                // ranks map the table PROT_READ
+  host::ProtocolTimeouts timeouts;
+  host::Millis join_timeout{60000};     // all ranks started and connected
+  host::Millis replay_timeout{3600000}; // a rank's whole replay
+  std::function<void(const std::string&)> progress;  // one line per phase (the CLI prints to stderr)
+};
+
+// Parent side (see the file comment). The JSON: command, mode "multi-rank", ranks, conditions, table,
+// group (name, socket, leader pid, protocol steps with every rank's entry), census (leader, after
+// placement / load / replay), rank_census, per_rank (pid, exit, report), aggregate (summed rows/s and
+// tokens/s, worst median step, per-layer worst exposed wait), memory (Rss/Pss of the table mappings per
+// process and the Pss sum against the table bytes: one copy, not N), same_bytes.
+// Errors: kInvalidArgument for bad options; the protocol's errors naming step and rank; a rank's own
+// failure (its replay error) naming the rank.
+Result<nlohmann::json> run_multi_rank(const RankJob& job, const MultiRankOptions& options);
+
+struct RankWorkerOptions {
+  std::string socket_path;
+  std::string group;
+  host::Millis join_timeout{60000};
+  host::ProtocolTimeouts timeouts;
+  host::Millis replay_timeout{3600000};
+  std::string fault_at;  // testing: this rank SIGKILLs itself on entering this step
+  int fault_rank = -1;   // ... when its rank is this (-1: every rank)
+};
+// Rank side: the body of `engram rank-worker`. Errors as they reached this rank (its own, or the
+// group's naming another rank).
+Status run_rank_worker(const RankWorkerOptions& options);
+
+// Human-readable report of run_multi_rank's JSON.
+std::string multi_rank_text(const nlohmann::json& report);
+
+}  // namespace engram

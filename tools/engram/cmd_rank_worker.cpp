@@ -1,0 +1,48 @@
+// `engram rank-worker` (hidden): one rank of `engram run --ranks N`, started by the parent with the
+// group's socket and name. It joins the shared group, replays on the shared table and reports back
+// through the group (src/replay/multi_rank.hpp); errors go to stderr and the exit code.
+#include "command.hpp"
+#include "replay/multi_rank.hpp"
+
+namespace engram::cli {
+namespace {
+
+struct WorkerArgs {
+  std::string socket;
+  std::string group;
+  int64_t join_ms = 60000, step_ms = 30000, load_ms = 600000, replay_ms = 3600000;
+  std::string fault_at;
+  int fault_rank = -1;
+};
+
+auto setup(CLI::App& sub) -> std::function<int()> {
+  auto a = std::make_shared<WorkerArgs>();
+  sub.group("");  // hidden from `engram --help`: started by `engram run --ranks N` only
+  sub.add_option("--socket", a->socket, "Leader's socket")->required();
+  sub.add_option("--group", a->group, "Shared group name")->required();
+  sub.add_option("--join-timeout-ms", a->join_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--step-timeout-ms", a->step_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--load-timeout-ms", a->load_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--replay-timeout-ms", a->replay_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--fault-at", a->fault_at, "Testing: SIGKILL this rank on entering this protocol step");
+  sub.add_option("--fault-rank", a->fault_rank, "Testing: only this rank (default: every rank)");
+  return [a] {
+    RankWorkerOptions o;
+    o.socket_path = a->socket;
+    o.group = a->group;
+    o.join_timeout = host::Millis(a->join_ms);
+    o.timeouts.step = host::Millis(a->step_ms);
+    o.timeouts.load = host::Millis(a->load_ms);
+    o.replay_timeout = host::Millis(a->replay_ms);
+    o.fault_at = a->fault_at;
+    o.fault_rank = a->fault_rank;
+    Status s = run_rank_worker(o);
+    if (!s.is_ok()) return report_failure("rank-worker", s);
+    return 0;
+  };
+}
+
+}  // namespace
+}  // namespace engram::cli
+
+ENGRAM_COMMAND(rank_worker, "rank-worker", "One rank of `engram run --ranks N` (started by it)", engram::cli::setup);

@@ -1,0 +1,208 @@
+// `engram serve-table`: a leader that holds one shared table for other processes until SIGINT/SIGTERM.
+//
+// It builds the table once (placement before first touch, every page allocated, rows written: synthetic
+// or a checkpoint), prints the socket path, the group name and the census, then admits peers round after
+// round: each round waits for --peers processes, runs the shared-table protocol with them (host/group.hpp)
+// and prints what happened, including each rank's census text. Connections of earlier rounds stay open
+// until the server stops, so a peer can watch for the leader's exit. A memfd table can be admitted any
+// number of times; a named (shm) table is unlinked after the first round, so a later peer gets the
+// protocol's "joined late" error (printed, and the server goes on). The group's job text is a RankJob
+// (src/replay/multi_rank.hpp): a peer rebuilds the layout from it and reads the rows directly.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "core/units.hpp"
+#include "replay/multi_rank.hpp"
+#include "report.hpp"
+#include "sys/process.hpp"
+
+namespace engram::cli {
+namespace {
+
+struct ServeArgs {
+  std::string layout = "v41-flash-mini";
+  std::string table_size = "512MiB";
+  std::string row_layout = "fused";
+  std::string checkpoint;
+  uint64_t seed = 1;
+  std::string backing = "memfd";
+  std::string placement = "none";
+  std::string shm_dir = "/dev/shm";
+  std::string socket;
+  std::string group = "engram-table";
+  int peers = 1;
+  int64_t step_timeout_ms = 30000;
+  int64_t join_timeout_ms = 0;
+  bool json = false;
+};
+
+std::string census_line(const host::PageCensus& c) {
+  std::string s = std::string(host::census_point_name(c.point)) + ", layer " + std::to_string(c.table.layer_id) + ": ";
+  if (!c.known) return s + "unknown (" + c.reason + ")";
+  for (auto& [node, pages] : c.pages_per_node)
+    s += "N" + std::to_string(node) + "=" + std::to_string(pages) + " pages (" + fmt_num(100.0 * c.fraction_on(node), "%.1f%%") + ") ";
+  s += std::to_string(c.not_resident) + " not resident; " + std::to_string(c.pages_sampled) + " of " +
+       std::to_string(c.pages_total) + " pages sampled";
+  return s;
+}
+
+int serve(const ServeArgs& a) {
+  auto emit = [&](const nlohmann::json& event, const std::string& text) {
+    if (a.json) std::printf("%s\n", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    else std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+  };
+  Status sig = sys::install_stop_handlers();
+  if (!sig.is_ok()) return report_failure("serve-table", sig);
+  RankJob job;
+  job.layout = a.layout;
+  job.row_layout = a.row_layout;
+  job.checkpoint = a.checkpoint;
+  job.seed = a.seed;
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return report_failure("serve-table", size.status().with_context("--table-size"));
+  job.table_bytes = *size;
+  auto layout = job_layout(job);
+  if (!layout.is_ok()) return report_failure("serve-table", layout.status().with_context(a.checkpoint.empty() ? "--layout" : "--checkpoint"));
+  auto policy = host::parse_placement(a.placement);
+  if (!policy.is_ok()) return report_failure("serve-table", policy.status().with_context("--placement"));
+
+  auto guard = sys::FileGuardian::start();
+  if (!guard.is_ok()) return report_failure("serve-table", guard.status());
+  auto guardian = std::make_shared<sys::FileGuardian>(std::move(*guard));
+  host::UnixGroupOptions gopt;
+  gopt.group = a.group;
+  gopt.socket_path = a.socket;
+  auto listener = host::UnixGroupListener::listen(gopt);
+  if (!listener.is_ok()) return report_failure("serve-table", listener.status().with_context("--socket"));
+  (void)guardian->arm((*listener)->socket_path());
+
+  host::SharedTableSpec spec;
+  spec.group = a.group;
+  auto segs = shared_segment_specs(*layout, a.backing, a.shm_dir, a.group);
+  if (!segs.is_ok()) return report_failure("serve-table", segs.status().with_context("--backing"));
+  spec.segments = std::move(*segs);
+  spec.placement = *policy;
+  spec.job = job.to_json().dump();
+  spec.guardian = guardian;
+  if (!a.json)
+    std::fprintf(stderr, "engram serve-table: building %s table (%s, %s backing, placement %s) ...\n", layout->name.c_str(),
+                 format_bytes(layout->total_bytes()).c_str(), a.backing.c_str(), a.placement.c_str());
+  auto group = host::SharedTableGroup::create(spec);
+  if (!group.is_ok()) return report_failure("serve-table", group.status());
+  std::vector<host::PageCensus> census =
+      shared_table_census((*group)->segments(), *layout, a.group, host::CensusPoint::kAfterPlacement);
+  Status loaded = (*group)->load([&](std::vector<host::SharedSegment>& s) { return load_shared_table(job, *layout, s); });
+  if (!loaded.is_ok()) return report_failure("serve-table", loaded);
+  for (auto& c : shared_table_census((*group)->segments(), *layout, a.group, host::CensusPoint::kAfterLoad))
+    census.push_back(std::move(c));
+
+  nlohmann::json ready = {{"event", "ready"},
+                          {"socket", (*listener)->socket_path()},
+                          {"group", a.group},
+                          {"pid", sys::process_id()},
+                          {"peers_per_round", a.peers},
+                          {"job", job.to_json()},
+                          {"table", (*group)->description()},
+                          {"census", nlohmann::json::array()}};
+  std::string text = "engram serve-table: group '" + a.group + "' at " + (*listener)->socket_path() + " (leader pid " +
+                     std::to_string(sys::process_id()) + ")\n" + "table " + layout->name + ", " +
+                     format_bytes(layout->total_bytes()) + ", " + std::to_string(layout->n_layers()) + " Engram layers, " +
+                     a.backing + " backing, placement " + a.placement + ", " +
+                     (a.checkpoint.empty() ? "synthetic(seed=" + std::to_string(a.seed) + ")" : "checkpoint " + a.checkpoint);
+  for (const auto& s : (*group)->segments()) text += "\n  " + s.backing.identity().to_string() + ": " + s.report.to_string();
+  for (const auto& c : census) {
+    ready["census"].push_back(c.to_json());
+    text += "\n  census " + census_line(c);
+  }
+  text += "\nready: " + std::to_string(a.peers) + " peer(s) per round; SIGINT or SIGTERM stops";
+  emit(ready, text);
+
+  host::ProtocolHooks hooks;
+  hooks.census = [&](host::CensusPoint p, const std::vector<host::SharedSegment>& s, int) -> Result<std::string> {
+    std::string out;
+    for (const auto& c : shared_table_census(s, *layout, a.group, p)) out += census_line(c) + "\n";
+    return out;
+  };
+  host::ProtocolTimeouts timeouts;
+  timeouts.step = host::Millis(a.step_timeout_ms);
+  const host::Millis join = host::Millis(a.join_timeout_ms > 0 ? a.join_timeout_ms : int64_t{365} * 24 * 3600 * 1000);
+  std::vector<std::unique_ptr<host::UnixGroupChannel>> rounds;  // kept open until we stop
+  int served = 0, failed = 0;
+  while (!sys::stop_requested()) {
+    auto ch = (*listener)->accept_group(a.peers, join, [] { return sys::stop_requested(); });
+    if (!ch.is_ok()) {
+      if (sys::stop_requested()) break;
+      emit({{"event", "round"}, {"round", rounds.size() + 1}, {"ok", false}, {"error", ch.status().to_string()}},
+           "round " + std::to_string(rounds.size() + 1) + ": " + ch.status().to_string());
+      ++failed;
+      continue;
+    }
+    Status s = (*group)->admit(**ch, hooks, timeouts);
+    const int round = static_cast<int>(rounds.size()) + 1;
+    nlohmann::json ev = {{"event", "round"}, {"round", round}, {"ok", s.is_ok()}, {"pids", (*ch)->pids()}};
+    std::string t = "round " + std::to_string(round) + ": pids " + nlohmann::json((*ch)->pids()).dump() + " " +
+                    (s.is_ok() ? "attached" : "FAILED: " + s.to_string());
+    if (!s.is_ok()) ev["error"] = s.to_string();
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& r : (*group)->steps()) {
+      nlohmann::json e = nlohmann::json::array();
+      for (const auto& x : r.entries) {
+        e.push_back({{"rank", x.rank}, {"pid", x.pid}, {"ok", x.status.is_ok()}, {"message", x.message}});
+        if (r.step == std::string(host::kStepCensusLoaded) && !x.message.empty())
+          t += "\n  rank " + std::to_string(x.rank) + " census:\n    " + x.message;
+      }
+      steps.push_back({{"step", r.step}, {"seconds", r.seconds}, {"entries", e}});
+    }
+    ev["steps"] = steps;
+    emit(ev, t);
+    if (s.is_ok()) served += (*ch)->world_size() - 1;
+    else ++failed;
+    rounds.push_back(std::move(*ch));
+  }
+  const int signo = sys::stop_signal();
+  rounds.clear();  // peers see the leader's end of each connection close
+  emit({{"event", "stopped"}, {"signal", signo}, {"peers_served", served}, {"rounds_failed", failed}},
+       "stopping on signal " + std::to_string(signo) + ": " + std::to_string(served) + " peer(s) served, " +
+           std::to_string(failed) + " round(s) failed");
+  return 0;
+}
+
+auto setup(CLI::App& sub) -> std::function<int()> {
+  auto a = std::make_shared<ServeArgs>();
+  sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
+      ->check(CLI::IsMember(preset_names()));
+  sub.add_option("--table-size", a->table_size, "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB");
+  sub.add_option("--row-layout", a->row_layout, "Row layout: fused (default) or split")->check(CLI::IsMember({"fused", "split"}));
+  sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
+  sub.add_option("--seed", a->seed, "Seed of the synthetic rows (default 1)");
+  sub.add_option("--backing", a->backing, "memfd (default; passed to peers over the socket), shm (named file, "
+                                          "unlinked after the first round), hugetlb, hugetlb-1g")
+      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g"}));
+  sub.add_option("--placement", a->placement,
+                 "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
+                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+  sub.add_option("--shm-dir", a->shm_dir, "Directory of the named file for --backing shm (default /dev/shm)");
+  sub.add_option("--socket", a->socket,
+                 "Socket path (its directory must be 0700 and yours); default: $XDG_RUNTIME_DIR/engram or "
+                 "/tmp/engram-<uid>, with a random name");
+  sub.add_option("--group", a->group, "Group name peers must present (default engram-table)");
+  sub.add_option("--peers", a->peers, "Peers per round (default 1)")->check(CLI::Range(1, 4096));
+  sub.add_option("--step-timeout-ms", a->step_timeout_ms, "Timeout of each protocol step (default 30000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--join-timeout-ms", a->join_timeout_ms,
+                 "Give up on a round whose peers did not all arrive in this time (default 0: wait)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub.add_flag("--json", a->json, "One JSON object per line: ready (socket, census), round, stopped");
+  sub.footer(
+      "Example: engram serve-table --layout tiny --backing memfd --placement interleave:all\n"
+      "A peer joins with host::UnixGroupChannel::connect(socket, {group}) and host::SharedTableGroup::join().");
+  return [a] { return serve(*a); };
+}
+
+}  // namespace
+}  // namespace engram::cli
+
+ENGRAM_COMMAND(serve_table, "serve-table", "Hold one shared table for other processes (shared-group leader) until SIGINT/SIGTERM",
+               engram::cli::setup);
