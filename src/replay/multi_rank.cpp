@@ -724,8 +724,11 @@ std::string multi_rank_text(const json& j) {
     if (c.value("point", "") != "after load" && c.value("point", "") != "after replay") continue;
     std::string nodes;
     if (c.contains("pages_per_node") && c["pages_per_node"].is_object())
-      for (auto it = c["pages_per_node"].begin(); it != c["pages_per_node"].end(); ++it)
-        nodes += " N" + it.key() + "=" + it.value().dump() + " pages";
+      for (auto it = c["pages_per_node"].begin(); it != c["pages_per_node"].end(); ++it) {
+        const double sampled = c.value("pages_sampled", 0.0);
+        nodes += " N" + it.key() + "=" + it.value().dump() + " pages" +
+                 (sampled > 0 ? " (" + fmt(100.0 * it.value().get<double>() / sampled, "%.1f%%") + ")" : "");
+      }
     line("Census    " + c.value("point", "?") + ", layer " + std::to_string(c["table"].value("layer_id", -1)) + ":" +
          (c.value("known", false) ? nodes : " unknown (" + c.value("reason", "") + ")") +
          (c.value("not_resident", 0) ? ", " + std::to_string(c.value("not_resident", 0)) + " not resident" : ""));
