@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "group_support.hpp"
+#include "support/cli.hpp"
 #include "replay/multi_rank.hpp"
 
 using namespace engram;
@@ -136,37 +137,24 @@ TEST_P(RankCrash, RunFailsNamingRankAndStep) {
 INSTANTIATE_TEST_SUITE_P(Steps, RankCrash, ::testing::Values("attach", "load", "replayed", "report"),
                          [](const auto& p) { return p.param; });
 
-// A process run through the shell; stdout captured.
-struct Out {
-  int code;
-  std::string text;
-};
-Out run_cli(const std::string& args) {
-  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+using Out = engram::testing::CliResult;
+Out run_cli(const std::string& args) { return engram::testing::run_engram(args); }
 
 TEST(MultiRank, CliRunRanksJsonAndText) {
   const std::string common =
       "run --ranks 2 --table-size 4MiB --batch 4 --steps 2 --warmup 1 --layer-us 5 --ids zipf --threads 1 "
       "--timeline none --no-baseline --seed " + std::to_string(rng()() % 1000);
   Out o = run_cli(common + " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  json j = json::parse(o.text, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
   EXPECT_EQ(j["mode"], "multi-rank");
   EXPECT_EQ(j["per_rank"].size(), 2u);
   EXPECT_TRUE(j["same_bytes"].get<bool>());
   Out t = run_cli(common);
-  ASSERT_EQ(t.code, 0) << t.text;
-  EXPECT_NE(t.text.find("ONE shared copy"), std::string::npos) << t.text;
-  EXPECT_NE(t.text.find("rows identical on every rank: yes"), std::string::npos) << t.text;
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("ONE shared copy"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("rows identical on every rank: yes"), std::string::npos) << t.out;
   // anon-thp cannot be shared: bad input, exit 2.
   EXPECT_EQ(run_cli(common + " --backing anon-thp").code, 2);
 }

@@ -8,31 +8,19 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/cli.hpp"
+
 namespace {
 
-struct Out {
-  int code;
-  std::string text;
-};
-
-Out run(const std::string& args) {
-  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+using engram::testing::run_engram;
 
 TEST(EngramRun, JsonReportHasFields) {
   const auto dir = std::filesystem::temp_directory_path() / ("engram_run_smoke_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto trace = (dir / "t.json").string();
-  auto o = run("run --table-size 32MiB --batch 16 --steps 3 --warmup 1 --layer-us 20 --json --timeline " + trace);
-  ASSERT_EQ(o.code, 0) << o.text;
-  auto j = nlohmann::json::parse(o.text);
+  auto o = run_engram("run --table-size 32MiB --batch 16 --steps 3 --warmup 1 --layer-us 20 --json --timeline " + trace);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["command"], "run");
   EXPECT_EQ(j["table"]["layout"], "v41-flash-mini");
   EXPECT_EQ(j["table"]["d"], 256);
@@ -57,22 +45,22 @@ TEST(EngramRun, JsonReportHasFields) {
 }
 
 TEST(EngramRun, OnDemandModeAndSplitLayoutRun) {
-  auto o = run("run --table-size 16MiB --batch 4 --steps 2 --warmup 0 --layer-us 5 --prefetch on_demand "
+  auto o = run_engram("run --table-size 16MiB --batch 4 --steps 2 --warmup 0 --layer-us 5 --prefetch on_demand "
                "--row-layout split --ids uniform --json --timeline none");
-  ASSERT_EQ(o.code, 0) << o.text;
-  auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["workload"]["prefetch"], "on_demand");
   EXPECT_EQ(j["table"]["row_layout"], "split");
   EXPECT_TRUE(j["timeline"].is_null());
 }
 
 TEST(EngramRun, BadArgumentsExitTwo) {
-  EXPECT_EQ(run("run --layout nope").code, 2);
-  EXPECT_EQ(run("run --table-size 12XB").code, 2);
-  EXPECT_EQ(run("run --table-size 1KiB").code, 2);
-  EXPECT_EQ(run("run --batch 0").code, 2);
-  EXPECT_EQ(run("run --prefetch sometimes").code, 2);
-  EXPECT_EQ(run("frobnicate").code, 2);
+  EXPECT_EQ(run_engram("run --layout nope").code, 2);
+  EXPECT_EQ(run_engram("run --table-size 12XB").code, 2);
+  EXPECT_EQ(run_engram("run --table-size 1KiB").code, 2);
+  EXPECT_EQ(run_engram("run --batch 0").code, 2);
+  EXPECT_EQ(run_engram("run --prefetch sometimes").code, 2);
+  EXPECT_EQ(run_engram("frobnicate").code, 2);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engram/layout.hpp"
+#include "support/cli.hpp"
 #include "engram/table.hpp"
 #include "host/checkpoint.hpp"
 #include "sys/file.hpp"
@@ -750,21 +751,8 @@ TEST_F(Checkpoint, FileWrappersReportShortReadsAndKeepErrno) {
 
 // ---- `engram table` ----------------------------------------------------------------------------------
 
-struct CliOut {
-  int code;
-  std::string out;
-};
-
-CliOut cli(const std::string& args) {
-  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+using CliOut = engram::testing::CliResult;
+CliOut cli(const std::string& args) { return engram::testing::run_engram(args, engram::testing::CliStderr::kMerge); }
 
 class TableCli : public Checkpoint {
  protected:

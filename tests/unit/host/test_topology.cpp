@@ -8,6 +8,7 @@
 #include <string>
 
 #include "host/topology.hpp"
+#include "support/cli.hpp"
 #include "sys/numa.hpp"
 #include "sys/numa_sysfs.hpp"
 
@@ -15,15 +16,9 @@ using namespace engram;
 
 namespace {
 std::string run_cli(const std::string& args, int* rc) {
-  std::string out;
-  FILE* p = popen((std::string(ENGRAM_CLI_PATH) + " " + args + " 2>/dev/null").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  auto r = engram::testing::run_engram(args, engram::testing::CliStderr::kDiscard);
+  *rc = r.code;
+  return r.out;
 }
 }  // namespace
 

@@ -1,0 +1,33 @@
+// Runs the `engram` CLI built with the tests (ENGRAM_CLI_PATH) through the shell and captures its output, so CLI
+// tests check what a user sees: exit code and stdout (stderr discarded or merged).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace engram::testing {
+
+struct CliResult {
+  int code = -1;    // exit status; -1 when the process did not exit normally or could not start
+  std::string out;  // stdout (and stderr when merged)
+};
+
+enum class CliStderr { kDiscard, kMerge };
+
+inline CliResult run_engram(const std::string& args, CliStderr err = CliStderr::kDiscard) {
+  const std::string cmd =
+      std::string(ENGRAM_CLI_PATH) + " " + args + (err == CliStderr::kMerge ? " 2>&1" : " 2>/dev/null");
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace engram::testing
