@@ -1,0 +1,151 @@
+// `engram model`: the cost arithmetic of the seeds as a calculator, formulas in --help (core/cost_model.hpp).
+//   transfer  t = B / BW over a named path or a given GB/s
+//   kv        KV swap-in vs prefill recompute for a model shape and context length
+//   engram    B_source, B_staging and the request-bound lookup time for a layout and batch
+//   capacity  host bytes of one shared copy (W) vs one replica per NUMA node (nodes x W)
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "core/cost_model.hpp"
+#include "core/units.hpp"
+#include "engram/layout.hpp"
+#include "report.hpp"
+
+namespace engram::cli {
+namespace {
+
+struct ModelArgs {
+  std::string bytes = "16GB", path, layout = "v41-flash", table_size = "512MiB";
+  double gbps = 0, tflops = 600, params = 70e9, rows_per_s = 0;
+  int layers = 80, kv_heads = 8, head_dim = 128, nodes = 2;
+  double elem_bytes = 2, context = 32768, tokens = 64;
+  bool json = false;
+};
+
+int print(const nlohmann::json& j, bool json, const std::string& text) {
+  if (json) std::printf("%s\n", j.dump(2).c_str());
+  else std::printf("%s", text.c_str());
+  return 0;
+}
+
+int transfer(const ModelArgs& a) {
+  auto b = parse_size_bytes(a.bytes);
+  if (!b.is_ok()) return report_failure("model transfer", b.status().with_context("--bytes"));
+  nlohmann::json rows = nlohmann::json::array();
+  std::string text = "t = B / BW, B = " + std::to_string(*b) + " B\n";
+  auto add = [&](const std::string& name, double bw, const std::string& src) {
+    const double t = model::transfer_s(static_cast<double>(*b), bw);
+    rows.push_back({{"path", name}, {"gbps", bw / 1e9}, {"seconds", t}, {"source", src}});
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-16s %8.1f GB/s  %10.1f ms   (%s)\n", name.c_str(), bw / 1e9, t * 1e3, src.c_str());
+    text += line;
+  };
+  if (a.gbps > 0) {
+    add("given", a.gbps * 1e9, "--gbps");
+  } else {
+    bool found = false;
+    for (const auto& p : model::named_paths())
+      if (a.path.empty() || a.path == p.name) {
+        add(p.name, p.bytes_per_s, p.source);
+        found = true;
+      }
+    if (!found) return report_failure("model transfer", Status(Code::kInvalidArgument, "unknown --path '" + a.path + "'"));
+  }
+  return print({{"bytes", *b}, {"paths", rows}}, a.json, text);
+}
+
+int kv(const ModelArgs& a) {
+  const model::KvShape s{a.layers, a.kv_heads, a.head_dim, a.elem_bytes};
+  const double bw = (a.gbps > 0 ? a.gbps : 50) * 1e9;
+  const double per_token = model::kv_bytes_per_token(s), total = per_token * a.context;
+  const double swap_s = model::transfer_s(total, bw);
+  const double flops = model::recompute_flops(a.params, a.context), recompute_s = flops / (a.tflops * 1e12);
+  char text[768];
+  std::snprintf(text, sizeof text,
+                "KV per token = layers*kv_heads*head_dim*2*bytes = %.0f B; context %.0f tokens -> %.3f GB (%.2f GiB)\n"
+                "swap-in   = KV / BW = %.3f s at %.1f GB/s\n"
+                "recompute = 2*params*tokens / FLOPS = %.3g FLOP / %.0f TFLOPS = %.3f s\n",
+                per_token, a.context, total / 1e9, total / (1u << 30), swap_s, bw / 1e9, flops, a.tflops, recompute_s);
+  return print({{"kv_bytes_per_token", per_token}, {"kv_bytes", total}, {"swap_s", swap_s}, {"recompute_flops", flops},
+                {"recompute_s", recompute_s}},
+               a.json, text);
+}
+
+int engram_bytes(const ModelArgs& a) {
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return report_failure("model engram", size.status().with_context("--table-size"));
+  auto l = make_preset_layout(a.layout, *size);
+  if (!l.is_ok()) return report_failure("model engram", l.status().with_context("--layout"));
+  const double h = l->heads(), n = a.tokens;
+  const double src = model::engram_source_bytes(n, h, l->d), stg = model::engram_staging_bytes(n, h, l->d);
+  const double rows = n * h;
+  const double t = a.rows_per_s > 0 ? model::lookup_s(rows, a.rows_per_s) : std::numeric_limits<double>::quiet_NaN();
+  char text[768];
+  std::snprintf(text, sizeof text,
+                "%s: N=%.0f tokens, H=%.0f heads, d=%d, per Engram layer\n"
+                "B_source  = N*H*(d + d/32) = %.0f B (host -> device reads)\n"
+                "B_staging = 2*N*H*d        = %.0f B (BF16 written on the device; a different path: never add them)\n"
+                "lookup    = N*H / rows_per_s = %s\n",
+                l->name.c_str(), n, h, l->d, src, stg,
+                a.rows_per_s > 0 ? fmt_num(t * 1e6, "%.1f us").c_str() : "n/a (give --rows-per-s from a bench)");
+  return print({{"rows", rows}, {"b_source_bytes", src}, {"b_staging_bytes", stg}, {"lookup_s", json_num(t)}}, a.json, text);
+}
+
+int capacity(const ModelArgs& a) {
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return report_failure("model capacity", size.status().with_context("--table-size"));
+  auto l = make_preset_layout(a.layout, *size);
+  if (!l.is_ok()) return report_failure("model capacity", l.status().with_context("--layout"));
+  const double w = static_cast<double>(l->total_bytes());
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "%s: W = %.2f GB (all Engram layers)\n"
+                "one shared copy (bind / interleave):  W          = %.2f GB\n"
+                "one replica per NUMA node (%d nodes):  nodes * W = %.2f GB\n",
+                l->name.c_str(), w / 1e9, w / 1e9, a.nodes, a.nodes * w / 1e9);
+  return print({{"w_bytes", w}, {"shared_bytes", w}, {"replica_per_node_bytes", a.nodes * w}, {"nodes", a.nodes}}, a.json, text);
+}
+
+auto setup(CLI::App& sub) -> std::function<int()> {
+  auto a = std::make_shared<ModelArgs>();
+  sub.require_subcommand(1);
+  auto* t = sub.add_subcommand("transfer", "t = B / BW over named paths (seed 003) or --gbps");
+  t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB");
+  t->add_option("--path", a->path, "One named path (default: all): pcie4-pinned, pcie4-pageable, pcie5-pinned, "
+                                   "nvlink-c2c, rdma-400g, h200-pinned, h200-pageable");
+  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(CLI::PositiveNumber);
+  auto* k = sub.add_subcommand("kv", "KV swap-in (KV/BW) vs prefill recompute (2*params*tokens/FLOPS)");
+  k->add_option("--layers", a->layers, "Decoder layers (default 80)")->check(CLI::PositiveNumber);
+  k->add_option("--kv-heads", a->kv_heads, "KV heads (default 8, GQA)")->check(CLI::PositiveNumber);
+  k->add_option("--head-dim", a->head_dim, "Head dimension (default 128)")->check(CLI::PositiveNumber);
+  k->add_option("--elem-bytes", a->elem_bytes, "Bytes per element (default 2, BF16)")->check(CLI::PositiveNumber);
+  k->add_option("--context", a->context, "Context tokens (default 32768)")->check(CLI::PositiveNumber);
+  k->add_option("--params", a->params, "Model parameters (default 70e9)")->check(CLI::PositiveNumber);
+  k->add_option("--gbps", a->gbps, "Link bandwidth in GB/s (default 50, PCIe 5.0 pinned)")->check(CLI::PositiveNumber);
+  k->add_option("--tflops", a->tflops, "Effective compute in TFLOP/s (default 600)")->check(CLI::PositiveNumber);
+  auto* e = sub.add_subcommand("engram", "B_source = N*H*(d+d/32), B_staging = 2*N*H*d, lookup = N*H/rows_per_s");
+  e->add_option("--layout", a->layout, "Layout preset (default v41-flash)")->check(CLI::IsMember(preset_names()));
+  e->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)");
+  e->add_option("--tokens", a->tokens, "Tokens N in the batch (default 64)")->check(CLI::PositiveNumber);
+  e->add_option("--rows-per-s", a->rows_per_s, "Measured lookup rows/s (engram run / bench) for the lookup time")
+      ->check(CLI::PositiveNumber);
+  auto* c = sub.add_subcommand("capacity", "Host bytes: one shared copy W vs one replica per node (nodes x W)");
+  c->add_option("--layout", a->layout, "Layout preset (default v41-flash)")->check(CLI::IsMember(preset_names()));
+  c->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)");
+  c->add_option("--nodes", a->nodes, "NUMA nodes with a replica (default 2)")->check(CLI::PositiveNumber);
+  for (auto* s : {t, k, e, c}) s->add_flag("--json", a->json, "Print JSON");
+  return [a, t, k, e] {
+    if (t->parsed()) return transfer(*a);
+    if (k->parsed()) return kv(*a);
+    if (e->parsed()) return engram_bytes(*a);
+    return capacity(*a);  // require_subcommand(1): the only one left
+  };
+}
+
+}  // namespace
+}  // namespace engram::cli
+
+ENGRAM_COMMAND(model, "model", "Cost calculator: transfer paths, KV swap vs recompute, Engram bytes, placement capacity",
+               engram::cli::setup);
