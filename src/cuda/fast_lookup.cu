@@ -1,0 +1,376 @@
+// FastLookup (see fast_lookup.cuh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_status.cuh"
+#include "cuda/fast_lookup.cuh"
+
+namespace engram::cuda {
+
+namespace {
+
+__global__ void accumulate_kernel(const unsigned long long* count, unsigned long long* stats, int add_probes) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    stats[0] += *count;
+    if (add_probes) stats[2] += *count;
+  }
+}
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+double FastLookupStats::unique_fraction() const {
+  return dedup_rows > 0 ? static_cast<double>(unique_rows) / static_cast<double>(dedup_rows) : plan::kUnknown;
+}
+double FastLookupStats::cache_hit_rate() const {
+  return cache_probes > 0 ? static_cast<double>(cache_hits) / static_cast<double>(cache_probes) : plan::kUnknown;
+}
+
+Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, const FastLookupOptions& o) {
+  if (!table) return Status(Code::kInvalidArgument, "fast lookup: no table");
+  if (!table->uniform())
+    return Status(Code::kUnsupported, "fast lookup: the table's registered chunks have different device offsets "
+                                      "(per-chunk translation); the plain kernel serves it");
+  if (o.max_rows <= 0 || o.max_rows >= INT32_MAX)
+    return Status(Code::kInvalidArgument, "fast lookup: max_rows outside [1, 2^31)");
+  std::unique_ptr<FastLookup> f(new FastLookup());
+  f->table_ = table;
+  f->opt_ = o;
+  const int d = table->host_view().d;
+  ENGRAM_ASSIGN_OR_RETURN(f->dedup_, DeviceDedup::create(o.max_rows));
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->sanitized_, 8 * o.max_rows), "fast lookup: ids buffer");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->miss_, 8 * o.max_rows), "fast lookup: miss buffer");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->compact_, 2 * static_cast<size_t>(d) * o.max_rows), "fast lookup: compact rows");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->dev_stats_, 3 * sizeof(unsigned long long)), "fast lookup: stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(f->dev_stats_, 0, 3 * sizeof(unsigned long long)), "fast lookup: stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&f->pin_stats_, 3 * sizeof(unsigned long long)), "fast lookup: pinned stats");
+  cudaEvent_t e = nullptr;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
+  f->ev_snapshot_ = e;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
+  f->ev_fork_ = e;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
+  f->ev_join_ = e;
+  cudaStream_t side = nullptr;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "fast lookup: side stream");
+  f->side_stream_ = side;
+  if (o.host_threads > 0) {
+    ENGRAM_ASSIGN_OR_RETURN(f->host_, HostGather::create(table->host_view(), o.max_rows, o.host_threads));
+  }
+  return std::move(f);
+}
+
+FastLookup::~FastLookup() {
+  if (side_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(side_stream_));
+  if (ev_snapshot_) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(ev_snapshot_));
+  for (void* ev : {ev_snapshot_, ev_fork_, ev_join_})
+    if (ev) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  if (side_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(side_stream_));
+  for (void* p : {static_cast<void*>(sanitized_), static_cast<void*>(miss_), static_cast<void*>(compact_),
+                  static_cast<void*>(dev_stats_)})
+    if (p) (void)cudaFree(p);
+  if (pin_stats_) (void)cudaFreeHost(pin_stats_);
+  (void)cudaGetLastError();
+}
+
+int64_t FastLookup::device_bytes() const {
+  return dedup_->device_bytes() + 16 * opt_.max_rows + 2 * int64_t{table_->host_view().d} * opt_.max_rows +
+         (cache_ ? cache_->hbm_bytes() : 0);
+}
+
+void FastLookup::read_snapshot() {
+  if (!snapshot_pending_) return;
+  if (cudaEventQuery(static_cast<cudaEvent_t>(ev_snapshot_)) != cudaSuccess) {
+    (void)cudaGetLastError();  // cudaErrorNotReady is not sticky, but clear it anyway
+    return;
+  }
+  snapshot_pending_ = false;
+  const int64_t uniq = static_cast<int64_t>(pin_stats_[0]);
+  const int64_t hits = static_cast<int64_t>(pin_stats_[1]);
+  const int64_t probes = static_cast<int64_t>(pin_stats_[2]) + snap_probes_host_;
+  const int64_t drows = snap_dedup_rows_ - used_dedup_rows_;
+  if (drows > 0) {
+    const double u = static_cast<double>(uniq - used_unique_) / static_cast<double>(drows);
+    ema_unique_ = std::isfinite(ema_unique_) ? 0.5 * ema_unique_ + 0.5 * u : u;
+  }
+  if (probes - used_probes_ > 0) {
+    const double h = static_cast<double>(hits - used_hits_) / static_cast<double>(probes - used_probes_);
+    ema_hit_ = std::isfinite(ema_hit_) ? 0.5 * ema_hit_ + 0.5 * h : h;
+  }
+  used_dedup_rows_ = snap_dedup_rows_;
+  used_unique_ = uniq;
+  used_probes_ = probes;
+  used_hits_ = hits;
+}
+
+Status FastLookup::snapshot(void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (snapshot_pending_) return Status::ok();  // the pending copy will be read first; totals keep growing
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin_stats_, dev_stats_, 3 * sizeof(unsigned long long),
+                                              cudaMemcpyDeviceToHost, s), "fast lookup: stats snapshot");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_snapshot_), s), "fast lookup: snapshot event");
+  snap_dedup_rows_ = totals_.dedup_rows;
+  snap_probes_host_ = host_probes_;
+  snapshot_pending_ = true;
+  return Status::ok();
+}
+
+Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool cap = capturing(s);
+  if (!cap) read_snapshot();
+  if (forced_.use) return launch_plan(a, forced_.plan, stream);
+  plan::BatchStats b;
+  b.rows = a.tokens * a.heads;
+  b.unique_fraction = ema_unique_;
+  b.cache_hit_fraction = ema_hit_;
+  plan::PlannerOptions po = opt_.planner;
+  po.background_grid_fraction = a.grid_fraction;
+  po.cache_present = cache_ != nullptr;
+  if (!host_ || !a.ids_host) po.allow_hybrid = false;
+  plan::Plan p = plan::choose(b, opt_.costs, po);
+  // Exploration: re-measure a technique the planner keeps off, at a bounded rate.
+  if (po.enabled && opt_.explore_every > 0) {
+    if (!p.dedup && po.allow_dedup && p.host_share == 0 && ++since_dedup_ >= opt_.explore_every) {
+      p.dedup = true;
+      p.sort = false;
+      p.why.push_back("exploring: one hash-dedup batch every " + std::to_string(opt_.explore_every) +
+                      " measures the unique fraction");
+    }
+    if (cache_ && !p.cache && po.allow_cache && p.host_share == 0 &&
+        (!std::isfinite(ema_hit_) || ++since_cache_ >= opt_.explore_every)) {
+      p.cache = true;
+      p.why.push_back("exploring: cache probe measures the hit rate");
+    }
+  }
+  if (p.dedup) since_dedup_ = 0;
+  if (p.cache) since_cache_ = 0;
+  return launch_plan(a, p, stream);
+}
+
+Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan& p_in, void* stream) {
+  plan::Plan p = p_in;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t n = a.tokens * a.heads;
+  const TableView& v = table_->host_view();
+  const int d = v.d;
+  if (n > opt_.max_rows)
+    return Status(Code::kInvalidArgument, "fast lookup: batch of " + std::to_string(n) + " rows > capacity " +
+                                              std::to_string(opt_.max_rows));
+  if (p.cache && !cache_) {
+    p.cache = false;
+    p.why.push_back("cache requested but none attached: off");
+  }
+  if (p.host_share > 0 && (!host_ || !a.ids_host)) {
+    p.host_share = 0;
+    p.why.push_back("hybrid requested but no host-gather path or no host ids: UVA only");
+  }
+  const bool cap = capturing(s);
+  if (p.host_share > 0 && cap) {
+    p.host_share = 0;
+    p.why.push_back("hybrid cannot be captured (host threads): UVA only");
+  }
+  last_plan_ = p;
+  totals_.batches += 1;
+  totals_.rows += n;
+  totals_.paths[p.path_name()] += 1;
+
+  LookupArgs plain = a;
+  plain.use_hook = false;
+  plain.grid_fraction = p.grid_fraction;
+  if (n == 0 || (!p.dedup && !p.cache && p.host_share == 0)) return launch_lookup(plain, stream);
+
+  LaunchInfo li;
+  li.rows = n;
+  int dev_sm = 0;
+  if (a.sm_count > 0) {
+    dev_sm = a.sm_count;
+  } else {
+    int dev = 0;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "fast lookup: device");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&dev_sm, cudaDevAttrMultiProcessorCount, dev), "fast lookup: SMs");
+  }
+  li.cap = std::max(1, static_cast<int>(std::floor(p.grid_fraction * dev_sm)));
+  li.grid = li.cap;
+
+  if (p.host_share > 0) {
+    // Split by token: the UVA kernel reads the first tokens, host threads gather the rest, both at once.
+    const int64_t host_tokens = std::clamp<int64_t>(std::llround(p.host_share * a.tokens), 0, a.tokens);
+    const int64_t uva_tokens = a.tokens - host_tokens;
+    const int64_t host_rows = host_tokens * a.heads;
+    const auto side = static_cast<cudaStream_t>(side_stream_);
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_fork_), s), "fast lookup: fork");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, static_cast<cudaEvent_t>(ev_fork_), 0), "fast lookup: fork wait");
+    if (uva_tokens > 0) {
+      LookupArgs u = plain;
+      u.tokens = uva_tokens;
+      ENGRAM_ASSIGN_OR_RETURN(li, launch_lookup(u, stream));
+    }
+    if (host_rows > 0) {
+      // Dead / invalid ids of the host share are counted on the GPU, as the plain kernel would.
+      const int64_t off = uva_tokens * a.heads;
+      ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids + off, host_rows, v.rows, sanitized_, a.counters, side_stream_));
+      ENGRAM_RETURN_IF_ERROR(host_->run(a.ids_host + off, host_rows, a.out + off * d, p.grid_fraction, side_stream_));
+      totals_.host_rows += host_rows;
+    }
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_join_), side), "fast lookup: join");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ev_join_), 0), "fast lookup: join wait");
+    li.rows = n;
+    return li;
+  }
+
+  const int64_t* work_ids = nullptr;
+  const unsigned long long* count_dev = nullptr;
+  uint16_t* work_out = a.out;
+  if (p.dedup) {
+    ENGRAM_RETURN_IF_ERROR(dedup_->run(a.ids, n, v.rows, p.sort ? DedupMethod::kSort : DedupMethod::kHash, a.counters,
+                                       stream));
+    work_ids = dedup_->unique_ids();
+    count_dev = dedup_->unique_count();
+    work_out = compact_;
+    accumulate_kernel<<<1, 32, 0, s>>>(count_dev, dev_stats_, p.cache ? 1 : 0);
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "fast lookup: accumulate");
+    totals_.dedup_batches += 1;
+    totals_.dedup_rows += n;
+  } else {
+    ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids, n, v.rows, sanitized_, a.counters, stream));
+    work_ids = sanitized_;
+    if (p.cache) host_probes_ += n;
+  }
+  const int64_t* gather_ids = work_ids;
+  if (p.cache) {
+    ENGRAM_RETURN_IF_ERROR(cache_->launch_probe(work_ids, n, count_dev, miss_, work_out, dev_stats_ + 1, stream));
+    gather_ids = miss_;
+  }
+  FastGatherArgs g;
+  g.rows_base = v.data + table_->uniform_delta();
+  g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
+  g.stride = v.stride_bytes;
+  g.d = d;
+  g.fused = v.format == RowFormat::kFused;
+  g.ids = gather_ids;
+  g.n = n;
+  g.n_device = count_dev;
+  g.out = work_out;
+  g.grid_fraction = p.grid_fraction;
+  g.sm_count = dev_sm;
+  ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
+  if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
+  if (!cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
+  return li;
+}
+
+Result<FastLookupStats> FastLookup::stats(void* stream) {
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "fast lookup: stats sync");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(side_stream_)), "fast lookup: stats sync");
+  unsigned long long h[3];
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, dev_stats_, sizeof h, cudaMemcpyDeviceToHost), "fast lookup: stats read");
+  FastLookupStats st = totals_;
+  st.unique_rows = static_cast<int64_t>(h[0]);
+  st.cache_hits = static_cast<int64_t>(h[1]);
+  st.cache_probes = static_cast<int64_t>(h[2]) + host_probes_;
+  return st;
+}
+
+Status FastLookup::calibrate(void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (capturing(s)) return Status(Code::kInvalidArgument, "fast lookup: calibration cannot run while capturing");
+  const TableView& v = table_->host_view();
+  const int64_t n_big = std::min<int64_t>(opt_.max_rows, 65536);
+  const int64_t n_small = std::min<int64_t>(opt_.max_rows, 2048);
+  std::mt19937_64 rng(12345);
+  std::vector<int64_t> ids(static_cast<size_t>(n_big));
+  for (auto& x : ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
+  std::vector<int64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  int64_t* d_ids = nullptr;
+  uint16_t* d_out = nullptr;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_ids, 8 * n_big), "calibrate: ids");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_out, 2 * static_cast<size_t>(v.d) * n_big), "calibrate: out");
+  auto time_us = [&](const std::vector<int64_t>& host_ids, int64_t n, const plan::Plan& p) -> Result<double> {
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s), "calibrate: copy");
+    LookupArgs a;
+    a.table = table_;
+    a.ids = d_ids;
+    a.ids_host = host_ids.data();
+    a.tokens = n;
+    a.heads = 1;
+    a.out = d_out;
+    a.grid_fraction = 1.0;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+      const auto t0 = std::chrono::steady_clock::now();
+      ENGRAM_ASSIGN_OR_RETURN(LaunchInfo li, launch_plan(a, p, stream));
+      (void)li;
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+      best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  plan::Plan plain, hash, sort, host;
+  hash.dedup = true;
+  sort.dedup = sort.sort = true;
+  host.host_share = 1.0;
+  auto run = [&]() -> Status {
+    ENGRAM_ASSIGN_OR_RETURN(double plain_big, time_us(ids, n_big, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double plain_small, time_us(ids, n_small, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double sorted_big, time_us(sorted, n_big, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double hash_big, time_us(ids, n_big, hash));
+    ENGRAM_ASSIGN_OR_RETURN(double hash_small, time_us(ids, n_small, hash));
+    ENGRAM_ASSIGN_OR_RETURN(double sort_big, time_us(ids, n_big, sort));
+    ENGRAM_ASSIGN_OR_RETURN(double sort_small, time_us(ids, n_small, sort));
+    plan::Costs& k = opt_.costs;
+    const double dn = static_cast<double>(n_big - n_small);
+    k.uva_rows_per_s = dn / std::max(1e-3, plain_big - plain_small) * 1e6;
+    k.uva_fixed_us = std::max(0.0, plain_small - n_small / k.uva_rows_per_s * 1e6);
+    k.uva_sorted_rows_per_s = n_big / std::max(1e-3, sorted_big - k.uva_fixed_us) * 1e6;
+    // Dedup overheads: measured time minus the gather of the (all-unique) rows it still does.
+    const double hash_row = std::max(0.0, (hash_big - plain_big) - (hash_small - plain_small)) / dn * 1e3;
+    k.dedup_hash_ns_per_row = hash_row;
+    k.dedup_hash_fixed_us = std::max(0.0, (hash_small - plain_small) - n_small * hash_row * 1e-3);
+    k.scatter_ns_per_row = 0;  // inside the dedup figures above
+    const double sort_row = std::max(0.0, (sort_big - sorted_big) - (sort_small - plain_small)) / dn * 1e3;
+    k.dedup_sort_ns_per_row = sort_row;
+    k.dedup_sort_fixed_us = std::max(0.0, (sort_small - plain_small) - n_small * sort_row * 1e-3);
+    // Sort threshold: the unique-row count above which sort dedup beats hash dedup (linear in both).
+    const double a_h = k.dedup_hash_fixed_us, b_h = hash_row * 1e-3 + 1e6 / k.uva_rows_per_s;
+    const double a_s = k.dedup_sort_fixed_us, b_s = sort_row * 1e-3 + 1e6 / k.uva_sorted_rows_per_s;
+    k.sort_min_unique_rows = b_s < b_h ? static_cast<int64_t>(std::ceil(std::max(0.0, (a_s - a_h) / (b_h - b_s)))) + 1 : 0;
+    if (host_) {
+      ENGRAM_ASSIGN_OR_RETURN(double host_big, time_us(ids, n_big, host));
+      ENGRAM_ASSIGN_OR_RETURN(double host_small, time_us(ids, n_small, host));
+      k.host_rows_per_s = dn / std::max(1e-3, host_big - host_small) * 1e6;
+      k.host_fixed_us = std::max(0.0, host_small - n_small / k.host_rows_per_s * 1e6);
+    }
+    k.source = "start-up calibration on this table (" + std::to_string(n_big) + " and " + std::to_string(n_small) +
+               " random rows, best of 3)";
+    return Status::ok();
+  };
+  const FastLookupStats saved = totals_;
+  const Status st = run();
+  totals_ = saved;  // calibration batches are not traffic
+  (void)cudaStreamSynchronize(s);
+  (void)cudaMemset(dev_stats_, 0, 3 * sizeof(unsigned long long));
+  snapshot_pending_ = false;
+  snap_dedup_rows_ = snap_probes_host_ = used_dedup_rows_ = used_unique_ = used_probes_ = used_hits_ = host_probes_ = 0;
+  ema_unique_ = ema_hit_ = plan::kUnknown;
+  (void)cudaFree(d_ids);
+  (void)cudaFree(d_out);
+  return st;
+}
+
+}  // namespace engram::cuda

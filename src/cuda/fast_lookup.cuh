@@ -1,0 +1,112 @@
+// FastLookup: the lookup beyond the request-bound ceiling (issue #8), as a LookupHook on a UvaTable so that every
+// caller of launch_lookup (the prefetch queue, `engram run`, the benches) takes it without changes.
+//
+// Per batch the planner (src/plan/planner.hpp) picks, from calibrated costs and the id statistics of earlier
+// batches: the plain kernel; in-batch de-duplication (hash, or sort = unique ids in address order) with a
+// scatter; the GPU hot-row cache (hot_cache.cuh); or the hybrid that gathers a share of the batch on host threads
+// + DMA (host_gather.cuh) while the UVA kernel reads the rest. Statistics reach the host without synchronising:
+// the device totals are copied to pinned memory after each batch and read by a later batch once that copy's event
+// has completed. When a technique is off, the engine re-measures it every `explore_every` batches (one dedup/cache
+// pass), so the planner notices when ids start repeating. Every path is bit-identical to the plain kernel.
+// Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
+//
+// Start-up calibration (calibrate()) measures on this table: plain UVA rows/s, the same rows sorted by address,
+// the fixed and per-row costs of hash and sort dedup, the scatter, the host-gather rate, and the unique-row count
+// above which the sorted gather beats the hashed one (the sort threshold); costs().source says where they came from.
+// Thread safety: one stream at a time (the prefetch queue's). No CUDA types in this header.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cuda/dedup.cuh"
+#include "cuda/host_gather.cuh"
+#include "cuda/hot_cache.cuh"
+#include "cuda/lookup_kernel.cuh"
+#include "plan/planner.hpp"
+
+namespace engram::cuda {
+
+struct FastLookupOptions {
+  int64_t max_rows = 8192 * 24;   // largest batch (tokens * heads)
+  plan::PlannerOptions planner;
+  plan::Costs costs;
+  int host_threads = 0;           // > 0: create the host-gather path with this many threads
+  int explore_every = 32;         // batches between measurements of an unused technique; 0 = never
+};
+
+struct FastLookupStats {
+  int64_t batches = 0, rows = 0;
+  int64_t dedup_batches = 0, dedup_rows = 0, unique_rows = 0;  // unique rows of the dedup batches
+  int64_t cache_probes = 0, cache_hits = 0;
+  int64_t host_rows = 0;                                        // rows gathered by host threads
+  std::map<std::string, int64_t> paths;                         // batches per path name
+  double unique_fraction() const;  // NaN when no dedup batch ran
+  double cache_hit_rate() const;   // of probed rows; NaN when none
+};
+
+// One technique forced for experiments (benches); kAuto = the planner.
+struct ForcedPlan {
+  bool use = false;
+  plan::Plan plan;
+};
+
+class FastLookup final : public LookupHook {
+ public:
+  // table must use one device offset (UvaTable::uniform()); kUnsupported otherwise (the plain kernel stays).
+  static Result<std::unique_ptr<FastLookup>> create(const UvaTable* table, const FastLookupOptions& options);
+  ~FastLookup() override;
+
+  void set_cache(std::unique_ptr<HotRowCache> cache) { cache_ = std::move(cache); opt_.planner.cache_present = cache_ != nullptr; }
+  HotRowCache* cache() const { return cache_.get(); }
+  HostGather* host_gather() const { return host_.get(); }
+
+  // LookupHook: plan, then run. kInvalidArgument when the batch exceeds max_rows.
+  Result<LaunchInfo> launch(const LookupArgs& args, void* stream) override;
+  // Runs a given plan (benches, tests). The hybrid needs args.ids_host (else it runs on UVA alone).
+  Result<LaunchInfo> launch_plan(const LookupArgs& args, const plan::Plan& p, void* stream);
+  void force(const ForcedPlan& f) { forced_ = f; }
+
+  // Measures the costs on this table (synchronous, ~0.1 s; not while capturing). Updates costs().
+  Status calibrate(void* stream);
+  // Totals so far (synchronises `stream`).
+  Result<FastLookupStats> stats(void* stream);
+  const plan::Plan& last_plan() const { return last_plan_; }
+  plan::Costs& costs() { return opt_.costs; }
+  plan::PlannerOptions& planner_options() { return opt_.planner; }
+  int64_t device_bytes() const;
+
+ private:
+  FastLookup() = default;
+  void read_snapshot();
+  Status snapshot(void* stream);
+  const UvaTable* table_ = nullptr;
+  FastLookupOptions opt_;
+  std::unique_ptr<DeviceDedup> dedup_;
+  std::unique_ptr<HotRowCache> cache_;
+  std::unique_ptr<HostGather> host_;
+  ForcedPlan forced_;
+  plan::Plan last_plan_;
+  int64_t* sanitized_ = nullptr;        // [max_rows]
+  int64_t* miss_ = nullptr;             // [max_rows]
+  uint16_t* compact_ = nullptr;         // [max_rows][d]
+  unsigned long long* dev_stats_ = nullptr;  // [0] unique rows, [1] cache hits, [2] cache probes (device-counted)
+  unsigned long long* pin_stats_ = nullptr;  // pinned snapshot of dev_stats_
+  unsigned long long scratch_counter_ = 0;
+  void* ev_snapshot_ = nullptr;
+  void* side_stream_ = nullptr;
+  void* ev_fork_ = nullptr;
+  void* ev_join_ = nullptr;
+  bool snapshot_pending_ = false;
+  // Host totals at the time of the pending snapshot, and at the last one consumed.
+  FastLookupStats totals_;               // host-known totals (rows, batches, dedup_rows, host probes...)
+  int64_t snap_dedup_rows_ = 0, snap_probes_host_ = 0;
+  int64_t used_dedup_rows_ = 0, used_unique_ = 0, used_probes_ = 0, used_hits_ = 0;
+  int64_t host_probes_ = 0;             // probes counted on the host (no-dedup batches)
+  double ema_unique_ = plan::kUnknown, ema_hit_ = plan::kUnknown;
+  int64_t since_dedup_ = 0, since_cache_ = 0;
+};
+
+}  // namespace engram::cuda

@@ -1,0 +1,320 @@
+// Hot-row cache (see hot_cache.cuh). The probe kernel gives each row to one warp: lane 0 probes the map (a few
+// 8-byte loads from HBM), the slot is broadcast, and the warp copies (BF16) or decodes (FP8, 16 values per lane
+// and round) the row; misses write their id to miss_ids for the UVA gather that follows in stream order.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/units.hpp"
+#include "cpu/decode_fast.hpp"
+#include "cuda/cuda_status.cuh"
+#include "cuda/dedup.cuh"
+#include "cuda/dedup_decode.cuh"
+#include "cuda/hot_cache.cuh"
+
+namespace engram::cuda {
+
+namespace {
+
+constexpr int64_t kEmptyKey = -1;
+constexpr int64_t kTombstone = -2;
+
+struct ProbeArgs {
+  const int64_t* ids;
+  int64_t n;
+  const unsigned long long* n_device;
+  int64_t* miss_ids;
+  uint16_t* out;
+  unsigned long long* hits;
+  const int64_t* keys;
+  const int32_t* slots;
+  unsigned long long mask;
+  const uint8_t* rows;
+  int64_t row_bytes;
+  int d;
+  bool fp8;
+};
+
+__global__ void probe_kernel(const ProbeArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int64_t n_warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int64_t n = a.n_device ? static_cast<int64_t>(*a.n_device) : a.n;
+  unsigned hits = 0;
+  for (int64_t k = warp; k < n; k += n_warps) {
+    const int64_t id = a.ids[k];
+    int32_t slot = -1;
+    if (lane == 0 && id >= 0) {
+      unsigned long long h = hash_slot(static_cast<unsigned long long>(id), a.mask);
+      while (true) {
+        const int64_t key = a.keys[h];
+        if (key == id) {
+          slot = a.slots[h];
+          break;
+        }
+        if (key == kEmptyKey) break;
+        h = (h + 1) & a.mask;
+      }
+    }
+    slot = __shfl_sync(0xFFFFFFFFu, slot, 0);
+    if (slot < 0) {
+      if (lane == 0) a.miss_ids[k] = id < 0 ? -1 : id;
+      continue;
+    }
+    hits += lane == 0;
+    if (lane == 0) a.miss_ids[k] = kSkipId;
+    const uint8_t* row = a.rows + static_cast<int64_t>(slot) * a.row_bytes;
+    uint4* o = reinterpret_cast<uint4*>(a.out + k * a.d);
+    if (a.fp8) {
+      for (int c = lane; c < a.d / 16; c += 32) {
+        const uint4 v = reinterpret_cast<const uint4*>(row)[c];
+        const uint8_t s = row[a.d + (c >> 1)];
+        uint4 lo, hi;
+        decode16(v, s, lo, hi);
+        o[2 * c] = lo;
+        o[2 * c + 1] = hi;
+      }
+    } else {
+      for (int c = lane; c < a.d * 2 / 16; c += 32) o[c] = reinterpret_cast<const uint4*>(row)[c];
+    }
+  }
+  if (a.hits) {
+    hits = __reduce_add_sync(0xFFFFFFFFu, hits);
+    if (lane == 0 && hits) atomicAdd(a.hits, static_cast<unsigned long long>(hits));
+  }
+}
+
+// edits[3*i] = map index, [3*i+1] = key, [3*i+2] = slot (or -1: key only).
+__global__ void map_edit_kernel(const int64_t* __restrict__ edits, int64_t n, int64_t* keys, int32_t* slots) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t at = edits[3 * i];
+    keys[at] = edits[3 * i + 1];
+    if (edits[3 * i + 2] >= 0) slots[at] = static_cast<int32_t>(edits[3 * i + 2]);
+  }
+}
+
+__global__ void row_copy_kernel(const uint8_t* __restrict__ src, const int64_t* __restrict__ edits, int64_t n,
+                                int64_t row_bytes, uint8_t* rows) {
+  // One block per admitted row: edits[3*i+2] is its slot.
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const int64_t slot = edits[3 * i + 2];
+    for (int64_t b = threadIdx.x; b < row_bytes / 16; b += blockDim.x)
+      reinterpret_cast<uint4*>(rows + slot * row_bytes)[b] = reinterpret_cast<const uint4*>(src + i * row_bytes)[b];
+  }
+}
+
+}  // namespace
+
+const char* cache_format_name(CacheFormat f) { return f == CacheFormat::kFp8 ? "fp8" : "bf16"; }
+
+Result<int64_t> parse_cache_size(const std::string& text, int64_t table_bytes) {
+  if (text.empty() || text == "0" || text == "off") return int64_t{0};
+  if (text.back() == '%') {
+    char* end = nullptr;
+    const double pct = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size() - 1 || !(pct >= 0 && pct <= 100))
+      return Status(Code::kInvalidArgument, "cache size '" + text + "': a percentage must be in [0, 100]");
+    return static_cast<int64_t>(std::floor(pct / 100.0 * static_cast<double>(table_bytes)));
+  }
+  auto b = parse_size_bytes(text);
+  if (!b.is_ok()) return b.status().with_context("cache size (bytes like 256MiB, or a share of the table like 5%)");
+  return *b;
+}
+
+Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, const std::vector<int64_t>& hot_first,
+                                                         const HotCacheOptions& o) {
+  if (!v.data || v.rows <= 0 || v.d <= 0 || v.d % 32 != 0)
+    return Status(Code::kInvalidArgument, "hot cache: malformed table view");
+  std::unique_ptr<HotRowCache> c(new HotRowCache());
+  c->view_ = v;
+  c->format_ = o.format;
+  c->row_bytes_ = o.format == CacheFormat::kFp8 ? (v.d + v.d / 32 + 15) / 16 * 16 : 2 * v.d;
+  const int64_t per_slot = c->row_bytes_ + 2 * (8 + 4);  // row + two map entries (load <= 1/2)
+  c->slots_ = std::min<int64_t>(o.budget_bytes / per_slot, v.rows);
+  if (c->slots_ <= 0) return Status(Code::kInvalidArgument, "hot cache: budget " + std::to_string(o.budget_bytes) +
+                                                              " B holds no row (" + std::to_string(per_slot) + " B per slot)");
+  c->map_cap_ = 1024;
+  while (c->map_cap_ < 2 * c->slots_) c->map_cap_ <<= 1;
+  c->h_keys_.assign(static_cast<size_t>(c->map_cap_), kEmptyKey);
+  c->h_slots_.assign(static_cast<size_t>(c->map_cap_), -1);
+  std::vector<uint8_t> rows;
+  rows.reserve(static_cast<size_t>(std::min<int64_t>(c->slots_, static_cast<int64_t>(hot_first.size())) * c->row_bytes_));
+  const uint64_t mask = static_cast<uint64_t>(c->map_cap_ - 1);
+  for (int64_t id : hot_first) {
+    if (c->filled_ >= c->slots_) break;
+    if (id < 0 || id >= v.rows) continue;
+    uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
+    while (c->h_keys_[h] != kEmptyKey && c->h_keys_[h] != id) h = (h + 1) & mask;
+    if (c->h_keys_[h] == id) continue;
+    c->h_keys_[h] = id;
+    c->h_slots_[h] = static_cast<int32_t>(c->filled_);
+    c->slot_ids_.push_back(id);
+    rows.resize(rows.size() + static_cast<size_t>(c->row_bytes_));
+    c->fill_row(id, rows.data() + rows.size() - c->row_bytes_);
+    ++c->filled_;
+  }
+  c->slot_ids_.resize(static_cast<size_t>(c->slots_), -1);
+  auto alloc = [&](auto** p, int64_t bytes) -> Status {
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(p), static_cast<size_t>(bytes)),
+                                "hot cache: cudaMalloc " + format_bytes(bytes));
+    c->hbm_bytes_ += bytes;
+    return Status::ok();
+  };
+  ENGRAM_RETURN_IF_ERROR(alloc(&c->d_keys_, 8 * c->map_cap_));
+  ENGRAM_RETURN_IF_ERROR(alloc(&c->d_slots_, 4 * c->map_cap_));
+  ENGRAM_RETURN_IF_ERROR(alloc(&c->d_rows_, c->row_bytes_ * c->slots_));
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_keys_, c->h_keys_.data(), 8 * c->map_cap_, cudaMemcpyHostToDevice),
+                              "hot cache: map keys");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_slots_, c->h_slots_.data(), 4 * c->map_cap_, cudaMemcpyHostToDevice),
+                              "hot cache: map slots");
+  if (!rows.empty())
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_rows_, rows.data(), rows.size(), cudaMemcpyHostToDevice),
+                                "hot cache: rows");
+  return std::move(c);
+}
+
+void HotRowCache::fill_row(int64_t id, uint8_t* dst) const {
+  if (format_ == CacheFormat::kFp8) {
+    std::memset(dst, 0, static_cast<size_t>(row_bytes_));
+    std::memcpy(dst, view_.payload_of(id), static_cast<size_t>(view_.d));
+    std::memcpy(dst + view_.d, view_.scales_of(id), static_cast<size_t>(view_.d / 32));
+  } else {
+    std::vector<uint16_t> tmp(static_cast<size_t>(view_.d));
+    cpu::decode_row_fast(view_.payload_of(id), view_.scales_of(id), view_.d, tmp.data());
+    std::memcpy(dst, tmp.data(), static_cast<size_t>(2 * view_.d));
+  }
+}
+
+HotRowCache::~HotRowCache() {
+  if (ev_update_) {
+    (void)cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_));
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev_update_));
+  }
+  for (void* p : {static_cast<void*>(d_keys_), static_cast<void*>(d_slots_), static_cast<void*>(d_rows_),
+                  static_cast<void*>(d_stage_rows_), static_cast<void*>(d_edits_)})
+    if (p) (void)cudaFree(p);
+  if (pin_rows_) (void)cudaFreeHost(pin_rows_);
+  if (pin_edits_) (void)cudaFreeHost(pin_edits_);
+  (void)cudaGetLastError();
+}
+
+int64_t HotRowCache::find_slot_index(int64_t id) const {
+  const uint64_t mask = static_cast<uint64_t>(map_cap_ - 1);
+  uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
+  while (h_keys_[h] != kEmptyKey) {
+    if (h_keys_[h] == id) return static_cast<int64_t>(h);
+    h = (h + 1) & mask;
+  }
+  return -1;
+}
+
+bool HotRowCache::contains(int64_t id) const { return id >= 0 && find_slot_index(id) >= 0; }
+
+Status HotRowCache::launch_probe(const int64_t* ids, int64_t n, const unsigned long long* n_device, int64_t* miss_ids,
+                                 uint16_t* out, unsigned long long* hits_counter, void* stream) const {
+  if (n <= 0) return Status::ok();
+  ProbeArgs a{ids, n, n_device, miss_ids, out, hits_counter, d_keys_, d_slots_,
+              static_cast<unsigned long long>(map_cap_ - 1), d_rows_, row_bytes_, view_.d,
+              format_ == CacheFormat::kFp8};
+  const int64_t warps_needed = n;
+  const int grid = static_cast<int>(std::clamp<int64_t>((warps_needed * 32 + 255) / 256, 1, 2048));
+  probe_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache probe launch");
+  return Status::ok();
+}
+
+Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
+                                    const std::vector<std::pair<int64_t, double>>& score, int64_t max_rows,
+                                    void* stream) {
+  if (max_rows <= 0) return int64_t{0};
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (!ev_update_) {
+    cudaEvent_t e = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: update event");
+    ev_update_ = e;
+  } else {
+    // The previous update's staging must have been read before it is overwritten.
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait update");
+  }
+  if (pin_cap_ < max_rows) {
+    if (pin_rows_) (void)cudaFreeHost(pin_rows_);
+    if (pin_edits_) (void)cudaFreeHost(pin_edits_);
+    if (d_stage_rows_) (void)cudaFree(d_stage_rows_);
+    if (d_edits_) (void)cudaFree(d_edits_);
+    pin_rows_ = nullptr;
+    pin_edits_ = nullptr;
+    d_stage_rows_ = nullptr;
+    d_edits_ = nullptr;
+    pin_cap_ = 0;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
+    // Edits: one admission entry plus up to one tombstone entry per row.
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_stage_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
+    pin_cap_ = max_rows;
+  }
+  // Victims: lowest score first among filled slots (empty slots first of all).
+  std::unordered_map<int64_t, double> sc(score.begin(), score.end());
+  std::vector<int64_t> order(static_cast<size_t>(slots_));
+  for (int64_t i = 0; i < slots_; ++i) order[static_cast<size_t>(i)] = i;
+  auto slot_score = [&](int64_t slot) {
+    const int64_t id = slot_ids_[static_cast<size_t>(slot)];
+    if (id < 0) return -1.0;
+    auto it = sc.find(id);
+    return it == sc.end() ? 0.0 : it->second;
+  };
+  std::partial_sort(order.begin(), order.begin() + std::min<int64_t>(max_rows, slots_), order.end(),
+                    [&](int64_t a, int64_t b) { return slot_score(a) < slot_score(b); });
+  const uint64_t mask = static_cast<uint64_t>(map_cap_ - 1);
+  int64_t admitted = 0, n_edits = 0, victim = 0;
+  std::vector<int64_t> admit_edits, tomb_edits;
+  for (int64_t id : candidates) {
+    if (admitted >= max_rows || victim >= slots_) break;
+    if (id < 0 || id >= view_.rows || contains(id)) continue;
+    const int64_t slot = order[static_cast<size_t>(victim)];
+    const double cand_score = sc.count(id) ? sc[id] : 0.0;
+    if (slot_ids_[static_cast<size_t>(slot)] >= 0 && cand_score <= slot_score(slot)) break;  // LFU: no gain
+    ++victim;
+    const int64_t old = slot_ids_[static_cast<size_t>(slot)];
+    if (old >= 0) {
+      const int64_t at = find_slot_index(old);
+      h_keys_[static_cast<size_t>(at)] = kTombstone;
+      tomb_edits.insert(tomb_edits.end(), {at, kTombstone, -1});
+    }
+    uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
+    while (h_keys_[h] != kEmptyKey && h_keys_[h] != kTombstone) h = (h + 1) & mask;
+    h_keys_[h] = id;
+    h_slots_[h] = static_cast<int32_t>(slot);
+    slot_ids_[static_cast<size_t>(slot)] = id;
+    fill_row(id, pin_rows_ + admitted * row_bytes_);
+    admit_edits.insert(admit_edits.end(), {static_cast<int64_t>(h), id, slot});
+    ++admitted;
+  }
+  if (admitted == 0) return int64_t{0};
+  filled_ = std::count_if(slot_ids_.begin(), slot_ids_.end(), [](int64_t x) { return x >= 0; });
+  // Order on the device: rows first (slots being replaced are already unreachable once the tombstones land, and
+  // the stream orders everything after the lookups enqueued before), then tombstones, then admissions.
+  std::memcpy(pin_edits_, admit_edits.data(), admit_edits.size() * 8);
+  std::memcpy(pin_edits_ + admit_edits.size(), tomb_edits.data(), tomb_edits.size() * 8);
+  n_edits = static_cast<int64_t>(admit_edits.size() + tomb_edits.size()) / 3;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_stage_rows_, pin_rows_, static_cast<size_t>(admitted * row_bytes_),
+                                              cudaMemcpyHostToDevice, s), "hot cache: update rows");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_edits_, pin_edits_, static_cast<size_t>(n_edits * 3 * 8),
+                                              cudaMemcpyHostToDevice, s), "hot cache: update edits");
+  row_copy_kernel<<<static_cast<int>(std::min<int64_t>(admitted, 1024)), 128, 0, s>>>(d_stage_rows_, d_edits_, admitted,
+                                                                                     row_bytes_, d_rows_);
+  // Tombstones before admissions: an admission may reuse a tombstoned index.
+  const int64_t n_tomb = static_cast<int64_t>(tomb_edits.size()) / 3;
+  if (n_tomb > 0)
+    map_edit_kernel<<<1, 256, 0, s>>>(d_edits_ + 3 * admitted, n_tomb, d_keys_, d_slots_);
+  map_edit_kernel<<<1, 256, 0, s>>>(d_edits_, admitted, d_keys_, d_slots_);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache: update kernels");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_update_), s), "hot cache: update event");
+  return admitted;
+}
+
+}  // namespace engram::cuda

@@ -1,0 +1,92 @@
+// GPU hot-row cache (issue #8): the most frequent rows of one Engram layer's table kept in device memory, so a
+// lookup reads them from HBM instead of issuing a PCIe request per row.
+//
+// N-gram frequencies of text are Zipfian, so a small cache (a few % of the table) holds a large share of the
+// lookups. The cache is filled from a frequency profile: ids hottest first (a warm-up window of real traffic, or
+// `engram profile` over a corpus). Rows are stored either as FP8 records (payload | scales, padded to 16 B; the
+// probe decodes them exactly as the UVA kernel does) or as BF16 rows (decoded once at fill time with the CPU's
+// bit-identical decoder; a hit is a 2d-byte copy): FP8 holds ~1.9x more rows per byte, BF16 needs no decode.
+// The id -> slot map is an open-addressing hash table sized for the cache (2x slots, power of two, linear
+// probing; deleted entries are tombstones), not for the table.
+//
+// Online update (bounded rate, LFU by the caller's counts): update() swaps at most max_rows slots, enqueued on the
+// caller's stream as two small copies and one small kernel (map edits), so it is ordered with the lookups and never
+// stalls the prefetch queue by more than that bounded work; the host keeps a mirror of the map.
+// Thread safety: one stream at a time. No CUDA types in this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engram/status.hpp"
+#include "engram/table.hpp"
+
+namespace engram::cuda {
+
+enum class CacheFormat { kFp8, kBf16 };
+const char* cache_format_name(CacheFormat f);
+
+struct HotCacheOptions {
+  int64_t budget_bytes = 0;          // HBM for rows + map; slots = budget / (row bytes + map bytes per slot)
+  CacheFormat format = CacheFormat::kFp8;
+};
+
+// Parses "--cache-size": bytes ("256MiB", "1.5GB"), a share of the table ("5%"), or "0"/"off".
+Result<int64_t> parse_cache_size(const std::string& text, int64_t table_bytes);
+
+class HotRowCache {
+ public:
+  // Fills the cache with the first distinct valid ids of hot_first (hottest first) that fit. Synchronous
+  // (creation time). kInvalidArgument (view), kOutOfMemory / kCuda.
+  static Result<std::unique_ptr<HotRowCache>> create(const TableView& host_view, const std::vector<int64_t>& hot_first,
+                                                     const HotCacheOptions& options);
+  ~HotRowCache();
+  HotRowCache(const HotRowCache&) = delete;
+  HotRowCache& operator=(const HotRowCache&) = delete;
+
+  // For k < (n_device ? *n_device : n): id = ids[k]; a cached id writes its decoded row to out[k] and sets
+  // miss_ids[k] = kSkipId; a miss sets miss_ids[k] = id (id < 0: -1). hits_counter (device, may be null) += hits.
+  Status launch_probe(const int64_t* ids, int64_t n, const unsigned long long* n_device, int64_t* miss_ids,
+                      uint16_t* out, unsigned long long* hits_counter, void* stream) const;
+
+  // Bounded online update: admits up to max_rows ids of `candidates` (hottest first) that are not cached, evicting
+  // the cached ids with the lowest `score` (the caller's LFU counts or LRU times; missing ids score 0). Enqueued
+  // on `stream`; the host staging it reads stays valid until the next update (waits for the previous one).
+  // Returns the number of rows swapped.
+  Result<int64_t> update(const std::vector<int64_t>& candidates, const std::vector<std::pair<int64_t, double>>& score,
+                         int64_t max_rows, void* stream);
+
+  bool contains(int64_t id) const;  // host mirror
+  int64_t slots() const { return slots_; }
+  int64_t filled() const { return filled_; }
+  int64_t hbm_bytes() const { return hbm_bytes_; }
+  int64_t row_bytes() const { return row_bytes_; }   // per slot in HBM (record or bf16 row)
+  int64_t source_bytes_per_row() const { return view_.d + view_.d / 32; }
+  CacheFormat format() const { return format_; }
+  const TableView& host_view() const { return view_; }
+
+ private:
+  HotRowCache() = default;
+  int64_t find_slot_index(int64_t id) const;  // map index or -1
+  void fill_row(int64_t id, uint8_t* dst) const;
+  TableView view_;
+  CacheFormat format_ = CacheFormat::kFp8;
+  int64_t slots_ = 0, filled_ = 0, map_cap_ = 0, row_bytes_ = 0, hbm_bytes_ = 0;
+  std::vector<int64_t> h_keys_;   // host mirror: -1 empty, -2 tombstone
+  std::vector<int32_t> h_slots_;
+  std::vector<int64_t> slot_ids_; // id held by each slot
+  int64_t* d_keys_ = nullptr;
+  int32_t* d_slots_ = nullptr;
+  uint8_t* d_rows_ = nullptr;
+  // update staging (pinned) and its completion event
+  uint8_t* pin_rows_ = nullptr;
+  int64_t* pin_edits_ = nullptr;
+  int64_t pin_cap_ = 0;
+  void* ev_update_ = nullptr;
+  uint8_t* d_stage_rows_ = nullptr;
+  int64_t* d_edits_ = nullptr;
+};
+
+}  // namespace engram::cuda

@@ -1,0 +1,156 @@
+// Planner (see planner.hpp): enumerates the 12 combinations of {no dedup, hash dedup, sort dedup} x {cache off,
+// on} x {UVA only, hybrid at the balanced share}, predicts each one's time with the request-bound model, and keeps
+// the fastest one only if it beats the plain gather by min_gain; every decision is written to Plan::why with the
+// figures that made it, so a report can say which path a batch took and why.
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace engram::plan {
+namespace {
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+enum class Dedup { kOff, kHash, kSort };
+
+struct Candidate {
+  Dedup dedup = Dedup::kOff;
+  bool cache = false;
+  double host_share = 0;
+  double us = 0;
+};
+
+double predict_us(const Candidate& c, double n, double u, double h, const Costs& k) {
+  double pre = 0;
+  double gathered = n;
+  double rate = k.uva_rows_per_s;
+  if (c.dedup == Dedup::kHash) pre = k.dedup_hash_fixed_us + n * k.dedup_hash_ns_per_row * 1e-3;
+  if (c.dedup == Dedup::kSort) {
+    pre = k.dedup_sort_fixed_us + n * k.dedup_sort_ns_per_row * 1e-3;
+    if (k.uva_sorted_rows_per_s > 0) rate = k.uva_sorted_rows_per_s;
+  }
+  if (c.dedup != Dedup::kOff) {
+    gathered = n * u;
+    pre += n * k.scatter_ns_per_row * 1e-3;
+  }
+  double misses = gathered;
+  if (c.cache) {
+    pre += gathered * k.cache_probe_ns_per_row * 1e-3;
+    misses = gathered * (1 - h);
+  }
+  const double uva_us = k.uva_fixed_us + misses * (1 - c.host_share) / rate * 1e6;
+  const double host_us = c.host_share > 0 ? k.host_fixed_us + misses * c.host_share / k.host_rows_per_s * 1e6 : 0;
+  return pre + std::max(uva_us, host_us);
+}
+
+const char* dedup_name(Dedup d) { return d == Dedup::kOff ? "off" : d == Dedup::kHash ? "hash" : "sort"; }
+
+}  // namespace
+
+double balanced_host_share(double uva_rows_per_s, double host_rows_per_s) {
+  if (!(host_rows_per_s > 0) || !(uva_rows_per_s > 0)) return 0;
+  return host_rows_per_s / (host_rows_per_s + uva_rows_per_s);
+}
+
+std::string Plan::path_name() const {
+  std::string s;
+  if (dedup) s += sort ? "dedup(sort)+" : "dedup(hash)+";
+  if (cache) s += "cache+";
+  if (host_share > 0) {
+    s += "hybrid(host " + fmt("%.0f", 100 * host_share) + "%)";
+  } else {
+    s += s.empty() ? "plain-uva" : "uva";
+  }
+  s += background ? ", background" : ", inline";
+  return s;
+}
+
+Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
+  Plan p;
+  p.planner_enabled = o.enabled;
+  p.grid_fraction = o.background_grid_fraction;
+  const double n = static_cast<double>(std::max<int64_t>(b.rows, 0));
+  const bool u_known = std::isfinite(b.unique_fraction);
+  const bool h_known = std::isfinite(b.cache_hit_fraction);
+  const double u = u_known ? std::clamp(b.unique_fraction, 0.0, 1.0) : 1.0;
+  const double h = h_known ? std::clamp(b.cache_hit_fraction, 0.0, 1.0) : 0.0;
+  const Candidate plain{};
+  p.plain_us = predict_us(plain, n, u, h, k);
+  p.predicted_us = p.plain_us;
+  if (!o.enabled) {
+    p.why.push_back("planner disabled: plain UVA gather, background grid");
+    return p;
+  }
+  if (b.rows <= 0) {
+    p.why.push_back("empty batch: nothing to plan");
+    return p;
+  }
+  const double share = std::isfinite(o.host_share_override) ? std::clamp(o.host_share_override, 0.0, 1.0)
+                                                            : balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
+  const bool can_hybrid = o.allow_hybrid && k.host_rows_per_s > 0 && share > 0;
+  const bool can_sort = o.allow_dedup && o.allow_sort && k.sort_min_unique_rows > 0 &&
+                        n * u >= static_cast<double>(k.sort_min_unique_rows);
+  Candidate best = plain;
+  best.us = p.plain_us;
+  for (Dedup d : {Dedup::kOff, Dedup::kHash, Dedup::kSort}) {
+    if (d == Dedup::kHash && !o.allow_dedup) continue;
+    if (d == Dedup::kSort && !can_sort) continue;
+    for (bool c : {false, true}) {
+      if (c && !(o.cache_present && o.allow_cache)) continue;
+      for (double s : {0.0, share}) {
+        if (s > 0 && !can_hybrid) continue;
+        // The host-gather share splits the batch by position (the CUDA fast path does not combine it with
+        // device-side dedup or the cache: the host threads would need the device's unique list).
+        if (s > 0 && (d != Dedup::kOff || c)) continue;
+        Candidate cand{d, c, s, 0};
+        cand.us = predict_us(cand, n, u, h, k);
+        if (cand.us < best.us) best = cand;
+      }
+    }
+  }
+  const bool pays = best.us <= p.plain_us * (1 - o.min_gain);
+  if (!pays) best = plain;
+  p.dedup = best.dedup != Dedup::kOff;
+  p.sort = best.dedup == Dedup::kSort;
+  p.cache = best.cache;
+  p.host_share = best.host_share;
+  p.predicted_us = pays ? best.us : p.plain_us;
+
+  const std::string stats = "rows " + fmt("%.0f", n) + ", unique " + (u_known ? fmt("%.1f%%", 100 * u) : "unknown (assumed 100%)") +
+                            ", cache hits " + (o.cache_present ? (h_known ? fmt("%.1f%%", 100 * h) : "unknown (assumed 0%)") : "no cache");
+  p.why.push_back(stats + "; plain UVA predicted " + fmt("%.1f us", p.plain_us) + " (costs: " + k.source + ")");
+  if (!pays) {
+    p.why.push_back("no technique saves >= " + fmt("%.0f%%", 100 * o.min_gain) + " of the plain time: plain UVA gather");
+  } else {
+    p.why.push_back("chosen: dedup " + std::string(dedup_name(best.dedup)) + ", cache " + (best.cache ? "on" : "off") +
+                    ", host share " + fmt("%.0f%%", 100 * best.host_share) + " -> predicted " + fmt("%.1f us", best.us) +
+                    " (" + fmt("%.2fx", p.plain_us / best.us) + " vs plain)");
+  }
+  if (o.allow_dedup && k.sort_min_unique_rows <= 0)
+    p.why.push_back("sort by address: no measured threshold, not considered");
+  else if (o.allow_dedup && !can_sort)
+    p.why.push_back("sort by address: " + fmt("%.0f", n * u) + " unique rows < measured threshold " +
+                    fmt("%.0f", static_cast<double>(k.sort_min_unique_rows)));
+  if (o.allow_hybrid && !(k.host_rows_per_s > 0)) p.why.push_back("hybrid: host-gather path not calibrated/available");
+  // Inline vs background: a lookup that cannot hide behind the available compute is exposed anyway, so it runs
+  // with the full grid to finish sooner; otherwise it stays in the background with the capped grid.
+  if (std::isfinite(o.overlap_budget_us) && p.predicted_us > o.overlap_budget_us) {
+    p.background = false;
+    p.grid_fraction = 1.0;
+    p.why.push_back("inline, full grid: predicted " + fmt("%.1f us", p.predicted_us) + " > overlap budget " +
+                    fmt("%.1f us", o.overlap_budget_us));
+  } else {
+    p.background = true;
+    p.grid_fraction = o.background_grid_fraction;
+    p.why.push_back(std::string("background, grid fraction ") + fmt("%.2f", p.grid_fraction) +
+                    (std::isfinite(o.overlap_budget_us) ? ": fits the overlap budget" : ": no overlap budget given"));
+  }
+  return p;
+}
+
+}  // namespace engram::plan

@@ -1,0 +1,85 @@
+// Lookup planner (issue #8): for one lookup batch, picks the path — inline or background, grid cap, in-batch
+// de-duplication, sort of the unique ids by address, GPU hot-row cache, hybrid share of host-gather — from
+// calibrated costs and the batch's id statistics, and records why.
+//
+// Pure C++ (no CUDA): the CUDA fast path (src/cuda/fast_lookup.cuh) calls it per batch with the costs measured by
+// its start-up calibration (or the defaults below, which name their source), and tests check its decisions on
+// the CPU. The model is the request-bound one of design.md: a lookup costs a fixed launch/round-trip time plus
+// rows / (rows per second of the path); de-duplication removes (1 - unique fraction) of the rows for a fixed
+// cost plus a per-row cost; a cache removes the hit fraction of the unique rows; a hybrid runs a share s of the
+// rows on the host-gather path in parallel with the UVA path (time = max of the two). A technique is switched on
+// only when its predicted time beats the plain gather by `min_gain` (default 5%), so on uniform ids — where
+// nothing repeats and nothing is cached — every technique stays off (the issue's "never > 5% slower" target).
+// Unknown statistics (NaN) count as the adversarial case: unique fraction 1, hit rate 0. The hybrid is a split by
+// position and is not combined with dedup or the cache (the CUDA fast path runs it that way).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace engram::plan {
+
+inline constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+
+// Costs of each path on the machine; times in microseconds, rates in rows per second.
+struct Costs {
+  double uva_rows_per_s = 28.5e6;      // plain UVA lookup, random distinct rows, full grid (README: 32 GiB, 8K prefill)
+  double uva_sorted_rows_per_s = 0;    // same rows sorted by address; 0 = not measured (sort never chosen on gain)
+  double uva_fixed_us = 8;             // launch + one PCIe round trip of a small lookup
+  double dedup_hash_fixed_us = 12;     // hash de-duplication: memset + 3 launches
+  double dedup_hash_ns_per_row = 0.15; // per input row (HBM atomics)
+  double dedup_sort_fixed_us = 25;     // sort-based de-duplication: radix sort + scan launches
+  double dedup_sort_ns_per_row = 0.4;  // per input row
+  double scatter_ns_per_row = 0.25;    // copy of one decoded row (d = 256: 512 B) to each position
+  double cache_probe_ns_per_row = 0.1; // id -> slot probe per unique row
+  double host_rows_per_s = 0;          // host-gather + DMA path; 0 = unavailable
+  double host_fixed_us = 30;           // wake the gather threads + one DMA round trip
+  int64_t sort_min_unique_rows = 0;    // sort the unique ids at or above this many; 0 = never (not measured)
+  std::string source = "defaults";     // where these figures come from (calibration, file, defaults)
+};
+
+// What is known of the batch before it runs.
+struct BatchStats {
+  int64_t rows = 0;                       // tokens * heads
+  double unique_fraction = kUnknown;      // distinct valid ids / rows (e.g. the previous batch's)
+  double cache_hit_fraction = kUnknown;   // of the unique rows (e.g. the previous batch's; profile estimate)
+};
+
+struct PlannerOptions {
+  bool enabled = true;            // false: the plain gather, background grid (experiments, A/B)
+  bool allow_dedup = true;
+  bool allow_sort = true;
+  bool allow_cache = true;        // only meaningful when cache_present
+  bool allow_hybrid = true;       // only meaningful when costs.host_rows_per_s > 0
+  bool cache_present = false;
+  double min_gain = 0.05;         // a technique must save at least this fraction of the plain time
+  double background_grid_fraction = 0.5;
+  double overlap_budget_us = kUnknown;  // compute available to hide the lookup behind; unknown: background
+  double host_share_override = kUnknown;  // force the hybrid's host share in [0, 1]
+};
+
+struct Plan {
+  bool background = true;      // prefetch queue with a capped grid; false: inline, full grid
+  double grid_fraction = 0.5;
+  bool dedup = false;
+  bool sort = false;           // sort-based dedup (unique ids in address order) instead of hash-based
+  bool cache = false;
+  double host_share = 0;       // share of the (unique, missed) rows gathered by host threads + DMA
+  double plain_us = 0;         // predicted time of the plain UVA gather
+  double predicted_us = 0;     // predicted time of this plan
+  bool planner_enabled = true;
+  std::vector<std::string> why;  // one line per decision
+  std::string path_name() const; // e.g. "dedup(hash)+cache+uva", "plain-uva", "dedup(sort)+hybrid(host 35%)"
+};
+
+// Picks the plan. Deterministic, no I/O. rows <= 0 gives the plain plan with a reason.
+Plan choose(const BatchStats& batch, const Costs& costs, const PlannerOptions& options);
+
+// Best host share of the hybrid: the split where both paths finish together, s = R_host / (R_host + R_uva)
+// (fixed costs ignored); 0 when the host path is unavailable.
+double balanced_host_share(double uva_rows_per_s, double host_rows_per_s);
+
+}  // namespace engram::plan

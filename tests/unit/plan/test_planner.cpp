@@ -1,0 +1,112 @@
+// Planner decisions (issue #8): plain gather on uniform/unknown ids, dedup when ids repeat, sort only above the
+// measured threshold, cache when hits pay, hybrid at the balanced share, inline vs background, disabled planner,
+// and every plan carries its reasons.
+#include <gtest/gtest.h>
+
+#include "plan/planner.hpp"
+
+namespace engram::plan {
+namespace {
+
+Costs costs() {
+  Costs k;
+  k.source = "test";
+  return k;
+}
+
+TEST(Planner, UniformIdsKeepThePlainGather) {
+  BatchStats b{196608, 0.999, kUnknown};
+  const Plan p = choose(b, costs(), {});
+  EXPECT_FALSE(p.dedup);
+  EXPECT_FALSE(p.cache);
+  EXPECT_EQ(p.host_share, 0);
+  EXPECT_DOUBLE_EQ(p.predicted_us, p.plain_us);
+  EXPECT_NE(p.path_name().find("plain-uva"), std::string::npos);
+  EXPECT_GE(p.why.size(), 2u);
+}
+
+TEST(Planner, UnknownStatisticsAreTreatedAsAdversarial) {
+  const Plan p = choose({196608, kUnknown, kUnknown}, costs(), {.cache_present = true});
+  EXPECT_FALSE(p.dedup);
+  EXPECT_FALSE(p.cache);
+}
+
+TEST(Planner, RepeatedIdsTurnDedupOn) {
+  const Plan p = choose({196608, 0.4, kUnknown}, costs(), {});
+  EXPECT_TRUE(p.dedup);
+  EXPECT_FALSE(p.sort);  // no measured threshold in the defaults
+  EXPECT_LT(p.predicted_us, p.plain_us * 0.95);
+  EXPECT_NE(p.path_name().find("dedup(hash)"), std::string::npos);
+}
+
+TEST(Planner, SmallBatchDedupDoesNotPayItsFixedCost) {
+  // 64 rows, half repeated: saving 32 rows (~1.1 us) does not pay ~12 us of launches.
+  const Plan p = choose({64, 0.5, kUnknown}, costs(), {});
+  EXPECT_FALSE(p.dedup);
+}
+
+TEST(Planner, SortOnlyAtOrAboveTheMeasuredThreshold) {
+  Costs k = costs();
+  k.sort_min_unique_rows = 50000;
+  k.uva_sorted_rows_per_s = 40e6;
+  const Plan below = choose({60000, 0.5, kUnknown}, k, {});  // 30000 unique
+  EXPECT_FALSE(below.sort);
+  const Plan above = choose({196608, 0.5, kUnknown}, k, {});  // 98304 unique
+  EXPECT_TRUE(above.dedup);
+  EXPECT_TRUE(above.sort);
+  PlannerOptions no_sort;
+  no_sort.allow_sort = false;
+  EXPECT_FALSE(choose({196608, 0.5, kUnknown}, k, no_sort).sort);
+}
+
+TEST(Planner, CacheOnlyWhenPresentAndHitting) {
+  PlannerOptions o;
+  o.cache_present = true;
+  EXPECT_TRUE(choose({6144, 0.9, 0.6}, costs(), o).cache);
+  EXPECT_FALSE(choose({6144, 0.9, 0.0}, costs(), o).cache);
+  o.cache_present = false;
+  EXPECT_FALSE(choose({6144, 0.9, 0.6}, costs(), o).cache);
+}
+
+TEST(Planner, HybridSplitsAtTheBalancedShare) {
+  Costs k = costs();
+  k.host_rows_per_s = 19e6;
+  EXPECT_NEAR(balanced_host_share(28.5e6, 19e6), 0.4, 1e-12);
+  const Plan p = choose({196608, 1.0, kUnknown}, k, {});
+  EXPECT_NEAR(p.host_share, 0.4, 1e-12);
+  EXPECT_NE(p.path_name().find("hybrid(host 40%)"), std::string::npos);
+  PlannerOptions forced;
+  forced.host_share_override = 0.25;
+  EXPECT_NEAR(choose({196608, 1.0, kUnknown}, k, forced).host_share, 0.25, 1e-12);
+  PlannerOptions off;
+  off.allow_hybrid = false;
+  EXPECT_EQ(choose({196608, 1.0, kUnknown}, k, off).host_share, 0);
+  // Tiny batch: the host path's fixed cost does not pay.
+  EXPECT_EQ(choose({1536, 1.0, kUnknown}, k, {}).host_share, 0);
+}
+
+TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
+  PlannerOptions o;
+  o.overlap_budget_us = 100;
+  const Plan big = choose({196608, 1.0, kUnknown}, costs(), o);
+  EXPECT_FALSE(big.background);
+  EXPECT_EQ(big.grid_fraction, 1.0);
+  const Plan small = choose({1536, 1.0, kUnknown}, costs(), o);
+  EXPECT_TRUE(small.background);
+  EXPECT_EQ(small.grid_fraction, o.background_grid_fraction);
+}
+
+TEST(Planner, DisabledPlannerIsThePlainGather) {
+  PlannerOptions o;
+  o.enabled = false;
+  o.cache_present = true;
+  const Plan p = choose({196608, 0.2, 0.9}, costs(), o);
+  EXPECT_FALSE(p.planner_enabled);
+  EXPECT_FALSE(p.dedup);
+  EXPECT_FALSE(p.cache);
+  ASSERT_EQ(p.why.size(), 1u);
+  EXPECT_NE(p.why[0].find("disabled"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace engram::plan
