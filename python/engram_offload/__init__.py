@@ -13,7 +13,19 @@ A thin layer over the C++ library (extension module ``_engram``). Terms follow d
 Arrays: ids are integer NumPy arrays (int64 read in place) or any ``__dlpack__`` producer on the CPU
 (PyTorch CPU tensors), converted zero copy with ``numpy.from_dlpack``. Staging comes back as NumPy uint16
 arrays holding bf16 bits (NumPy has no bfloat16), or as ``torch.bfloat16`` tensors sharing that memory when
-the ids were a torch tensor. CUDA tensors are refused with EngramError(code='unsupported') by this CPU build.
+the ids were a torch tensor.
+
+CUDA (a build with the CUDA backend): ``SharedTable.register_cuda(device)`` registers the host memory for UVA
+(nothing is copied to the device); ``lookup`` on CUDA ids (torch tensors or any CUDA ``__dlpack__`` producer)
+launches the UVA lookup kernel on the given stream (``torch.cuda.Stream``, a raw ``cudaStream_t`` handle, or
+the current torch stream) and returns without synchronising; ``Prefetcher(table, device="cuda:0")`` runs the
+serial prefetch stream whose staging comes back zero copy as torch.bfloat16 tensors (``DeviceArray`` with
+``__dlpack__`` without torch).
+
+Shared groups: ``SharedTable.create(layout, group=channel)`` on rank 0 and ``SharedTable.attach(channel)`` on
+the other ranks run the shared-table protocol (describe, attach, register, census, load, ready) over a
+channel: ``UnixGroupChannel`` (memfds over a Unix socket), ``TorchGroupChannel`` (a torch.distributed CPU
+process group, e.g. gloo) or any ``GroupChannel`` subclass.
 
 Errors: every failing call raises ``EngramError`` (a RuntimeError) with ``.code`` (the C++ status code name,
 e.g. ``'invalid_argument'``), ``.message`` and ``.sys_error`` (errno behind it, 0 if none).
@@ -22,12 +34,14 @@ e.g. ``'invalid_argument'``), ``.message`` and ``.sys_error`` (errno behind it, 
 import numpy as _np
 
 from . import _engram
-from ._engram import (EngramError, Layout, Sequence, SharedTable, code_names, cuda_backend_built,
-                      decode_rows, default_compression_table_path, synth_rows)
+from ._engram import (DeviceArray, EngramError, Layout, Sequence, SharedTable, UnixGroupChannel, UnixGroupListener,
+                      code_names, cuda_backend_built, decode_rows, default_compression_table_path, synth_rows)
+from ._group import GroupChannel, TorchGroupChannel
 
 __all__ = [
     "EngramError", "Layout", "SharedTable", "Hasher", "Sequence", "Prefetcher", "lookup", "decode_rows",
-    "synth_rows", "code_names", "cuda_backend_built", "timeline_summary", "DEAD_ID",
+    "synth_rows", "code_names", "cuda_backend_built", "timeline_summary", "DEAD_ID", "DeviceArray",
+    "GroupChannel", "TorchGroupChannel", "UnixGroupChannel", "UnixGroupListener",
 ]
 
 DEAD_ID = -1  # an id that gives a zero row (padding / dead positions)
@@ -85,7 +99,8 @@ def _out_numpy(out):
     return _as_numpy(out, "out")
 
 
-def lookup(table, layer_index, ids, out=None, checked=False, threads=0, return_stats=False):
+def lookup(table, layer_index, ids, out=None, checked=False, threads=0, return_stats=False, stream=None,
+           grid_cap=None):
     """Decode the rows of ``ids`` of one Engram layer into BF16 staging (CPU backend).
 
     table: SharedTable. layer_index: index into ``table.layout.layer_ids`` (not the model layer id).
@@ -100,8 +115,20 @@ def lookup(table, layer_index, ids, out=None, checked=False, threads=0, return_s
     Returns the staging: uint16 NumPy array of bf16 bits [tokens, heads, d] (a torch.bfloat16 tensor sharing
     its memory when ids or out were torch tensors); with return_stats=True, (staging, stats) where stats is
     {'rows', 'dead_rows', 'invalid_ids'}.
-    Errors: EngramError invalid_argument (layer index, dtype, shape, checked ids), unsupported (CUDA input).
+    CUDA ids (a torch CUDA tensor or a CUDA ``__dlpack__`` producer; the table registered with
+      table.register_cuda(device) first): the UVA lookup kernel is enqueued on ``stream`` (torch.cuda.Stream, a raw
+      cudaStream_t int, None = torch's current stream of that device, or the legacy default stream without torch)
+      and the call returns at once (no synchronisation; keep ids/out alive until the stream passed the lookup --
+      torch tensors are marked with record_stream when the stream is not the current one). out: None (a new
+      torch.bfloat16 tensor, needs torch) or a contiguous bf16/int16/uint16 CUDA array [tokens, heads, d].
+      grid_cap: None (every SM), an int (at most that many blocks) or a float in (0, 1] (that fraction of the SMs).
+      stats: the launch {rows, tiles, grid, cap, ...} (dead/invalid counts would need a synchronisation).
+      checked=True validates ids on the GPU and synchronises the stream (explicitly asked; not under capture).
+    Errors: EngramError invalid_argument (layer index, dtype, shape, device, checked ids, table not registered),
+      unsupported (CUDA input to a build without CUDA), cuda (launch failure).
     """
+    if _is_cuda_array(ids) or _is_cuda_array(out):
+        return _lookup_cuda(table, layer_index, ids, out, checked, stream, grid_cap, return_stats)
     torch_io = _is_torch_tensor(ids) or _is_torch_tensor(out)
     ids_np = _as_numpy(ids, "ids")
     out_np = _out_numpy(out)
@@ -112,6 +139,152 @@ def lookup(table, layer_index, ids, out=None, checked=False, threads=0, return_s
     elif out is not None:
         res = out
     return (res, stats) if return_stats else res
+
+
+# ---- CUDA arrays and streams -------------------------------------------------------------------------------------
+
+_DL_CUDA = 2
+
+
+def _is_cuda_array(obj):
+    if obj is None or isinstance(obj, _np.ndarray):
+        return False
+    if _is_torch_tensor(obj):
+        return obj.device.type == "cuda"
+    if hasattr(obj, "__dlpack_device__"):
+        return obj.__dlpack_device__()[0] == _DL_CUDA
+    return False
+
+
+def _device_index(device):
+    """'cpu' -> -1; 'cuda', 'cuda:N', N, torch.device -> N (default: torch's current device, else 0)."""
+    if device is None or device == "cpu":
+        return -1
+    if isinstance(device, int):
+        return device
+    s = str(device)
+    if s == "cuda":
+        t = _torch()
+        return t.cuda.current_device() if t is not None and t.cuda.is_available() else 0
+    if s.startswith("cuda:"):
+        return int(s[5:])
+    raise _error("invalid_argument", f"device {device!r}: expected 'cpu', 'cuda', 'cuda:N' or an int")
+
+
+def _stream_handle(stream, device):
+    """A raw cudaStream_t from a torch.cuda.Stream / ExternalStream, a CuPy stream (.ptr), an int, or None (torch's
+    current stream of `device`; the legacy default stream 0 without torch)."""
+    if stream is None:
+        t = _torch()
+        if t is not None and t.cuda.is_available():
+            return int(t.cuda.current_stream(device).cuda_stream)
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr", "handle"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise _error("invalid_argument", f"stream: expected torch.cuda.Stream or a raw cudaStream_t int, got {type(stream)}")
+
+
+_TORCH_DTYPES = {"torch.int64": "int64", "torch.bfloat16": "bf16", "torch.int16": "i16", "torch.uint16": "u16"}
+_DL_DTYPES = {(0, 64): "int64", (4, 16): "bf16", (0, 16): "i16", (1, 16): "u16"}
+
+
+def _device_view(obj, what, stream_handle):
+    """(ptr, device, shape, dtype, keepalive) of a C-contiguous CUDA array (torch tensor or DLPack producer)."""
+    if _is_torch_tensor(obj):
+        if obj.device.type != "cuda":
+            raise _error("invalid_argument", f"{what}: a {obj.device.type} tensor where a CUDA one is needed")
+        if not obj.is_contiguous():
+            raise _error("invalid_argument", f"{what}: the tensor must be contiguous")
+        return obj.data_ptr(), obj.device.index, tuple(obj.shape), _TORCH_DTYPES.get(str(obj.dtype), str(obj.dtype)), obj
+    if not hasattr(obj, "__dlpack__"):
+        raise _error("invalid_argument", f"{what}: expected a CUDA tensor (torch or any __dlpack__ producer)")
+    cap = obj.__dlpack__(stream=stream_handle if stream_handle else 1)
+    ptr, dev_type, dev_id, shape, strides, (code, bits, lanes), holder = _engram._read_dlpack_capsule(cap)
+    if dev_type != _DL_CUDA:
+        raise _error("invalid_argument", f"{what}: DLPack device type {dev_type}, expected CUDA ({_DL_CUDA})")
+    if strides is not None:
+        expect, acc = [], 1
+        for n in reversed(shape):
+            expect.append(acc)
+            acc *= n
+        if list(strides) != list(reversed(expect)) and 0 not in shape:
+            raise _error("invalid_argument", f"{what}: the array must be C-contiguous (strides {strides})")
+    return ptr, dev_id, tuple(shape), _DL_DTYPES.get((code, bits), f"dlpack({code},{bits})"), (obj, holder)
+
+
+def _grid_arg(grid_cap, default):
+    """(fraction, blocks) for the C++ side: None -> default fraction; int -> blocks; float -> fraction."""
+    if grid_cap is None:
+        return default, 0
+    if isinstance(grid_cap, bool) or not isinstance(grid_cap, (int, float)):
+        raise _error("invalid_argument", f"grid_cap: expected None, an int (blocks) or a float in (0, 1], got {grid_cap!r}")
+    if isinstance(grid_cap, int):
+        if grid_cap < 1:
+            raise _error("invalid_argument", f"grid_cap: {grid_cap} blocks; expected >= 1")
+        return 1.0, grid_cap
+    return float(grid_cap), 0
+
+
+def _record_on(tensor, stream_handle, device):
+    """Tell torch's caching allocator that `tensor` is used on a stream other than the current one."""
+    t = _torch()
+    if t is None or not _is_torch_tensor(tensor):
+        return
+    if stream_handle == int(t.cuda.current_stream(device).cuda_stream):
+        return
+    tensor.record_stream(t.cuda.ExternalStream(stream_handle, device=t.device("cuda", device)))
+
+
+def _lookup_cuda(table, layer_index, ids, out, checked, stream, grid_cap, return_stats):
+    lay = table.layout
+    dev_guess = None
+    for a in (ids, out):
+        if _is_torch_tensor(a) and a.device.type == "cuda":
+            dev_guess = a.device.index
+            break
+        if a is not None and hasattr(a, "__dlpack_device__") and a.__dlpack_device__()[0] == _DL_CUDA:
+            dev_guess = a.__dlpack_device__()[1]
+            break
+    s = _stream_handle(stream, dev_guess)
+    ids_ptr, device, shape, dtype, keep_ids = _device_view(ids, "ids", s)
+    if dtype != "int64":
+        raise _error("invalid_argument", f"lookup: CUDA ids must be int64, got {dtype}")
+    if len(shape) == 1 and lay.heads == 1:
+        shape = (shape[0], 1)
+    if len(shape) != 2 or shape[1] != lay.heads:
+        raise _error("invalid_argument", f"lookup: ids must be [tokens, {lay.heads}], got {list(shape)}")
+    tokens = shape[0]
+    t = _torch()
+    if out is None:
+        if t is None:
+            raise _error("invalid_argument", "lookup: CUDA ids without torch need an out= array")
+        with t.cuda.device(device):
+            if s == int(t.cuda.current_stream(device).cuda_stream):
+                out = t.empty((tokens, lay.heads, lay.d), dtype=t.bfloat16, device=f"cuda:{device}")
+            else:
+                with t.cuda.stream(t.cuda.ExternalStream(s, device=t.device("cuda", device))):
+                    out = t.empty((tokens, lay.heads, lay.d), dtype=t.bfloat16, device=f"cuda:{device}")
+    out_ptr, out_dev, out_shape, out_dtype, keep_out = _device_view(out, "out", s)
+    if out_dev != device:
+        raise _error("invalid_argument", f"lookup: ids on cuda:{device}, out on cuda:{out_dev}")
+    if out_dtype not in ("bf16", "i16", "u16"):
+        raise _error("invalid_argument", f"lookup: out dtype {out_dtype}, expected bfloat16 (or 16-bit ints)")
+    if tuple(out_shape) != (tokens, lay.heads, lay.d):
+        raise _error("invalid_argument", f"lookup: out must have shape [{tokens}, {lay.heads}, {lay.d}], got {list(out_shape)}")
+    fraction, blocks = _grid_arg(grid_cap, 1.0)
+    info = _engram._cuda_lookup(table, layer_index, ids_ptr, tokens, out_ptr, device, s, fraction, blocks, checked)
+    _record_on(ids, s, device)
+    _record_on(out, s, device)
+    return (out, info) if return_stats else out
+
+
+def _staging_tensor(arr):
+    """A CUDA DeviceArray as a torch.bfloat16 tensor (zero copy) when torch is there, else the DeviceArray."""
+    t = _torch()
+    return t.from_dlpack(arr) if t is not None else arr
 
 
 def bf16_to_float32(bits):
@@ -174,43 +347,103 @@ class Hasher:
 
 
 class Prefetcher:
-    """A rank's serial prefetch queue on the CPU backend (design.md "Prefetch").
+    """A rank's serial prefetch queue (design.md "Prefetch") on the CPU backend or on a CUDA device.
 
-    table: SharedTable (kept alive). mode: 'early' (prepare() submits the lookup at once, overlapping with
-    whatever the caller does next) or 'on_demand' (prepare() only records the ids; consume() submits and waits:
-    the B1 baseline, same lookup and staging). threads: gather threads (0 = CPUs - 1). checked: validate ids.
-    rank: carried in the timeline. clock_ns: optional callable returning ns (default: steady clock).
+    table: SharedTable (kept alive). layers: table layer indices served (None = all); prepare/consume take the
+    table's layer index. device: 'cpu' (default: worker threads) or 'cuda' / 'cuda:N' / N (one prefetch stream,
+    lookups read the table over UVA; the table is registered with register_cuda(N) if it is not yet).
+    mode: 'early' (prepare() submits the lookup at once, overlapping with whatever the caller does next) or
+    'on_demand' (prepare() only records the ids; consume() submits and waits: the B1 baseline, same lookup and
+    staging). threads (CPU): gather threads (0 = CPUs - 1). checked: validate ids (host-side pass).
+    rank: carried in the timeline. clock_ns (CPU): optional callable returning ns (default: steady clock).
+    CUDA only: stream: the consumer's main stream (torch.cuda.Stream or raw handle; default torch's current
+    stream), fixed for the Prefetcher's life -- to capture steps with torch.cuda.graph, give the stream the
+    graph captures on (torch.cuda.graph(g, stream=s)). max_tokens: per-layer id/staging capacity.
+    grid_cap: fraction of the SMs (default 0.5: the lookups run in the background) or an int of blocks.
+    record_timeline: CUDA timeline events on/off.
 
     Per step: begin_step(step); for each Engram layer prepare(layer_index, ids) as soon as ids are ready,
-    consume(layer_index) where the layer needs them; end_step(). Errors raise EngramError.
+    consume(layer_index) where the layer needs them; end_step() (CUDA: the step's one host synchronisation;
+    not while capturing). Errors raise EngramError.
     """
 
-    def __init__(self, table, mode="early", threads=0, checked=False, rank=0, clock_ns=None):
+    def __init__(self, table, layers=None, device="cpu", mode="early", threads=0, checked=False, rank=0,
+                 clock_ns=None, stream=None, max_tokens=8192, grid_cap=None, record_timeline=True):
         self.table = table
-        self._q = _engram._Prefetcher(table, mode, threads, checked, rank, clock_ns)
+        layers = list(range(table.n_layers)) if layers is None else [int(x) for x in layers]
+        self.device = _device_index(device)
+        self._keep = {}
+        if self.device < 0:
+            self._q = _engram._Prefetcher(table, layers, mode, threads, checked, rank, clock_ns)
+            self._stream = None
+        else:
+            self._stream = stream  # the queue adopts the handle: keep the object alive
+            s = _stream_handle(stream, self.device)
+            fraction, blocks = _grid_arg(grid_cap, 0.5)
+            self._q = _engram._Prefetcher.cuda(table, layers, mode, self.device, s, max_tokens, fraction, blocks,
+                                               checked, rank, record_timeline)
         self.mode = self._q.mode
+        self.layers = self._q.layers
+        self.backend = self._q.backend
+
+    @property
+    def streams(self):
+        """(main, prefetch) raw cudaStream_t handles (CUDA), None on the CPU."""
+        return self._q.streams
 
     def begin_step(self, step):
         """Start decode step ``step`` (timeline rows carry it)."""
         self._q.begin_step(step)
 
-    def prepare(self, layer_index, ids):
-        """ids: integer [tokens, heads] (copied before return). Early mode submits the lookup now (r and submit
-        stamped), without blocking; on_demand keeps the ids for consume()."""
+    def prepare(self, layer_index, ids, after_event=None):
+        """ids: integer [tokens, heads]. Host ids (NumPy / CPU tensor) are copied before return; CUDA ids (int64,
+        contiguous, on this device) are read by the lookup on the GPU and must have been written in the main
+        stream's order (they are kept alive until the layer's next prepare). after_event (CUDA): a
+        torch.cuda.Event or raw cudaEvent_t the main stream waits for first (the hash ids' producer). Early mode
+        submits now (r stamped on the main stream), without blocking; on_demand keeps the ids for consume()."""
+        if after_event is not None:
+            h = after_event if isinstance(after_event, int) else int(getattr(after_event, "cuda_event", 0))
+            self._q.wait_event(h)
+        if _is_cuda_array(ids):
+            ptr, dev, shape, dtype, keep = _device_view(ids, "ids", self._q.streams[0] if self._q.streams else 0)
+            if dev != self.device:
+                raise _error("invalid_argument", f"prepare: ids on cuda:{dev}, Prefetcher on cuda:{self.device}")
+            if dtype != "int64" or len(shape) != 2:
+                raise _error("invalid_argument", f"prepare: CUDA ids must be int64 [tokens, heads], got {dtype} {list(shape)}")
+            if shape[1] != self.table.layout.heads:
+                raise _error("invalid_argument", f"prepare: ids have {shape[1]} heads, the layout has {self.table.layout.heads}")
+            self._q.prepare_device(layer_index, ptr, shape[0])
+            self._keep[layer_index] = keep
+            return
+        self._keep.pop(layer_index, None)
         self._q.prepare(layer_index, _as_numpy(ids, "ids"))
 
+    def write_ids(self, layer_index, ids):
+        """CUDA, host ids: refill the pinned buffer a captured step's copy reads, before replaying the graph."""
+        self._q.write_ids(layer_index, _as_numpy(ids, "ids"))
+
     def consume(self, layer_index, copy=True):
-        """Wait for the layer's lookup; staging uint16 [tokens, heads, d] bf16 bits. copy=False returns a
-        read-only zero-copy view of the queue's staging, valid only until the next prepare() of this layer."""
-        return self._q.consume(layer_index, copy)
+        """Wait for the layer's lookup and return its staging [tokens, heads, d].
+        CPU: uint16 bf16 bits (copy=False: a read-only zero-copy view of the queue's staging, valid until the
+        next prepare() of this layer). CUDA: the main stream waits for the lookup on the GPU (the host does not);
+        a torch.bfloat16 CUDA tensor over the queue's staging (zero copy, valid until the layer's next prepare;
+        clone it to keep it), or a DeviceArray without torch."""
+        r = self._q.consume(layer_index, copy)
+        if self.device >= 0:
+            return _staging_tensor(r)
+        return r
+
+    def last_launch(self, layer_index):
+        """CUDA: rows, tiles, grid, cap of the layer's last launch; None on the CPU."""
+        return self._q.last_launch(layer_index)
 
     def end_step(self):
-        """End the step (timings of the step become final)."""
+        """End the step (timings of the step become final; CUDA: one host synchronisation)."""
         self._q.end_step()
 
     def timeline(self):
         """{'unit': 'ns', 'rows': [{rank, step, layer_id, rows, r_ns, submit_ns, s_ns, f_ns, c_ns, wait_end_ns}]}
-        (None for a time not recorded)."""
+        (None for a time not recorded: CUDA submit, captured steps)."""
         return self._q.timeline_json()
 
     def chrome_trace(self):
@@ -218,7 +451,7 @@ class Prefetcher:
         return self._q.chrome_trace()
 
     def totals(self):
-        """Sum of lookup stats: {'rows', 'dead_rows', 'invalid_ids'}."""
+        """Sum of lookup stats: {'rows', 'dead_rows', 'invalid_ids'} (CUDA: final after end_step)."""
         return self._q.totals()
 
     def analyze(self):
@@ -228,6 +461,57 @@ class Prefetcher:
     def summary(self):
         """timeline_summary(self.timeline())."""
         return timeline_summary(self.timeline())
+
+
+# ---- shared groups: SharedTable.create(group=channel) / SharedTable.attach(channel) --------------------------
+
+_create_host_table = SharedTable.create
+
+
+def _channel_arg(group):
+    if isinstance(group, (_engram._Channel, GroupChannel)):
+        return group
+    return None
+
+
+def _create(layout, backing="memfd", placement="none", group="", prefault=True, allow_fallback=False, home_node=-1,
+            seed=None, checkpoint=None, group_name="", shm_dir="/dev/shm", step_timeout_s=30.0, load_timeout_s=600.0):
+    """Creates the table's host memory: one shared backing per Engram layer (see the C++ docstring below).
+
+    group: '' or a name (carried in backing names), or a channel (UnixGroupChannel from UnixGroupListener.accept,
+    TorchGroupChannel, any GroupChannel) whose rank is 0: then this process is the shared group's leader: it
+    creates and places the backings, loads them (seed: synthetic rows; checkpoint: a safetensors file; neither:
+    zero, fill later), and runs the protocol with the channel's other ranks, which call SharedTable.attach(channel)
+    at the same time. memfd backings need a channel that passes descriptors; shm (named file, unlinked as soon as
+    every peer attached) works over any channel.
+    """
+    ch = _channel_arg(group)
+    if ch is None:
+        return _create_host_table(layout, backing, placement, group, prefault, allow_fallback, home_node)
+    return _engram._create_shared(layout, ch, backing, placement, group_name, shm_dir, seed, checkpoint,
+                                  step_timeout_s, load_timeout_s)
+
+
+def _attach(channel, read_only=True, step_timeout_s=30.0, load_timeout_s=600.0):
+    """A peer's side of the shared-table protocol: receives the description (and memfds), maps every backing
+    (read-only by default: a stray write faults instead of corrupting the other ranks' table), waits for the
+    leader's load and returns the SharedTable over the SAME pages. Errors name the protocol step and rank."""
+    return _engram._attach_shared(channel, read_only, step_timeout_s, load_timeout_s)
+
+
+def _shared(layout, channel, **kwargs):
+    """Every rank calls this: rank 0 creates (SharedTable.create(group=channel, **kwargs)), others attach."""
+    read_only = kwargs.pop("read_only", True)
+    if channel.rank == 0:
+        return _create(layout, group=channel, **kwargs)
+    timeouts = {k: kwargs[k] for k in ("step_timeout_s", "load_timeout_s") if k in kwargs}
+    return _attach(channel, read_only=read_only, **timeouts)
+
+
+_create.__doc__ += "\n" + (_create_host_table.__doc__ or "")
+SharedTable.create = staticmethod(_create)
+SharedTable.attach = staticmethod(_attach)
+SharedTable.shared = staticmethod(_shared)
 
 
 def timeline_summary(timeline):

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# GPU part "python" (called by scripts/gpu-check on the H200 machine with BUILD, LOG_DIR, PART_BUDGET_S):
+# builds the engram_offload module against the machine's PyTorch interpreter (the torch venv holds pybind11 there;
+# Debian's /usr/bin/python3 has no torch) by re-configuring $BUILD with that interpreter and building only the
+# engram_python target (the libraries are already built), then runs
+#   1. the whole pytest suite (python/tests: CPU tests, test_torch, test_cuda -- UVA lookups bit-identical to the
+#      NumPy reference, no device copy of the table, the CUDA Prefetcher, a step under torch.cuda.graph --,
+#      test_torch_distributed -- two gloo ranks sharing one table through TorchGroupChannel),
+#   2. examples/decode_loop.py --device cuda --graph (prefetch stream overlapped with matmuls, graph replay),
+#   3. examples/shared_table_mp.py --ranks 2 (torch.multiprocessing + gloo, one table, CUDA lookups per rank).
+# Output: $LOG_DIR/{configure,build,pytest,decode_loop_cuda,shared_table_mp}.log, pytest.xml; one summary line per
+# step on stdout. Exit 0 when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build-gpu}
+LOG_DIR=${LOG_DIR:-/tmp/engram-python-part}
+BUDGET=${PART_BUDGET_S:-150}
+mkdir -p "$LOG_DIR"
+start=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - start))); }
+fail=0
+say() { echo "python: $*"; }
+
+PY=""
+for c in /opt/torch/.venv/bin/python3 python3; do
+  if command -v "$c" >/dev/null 2>&1 && "$c" -c "import torch, pybind11, numpy, pytest" 2>/dev/null; then PY=$(command -v "$c"); break; fi
+done
+if [ -z "$PY" ]; then
+  say "SKIPPED: no python3 with torch, pybind11, numpy and pytest"
+  exit 0
+fi
+"$PY" -c "import sys, torch, numpy, pybind11; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available(), 'numpy', numpy.__version__, 'pybind11', pybind11.__version__)" >"$LOG_DIR/env.txt" 2>&1
+say "interpreter $PY: $(cat "$LOG_DIR/env.txt")"
+PB_DIR=$("$PY" -c "import pybind11; print(pybind11.get_cmake_dir())")
+
+if ! timeout 60 cmake -S . -B "$BUILD" -DENGRAM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DPYTHON_EXECUTABLE="$PY" \
+    -Dpybind11_DIR="$PB_DIR" >"$LOG_DIR/configure.log" 2>&1; then
+  say "FAILED: configure (see configure.log)"; tail -5 "$LOG_DIR/configure.log"; exit 1
+fi
+if ! timeout 120 ninja -C "$BUILD" -j 16 engram_python >"$LOG_DIR/build.log" 2>&1; then
+  say "FAILED: build of engram_python (see build.log)"; grep -m5 "error" "$LOG_DIR/build.log"; exit 1
+fi
+say "built $(ls "$BUILD"/python/engram_offload/_engram*.so) in $(( $(date +%s) - start )) s"
+export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+
+# 1. pytest
+t=$(( $(left) - 60 )); [ "$t" -lt 30 ] && t=30
+timeout "$t" "$PY" -m pytest -q -p no:cacheprovider -rs --junitxml="$LOG_DIR/pytest.xml" python/tests >"$LOG_DIR/pytest.log" 2>&1
+rc=$?
+say "pytest rc=$rc: $(tail -1 "$LOG_DIR/pytest.log")"
+[ $rc -ne 0 ] && { fail=1; grep -E "^(FAILED|ERROR)" "$LOG_DIR/pytest.log" | head -10; }
+
+# 2. decode loop on CUDA with graph replay
+t=$(( $(left) - 25 )); [ "$t" -lt 20 ] && t=20
+timeout "$t" "$PY" python/examples/decode_loop.py --device cuda --graph --steps 12 --batch 64 --table-size 512MiB \
+  --trace "$LOG_DIR/decode_loop_trace.json" >"$LOG_DIR/decode_loop_cuda.log" 2>&1
+rc=$?
+say "decode_loop --device cuda --graph rc=$rc"
+grep -E "registered|mode |engram layer|same hidden state" "$LOG_DIR/decode_loop_cuda.log" | sed 's/^/  /'
+[ $rc -ne 0 ] && { fail=1; tail -5 "$LOG_DIR/decode_loop_cuda.log"; }
+
+# 3. torch.multiprocessing example: two gloo ranks, one table
+t=$(left); [ "$t" -lt 20 ] && t=20
+timeout "$t" "$PY" python/examples/shared_table_mp.py --ranks 2 --table-size 256MiB >"$LOG_DIR/shared_table_mp.log" 2>&1
+rc=$?
+say "shared_table_mp --ranks 2 rc=$rc"
+sed 's/^/  /' "$LOG_DIR/shared_table_mp.log" | tail -6
+[ $rc -ne 0 ] && fail=1
+
+say "$([ $fail -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
+exit $fail
