@@ -29,36 +29,62 @@ Result<std::string> read_whole(const std::string& path) {
   return data;
 }
 
-Result<json> read_sidecar(const std::string& data_path, const std::string& format) {
-  const std::string path = data_path + ".json";
-  auto text = read_whole(path);
-  if (!text.is_ok()) return text.status().with_context("sidecar of " + data_path);
-  json j;
+// Optional field of type T: `fallback` when absent, kInvalidArgument when present with another type.
+// (json::value() would throw type_error on a present field of another type: fuzz finding, see
+// tests/unit/host/test_regress_token_io.cpp.)
+template <typename T>
+Result<T> optional_field(const json& j, const std::string& path, const char* name, T fallback) {
+  if (!j.is_object()) return bad(path, std::string("expected a JSON object holding '") + name + "'");
+  auto it = j.find(name);
+  if (it == j.end()) return fallback;
   try {
-    j = json::parse(*text);
-  } catch (const json::exception& e) {
-    return bad(path, std::string("not valid JSON: ") + e.what());
+    return it->get<T>();
+  } catch (const json::exception&) {
+    return bad(path, std::string("field '") + name + "' has the wrong type: " +
+                         it->dump(-1, ' ', false, json::error_handler_t::replace));
   }
-  if (!j.is_object() || j.value("format", "") != format)
-    return bad(path, "not an '" + format + "' sidecar (format field is " + (j.is_object() && j.contains("format") ? j["format"].dump() : "missing") + ")");
-  if (j.value("format_version", 0) != 1) return bad(path, "unsupported format_version " + j.value("format_version", json()).dump() + " (expected 1)");
-  if (j.value("dtype", "") != "uint32le") return bad(path, "dtype must be \"uint32le\"");
+}
+
+Result<json> parse_sidecar(const std::string& data_path, std::string_view text, const std::string& format) {
+  const std::string path = data_path + ".json";
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad(path, "not valid JSON");
+  const json* fmt = j.is_object() && j.contains("format") ? &j["format"] : nullptr;
+  if (fmt == nullptr || !fmt->is_string() || fmt->get<std::string>() != format)
+    return bad(path, "not an '" + format + "' sidecar (format field is " +
+                         (fmt ? fmt->dump(-1, ' ', false, json::error_handler_t::replace) : std::string("missing")) + ")");
+  auto version = j.find("format_version");
+  if (version == j.end() || !version->is_number_integer() || version->get<int64_t>() != 1)
+    return bad(path, "unsupported format_version " +
+                         (version == j.end() ? std::string("(missing)")
+                                             : version->dump(-1, ' ', false, json::error_handler_t::replace)) +
+                         " (expected 1)");
+  auto dtype = j.find("dtype");
+  if (dtype == j.end() || !dtype->is_string() || dtype->get<std::string>() != "uint32le")
+    return bad(path, "dtype must be \"uint32le\"");
   return j;
+}
+
+Result<std::string> read_sidecar_text(const std::string& data_path) {
+  auto text = read_whole(data_path + ".json");
+  if (!text.is_ok()) return text.status().with_context("sidecar of " + data_path);
+  return text;
 }
 
 // A required field of the expected JSON type, or an error naming it.
 template <typename T>
 Result<T> field(const json& j, const std::string& path, const char* name) {
+  if (!j.is_object()) return bad(path, std::string("expected a JSON object holding '") + name + "'");
   if (!j.contains(name)) return bad(path, std::string("missing field '") + name + "'");
   try {
     return j.at(name).get<T>();
   } catch (const json::exception&) {
-    return bad(path, std::string("field '") + name + "' has the wrong type: " + j.at(name).dump());
+    return bad(path, std::string("field '") + name + "' has the wrong type: " +
+                         j.at(name).dump(-1, ' ', false, json::error_handler_t::replace));
   }
 }
 
-Result<std::vector<uint32_t>> read_u32_array(const std::string& path) {
-  ENGRAM_ASSIGN_OR_RETURN(std::string bytes, read_whole(path));
+Result<std::vector<uint32_t>> u32_array(const std::string& path, std::string_view bytes) {
   if (bytes.size() % 4 != 0) return bad(path, "size " + std::to_string(bytes.size()) + " B is not a multiple of 4 (uint32 ids)");
   std::vector<uint32_t> v(bytes.size() / 4);
   // Little-endian on disk; the hosts we build for are little-endian too.
@@ -84,19 +110,25 @@ std::string shell_quote(const std::string& s) {
 }  // namespace
 
 Result<TokenFile> read_token_file(const std::string& path) {
-  ENGRAM_ASSIGN_OR_RETURN(json j, read_sidecar(path, "engram-tokens"));
+  ENGRAM_ASSIGN_OR_RETURN(std::string sidecar, read_sidecar_text(path));
+  ENGRAM_ASSIGN_OR_RETURN(std::string data, read_whole(path));
+  return parse_token_file(path, data, sidecar);
+}
+
+Result<TokenFile> parse_token_file(const std::string& path, std::string_view data, std::string_view sidecar) {
+  ENGRAM_ASSIGN_OR_RETURN(json j, parse_sidecar(path, sidecar, "engram-tokens"));
   const std::string jpath = path + ".json";
   TokenFile tf;
   tf.path = path;
   ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer, field<std::string>(j, jpath, "tokenizer"));
   ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_version, field<std::string>(j, jpath, "tokenizer_version"));
-  tf.tokenizer_package = j.value("tokenizer_package", "");
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_package, optional_field<std::string>(j, jpath, "tokenizer_package", ""));
   ENGRAM_ASSIGN_OR_RETURN(tf.vocab_size, field<int64_t>(j, jpath, "vocab_size"));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t count, field<int64_t>(j, jpath, "token_count"));
-  tf.add_bos = j.value("add_bos", false);
+  ENGRAM_ASSIGN_OR_RETURN(tf.add_bos, optional_field<bool>(j, jpath, "add_bos", false));
   if (tf.vocab_size < 1 || tf.vocab_size > (int64_t{1} << 32)) return bad(jpath, "vocab_size " + std::to_string(tf.vocab_size) + " not in [1, 2^32]");
 
-  ENGRAM_ASSIGN_OR_RETURN(tf.ids, read_u32_array(path));
+  ENGRAM_ASSIGN_OR_RETURN(tf.ids, u32_array(path, data));
   if (static_cast<int64_t>(tf.ids.size()) != count)
     return bad(path, "holds " + std::to_string(tf.ids.size()) + " tokens but its sidecar says token_count " + std::to_string(count));
   if (tf.ids.empty()) return bad(path, "no tokens");
@@ -112,10 +144,11 @@ Result<TokenFile> read_token_file(const std::string& path) {
       const json& dj = j["documents"][d];
       const std::string where = jpath + " documents[" + std::to_string(d) + "]";
       TokenDocument doc;
-      doc.source = dj.value("source", "");
+      ENGRAM_ASSIGN_OR_RETURN(doc.source, optional_field<std::string>(dj, where, "source", ""));
       ENGRAM_ASSIGN_OR_RETURN(doc.first_token, field<int64_t>(dj, where, "first_token"));
       ENGRAM_ASSIGN_OR_RETURN(doc.token_count, field<int64_t>(dj, where, "token_count"));
-      if (doc.first_token != next || doc.token_count < 0)
+      // count - next bounds token_count before the addition (no signed overflow: fuzz finding).
+      if (doc.first_token != next || doc.token_count < 0 || doc.token_count > count - next)
         return bad(where, "token range [" + std::to_string(doc.first_token) + ", +" + std::to_string(doc.token_count) +
                               ") does not continue at " + std::to_string(next));
       next += doc.token_count;
@@ -130,7 +163,14 @@ Result<TokenFile> read_token_file(const std::string& path) {
 }
 
 Result<CompressionTable> read_compression_table(const std::string& path) {
-  ENGRAM_ASSIGN_OR_RETURN(json j, read_sidecar(path, "engram-compression-table"));
+  ENGRAM_ASSIGN_OR_RETURN(std::string sidecar, read_sidecar_text(path));
+  ENGRAM_ASSIGN_OR_RETURN(std::string data, read_whole(path));
+  return parse_compression_table(path, data, sidecar);
+}
+
+Result<CompressionTable> parse_compression_table(const std::string& path, std::string_view data,
+                                                 std::string_view sidecar) {
+  ENGRAM_ASSIGN_OR_RETURN(json j, parse_sidecar(path, sidecar, "engram-compression-table"));
   const std::string jpath = path + ".json";
   CompressionTable t;
   ENGRAM_ASSIGN_OR_RETURN(t.tokenizer, field<std::string>(j, jpath, "tokenizer"));
@@ -139,7 +179,7 @@ Result<CompressionTable> read_compression_table(const std::string& path) {
   ENGRAM_ASSIGN_OR_RETURN(t.compressed_vocab, field<int64_t>(j, jpath, "compressed_vocab_size"));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_id, field<int64_t>(j, jpath, "pad_id"));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_compressed, field<int64_t>(j, jpath, "pad_compressed_id"));
-  ENGRAM_ASSIGN_OR_RETURN(t.canonical, read_u32_array(path));
+  ENGRAM_ASSIGN_OR_RETURN(t.canonical, u32_array(path, data));
   if (static_cast<int64_t>(t.canonical.size()) != vocab)
     return bad(path, "holds " + std::to_string(t.canonical.size()) + " entries but its sidecar says vocab_size " + std::to_string(vocab));
   if (Status st = t.validate(); !st.is_ok()) return st.with_context(path);

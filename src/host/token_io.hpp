@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ngram_hash.hpp"
@@ -42,10 +43,18 @@ struct TokenFile {
 
 // Reads `path` and `path`.json. kInvalidArgument names the file and, for a bad id, its position.
 Result<TokenFile> read_token_file(const std::string& path);
+// The same checks on bytes already in memory (`data`: the uint32 array, `sidecar`: the JSON text);
+// `path` only names the files in messages. Pure: the fuzzer (fuzz/fuzz_token_file.cpp) calls it.
+// Any sidecar (wrong JSON types, huge or negative counts, overlapping documents) is kInvalidArgument,
+// never an exception or an overflow.
+Result<TokenFile> parse_token_file(const std::string& path, std::string_view data, std::string_view sidecar);
 
 // Reads a compression table `path` and `path`.json; the returned table has passed validate() and its
 // sidecar's pad_compressed_id matches the map. kInvalidArgument names the file and what is wrong.
 Result<CompressionTable> read_compression_table(const std::string& path);
+// The same on bytes in memory (see parse_token_file).
+Result<CompressionTable> parse_compression_table(const std::string& path, std::string_view data,
+                                                 std::string_view sidecar);
 
 // kInvalidArgument unless the token file and the table come from the same tokenizer and vocabulary
 // (names both files and both values).

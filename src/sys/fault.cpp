@@ -1,5 +1,6 @@
 // Fault injection table (see fault.hpp). The table is a small map behind a mutex; an atomic count
-// of installed faults keeps the common no-fault path to one load.
+// of installed faults (plus one while a call trace or an n-th-call fault is armed) keeps the common
+// no-fault path to one load.
 #include "fault.hpp"
 
 #include <atomic>
@@ -8,6 +9,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace engram::sys {
 namespace {
@@ -15,9 +19,18 @@ namespace {
 struct FaultTable {
   std::mutex mu;
   std::map<std::string, int> faults;
-  std::atomic<int> count{0};
+  std::atomic<int> count{0};  // faults.size() + tracing + (nth_call armed)
   bool env_read = false;
+  bool tracing = false;
+  std::vector<std::string> trace;
+  uint64_t nth_call = 0;  // 0: disarmed; else calls left until the one that fails (1 = the next)
+  int nth_err = 0;
 };
+
+void recount_locked(FaultTable& t) {
+  t.count.store(static_cast<int>(t.faults.size()) + (t.tracing ? 1 : 0) + (t.nth_call != 0 ? 1 : 0),
+                std::memory_order_relaxed);
+}
 
 FaultTable& table() {
   static FaultTable t;
@@ -42,7 +55,7 @@ void read_env_locked(FaultTable& t) {
     }
     pos = comma + 1;
   }
-  t.count.store(static_cast<int>(t.faults.size()), std::memory_order_relaxed);
+  recount_locked(t);
 }
 
 // The environment is read lazily but must count as "maybe a fault" until read.
@@ -76,8 +89,49 @@ int fault_errno(const char* wrapper) noexcept {
   std::lock_guard<std::mutex> lock(t.mu);
   read_env_locked(t);
   g_env_checked.store(true, std::memory_order_release);
+  if (t.tracing) t.trace.emplace_back(wrapper);
+  if (t.nth_call != 0 && --t.nth_call == 0) {
+    const int err = t.nth_err;
+    recount_locked(t);
+    return err;
+  }
   auto it = t.faults.find(wrapper);
+  if (it == t.faults.end()) it = t.faults.find("*");
   return it == t.faults.end() ? 0 : it->second;
+}
+
+void set_fault_at_call(uint64_t n, int err) {
+  FaultTable& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  read_env_locked(t);
+  g_env_checked.store(true, std::memory_order_release);
+  t.nth_call = err == 0 ? 0 : n;
+  t.nth_err = err;
+  recount_locked(t);
+}
+
+bool fault_at_call_pending() {
+  FaultTable& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return t.nth_call != 0;
+}
+
+void start_call_trace() {
+  FaultTable& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  read_env_locked(t);
+  g_env_checked.store(true, std::memory_order_release);
+  t.tracing = true;
+  t.trace.clear();
+  recount_locked(t);
+}
+
+std::vector<std::string> stop_call_trace() {
+  FaultTable& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.tracing = false;
+  recount_locked(t);
+  return std::exchange(t.trace, {});
 }
 
 void set_fault(const std::string& wrapper, int err) {
@@ -89,7 +143,7 @@ void set_fault(const std::string& wrapper, int err) {
     t.faults.erase(wrapper);
   else
     t.faults[wrapper] = err;
-  t.count.store(static_cast<int>(t.faults.size()), std::memory_order_relaxed);
+  recount_locked(t);
 }
 
 void clear_faults() {
@@ -98,7 +152,9 @@ void clear_faults() {
   t.env_read = true;
   g_env_checked.store(true, std::memory_order_release);
   t.faults.clear();
-  t.count.store(0, std::memory_order_relaxed);
+  t.nth_call = 0;
+  t.nth_err = 0;
+  recount_locked(t);
 }
 
 Status set_faults_from_spec(const std::string& spec) {

@@ -8,11 +8,22 @@
 //    ERRNO is a symbolic name (EPERM, ENOSPC, ...) or a number; e.g. ENGRAM_FAULT=mbind=EPERM;
 //  - the test API below (set_fault / clear_faults), which overrides the environment.
 // Wrapper names are the syscall names: memfd_create, open_shm, ftruncate, fallocate, fstat, fstatvfs,
-// mmap, madvise, mbind, set_mempolicy, get_mempolicy, move_pages, sched_setaffinity, mincore.
+// mmap, madvise, mbind, set_mempolicy, get_mempolicy, move_pages, sched_setaffinity, mincore,
+// mprotect, and (sys/file) fallocate and pread. Code outside src/sys that makes a registration-like
+// call (the CUDA backend's cudaHostRegister, see kFaultHostRegister) asks the same table by name.
+//
+// Systematic injection (hardening tests, docs/hardening.md): besides "always fail wrapper X", a test
+// can fail exactly the n-th hooked call from now on, whatever its wrapper (`set_fault_at_call`), and
+// can record the sequence of hooked calls an operation makes (`start_call_trace`). A test then runs
+// the operation once to learn its calls, and again once per call index with that call failing, and
+// checks each time for a clean Status and nothing leaked (descriptors, mappings, named files).
+// The wildcard wrapper name "*" in set_fault / ENGRAM_FAULT fails every hooked call.
 // Thread-safe (a mutex guards the table); the fast path with no fault set is one relaxed atomic load.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engram/status.hpp"
 
@@ -29,6 +40,22 @@ void clear_faults();
 Status set_faults_from_spec(const std::string& spec);
 // errno value for a symbolic name ("EPERM") or a decimal number; -1 if unknown.
 int errno_from_name(const std::string& name);
+
+// Name under which registration of host memory with a device asks for a fault: the CUDA backend calls
+// `fault_errno(kFaultHostRegister)` before cudaHostRegister and, on a non-zero errno, fails that chunk
+// exactly as it would on cudaErrorMemoryAllocation (ENOMEM) / cudaErrorNotPermitted (EPERM) --
+// rolling back the chunks already registered.
+inline constexpr const char* kFaultHostRegister = "host_register";
+
+// Fails the n-th (1-based) hooked call made from now on (any wrapper, any thread) with `err`, once.
+// n = 0 disarms. Independent of the per-wrapper faults.
+void set_fault_at_call(uint64_t n, int err);
+// True while an armed set_fault_at_call has not fired yet.
+bool fault_at_call_pending();
+// Starts recording the wrapper name of every hooked call (clears an earlier record).
+void start_call_trace();
+// Stops recording and returns the names in call order.
+std::vector<std::string> stop_call_trace();
 
 // Installs a fault for the lifetime of the object (tests).
 class ScopedFault {

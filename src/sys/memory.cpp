@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <string>
 
+#include "fault.hpp"
+
 namespace engram::sys {
 
 size_t page_size_bytes() {
@@ -18,6 +20,9 @@ Result<void*> map_anonymous(size_t size_bytes) {
   if (size_bytes == 0) return Status(Code::kInvalidArgument, "map_anonymous: size 0");
   const size_t page = page_size_bytes();
   const size_t len = (size_bytes + page - 1) / page * page;
+  // Fault hook (sys/fault.hpp): an injected errno is reported as if mmap had returned it.
+  if (const int injected = fault_errno("mmap"); injected != 0)
+    return errno_status(injected, "mmap(anonymous, len=" + std::to_string(len) + " B)");
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
