@@ -174,6 +174,43 @@ std::vector<LayerAnalysis> analyze_timeline(const Timeline& timeline, double sca
   return out;
 }
 
+std::vector<LayerAnalysis> analyze_timeline_moved(const Timeline& timeline, int moved_layer_id) {
+  std::vector<LayerAnalysis> out = analyze_timeline(timeline);
+  auto key = [](const LayerTiming& t) { return std::isfinite(t.submit_ns) ? t.submit_ns : t.r_ns; };
+  for (auto& a : out) {
+    std::vector<LayerTiming> q;
+    for (const auto& t : timeline.rows())
+      if (t.rank == a.rank) q.push_back(t);
+    std::stable_sort(q.begin(), q.end(), [&](const LayerTiming& x, const LayerTiming& y) { return key(x) < key(y); });
+    // Two serial queues: f of the previous lookup on the same queue gates the next one.
+    double prev_f[2] = {kNotRecorded, kNotRecorded};
+    std::vector<double> me;
+    double total = 0;
+    for (const auto& t : q) {
+      const int qi = t.layer_id == moved_layer_id ? 1 : 0;
+      const double s = std::isfinite(prev_f[qi]) ? std::max(t.r_ns, prev_f[qi]) : t.r_ns;
+      const double f = s + t.lookup_ns();
+      prev_f[qi] = std::isfinite(f) ? f : prev_f[qi];
+      if (t.layer_id != a.layer_id) continue;
+      const double e = std::isfinite(f - t.c_ns) ? std::max(0.0, f - t.c_ns) : kNotRecorded;
+      me.push_back(e);
+      if (std::isfinite(e)) total += e;
+    }
+    a.model_exposed_wait_ns = Distribution::of(me);
+    a.total_model_exposed_wait_ns = total;
+  }
+  return out;
+}
+
+std::vector<LayerTiming> step_rows(const Timeline& timeline, int rank, int64_t step) {
+  std::vector<LayerTiming> v;
+  for (const auto& t : timeline.rows())
+    if (t.rank == rank && t.step == step) v.push_back(t);
+  auto key = [](const LayerTiming& t) { return std::isfinite(t.submit_ns) ? t.submit_ns : t.r_ns; };
+  std::stable_sort(v.begin(), v.end(), [&](const LayerTiming& a, const LayerTiming& b) { return key(a) < key(b); });
+  return v;
+}
+
 double percentile(std::vector<double> values, double pct) {
   values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }), values.end());
   if (values.empty()) return kNotRecorded;

@@ -102,4 +102,13 @@ struct LayerAnalysis {
 };
 std::vector<LayerAnalysis> analyze_timeline(const Timeline& timeline, double scale_l = 1.0, double advance_r_ns = 0.0);
 
+// What-if: the lookups of Engram layer `moved_layer_id` run on a second serial queue of their own (free from the
+// rank's first r), every other layer keeps the first queue; both recurrences use the measured r, L and c. Per
+// (rank, layer) the modelled E lands in model_exposed_wait_ns / total_model_exposed_wait_ns (the measured fields
+// are as in analyze_timeline). A bound, like the other what-ifs: later consumer arrivals stay as measured.
+std::vector<LayerAnalysis> analyze_timeline_moved(const Timeline& timeline, int moved_layer_id);
+
+// Lookups of one step of one rank, for drawing its lanes (main stream waits, prefetch queue). Sorted by submission.
+std::vector<LayerTiming> step_rows(const Timeline& timeline, int rank, int64_t step);
+
 }  // namespace engram

@@ -1,0 +1,155 @@
+// `engram experiment A1|A2|A3|B1|B2`: one change per experiment (seed 000 §6.2), arms re-created and placed
+// before registration, census proof, the same recorded batches in every arm, randomised order over >= 5
+// repetitions, medians with p5/p95, bootstrap CI of the difference, and the acceptance chain of §6.3
+// (src/replay/experiment.hpp). Writes report.md, report.json, metrics.png and one timeline per arm into --out.
+// On a one-node machine A1-A3 are waived (exit 77) with the reason.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "command.hpp"
+#include "host/conditions.hpp"
+#include "plot.hpp"
+#include "report.hpp"
+#include "serving_args.hpp"
+#include "sys/numa.hpp"
+
+namespace engram::cli {
+namespace {
+
+struct ExperimentArgs {
+  std::string id;
+  ServingArgs s;
+  int reps = 5;
+  std::vector<double> caps = {0.25, 0.5, 1.0};
+  std::string out;
+  std::string batches;
+  uint64_t order_seed = 7;
+  std::string prefetch = "early";
+  bool json = false;
+};
+
+// One bar panel per headline metric: arms on x, median with p5..p95 error bars.
+Status plot_metrics(const nlohmann::json& j, const std::string& png) {
+  static const std::vector<std::pair<const char*, const char*>> keys = {
+      {"ttft_p50_ms", "TTFT p50 [ms]"},          {"itl_p50_ms", "ITL p50 [ms]"},
+      {"goodput_rps", "goodput [req/s]"},        {"lookup_p50_us", "lookup L p50 [us]"},
+      {"wait_per_step_us", "consumer wait per step [us]"}, {"main_compute_p50_us", "main compute per step [us]"}};
+  std::vector<plot::Figure> figs;
+  for (const auto& [k, label] : keys) {
+    plot::Figure f;
+    f.title = label;
+    f.x_label = "arm";
+    f.y_label = label;
+    f.style = plot::Style::kBars;
+    plot::Series s;
+    s.name = "median (p5..p95 over repetitions)";
+    for (const auto& a : j["arms"]) {
+      f.categories.push_back(a["name"].get<std::string>());
+      const auto& m = a["metrics"][k];
+      auto g = [&](const char* f2) { return m[f2].is_number() ? m[f2].get<double>() : kNotRecorded; };
+      s.y.push_back(g("median"));
+      s.y_low.push_back(g("p5"));
+      s.y_high.push_back(g("p95"));
+    }
+    f.series.push_back(s);
+    figs.push_back(f);
+  }
+  plot::Canvas c;
+  c.columns = 3;
+  c.caption = "engram experiment " + j["experiment"].get<std::string>() + ": " + j["changes"].get<std::string>();
+  return plot::render_png(figs, png, c);
+}
+
+int experiment(const ExperimentArgs& a) {
+  auto say = [&](const std::string& m) {
+    if (!a.json) std::fprintf(stderr, "engram experiment %s: %s\n", a.id.c_str(), m.c_str());
+  };
+  // Waive A1-A3 before building anything on a machine where placement cannot change.
+  const auto nodes = sys::memory_nodes();
+  if (a.id[0] == 'A' && nodes.size() < 2) {
+    auto arms = make_arms(a.id, RigOptions{}, nodes, a.caps, 1);
+    return report_failure("experiment " + a.id, arms.status());
+  }
+  auto setup = resolve_serving(a.s, say);
+  if (!setup.is_ok()) return report_failure("experiment", setup.status());
+  ServingSetup& s = *setup;
+  ExperimentOptions o;
+  o.id = a.id;
+  o.layout = s.layout;
+  o.base = s.rig;
+  o.serving = s.serving;
+  o.serving.mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
+  o.make_ids = s.make_ids;
+  o.reps = a.reps;
+  o.order_seed = a.order_seed;
+  o.caps = a.caps;
+  o.out_dir = a.out.empty() ? "engram-experiment-" + a.id : a.out;
+  o.conditions = collect_conditions(ENGRAM_GIT_REV);
+  o.log = say;
+  if (!a.batches.empty()) {
+    auto sch = ServingSchedule::load(a.batches);
+    if (!sch.is_ok()) return report_failure("experiment", sch.status().with_context("--batches"));
+    o.schedule = std::move(*sch);
+  } else {
+    o.schedule.requests = s.requests;
+  }
+  auto res = run_experiment(o);
+  if (!res.is_ok() && a.s.backend == "auto" && o.base.backend == "cuda" && res.status().code() == Code::kUnsupported) {
+    say("cuda not used: " + res.status().message() + "; running on the cpu backend");
+    o.base.backend = "cpu";
+    res = run_experiment(o);
+  }
+  if (!res.is_ok()) return report_failure("experiment " + a.id, res.status());
+  std::string plot_note;
+  const std::string png = o.out_dir + "/metrics.png";
+  Status ps = plot_metrics(res->json, png);
+  if (ps.is_ok()) {
+    res->markdown += "\n## Plots\n\n![per-arm medians, p5..p95](metrics.png)\n";
+    res->json["plots"] = {"metrics.png"};
+  } else {
+    plot_note = "plot not drawn: " + ps.to_string();
+    res->markdown += "\n(" + plot_note + ")\n";
+    res->json["plots"] = nlohmann::json::array();
+    say(plot_note);
+  }
+  res->markdown += "\nTimelines per arm (last repetition): `engram trace analyze " + o.out_dir + "/trace-<arm>.json`\n";
+  Status ws = write_experiment_report(*res, o.out_dir);
+  if (!ws.is_ok()) return report_failure("experiment", ws);
+  if (a.json) {
+    std::printf("%s\n", res->json.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s\nReport: %s/report.md, %s/report.json%s\n", res->markdown.c_str(), o.out_dir.c_str(), o.out_dir.c_str(),
+              ps.is_ok() ? (", " + png).c_str() : "");
+  return 0;
+}
+
+auto setup(CLI::App& sub) -> std::function<int()> {
+  auto a = std::make_shared<ExperimentArgs>();
+  sub.add_option("id", a->id, "A1 (node 0 <-> node 1), A2 (bound <-> interleaved), A3 (shared <-> replica per node), "
+                              "B1 (early <-> on-demand), B2 (grid cap sweep)")
+      ->required()
+      ->check(CLI::IsMember({"A1", "A2", "A3", "B1", "B2"}));
+  add_serving_options(sub, a->s);
+  sub.add_option("--reps", a->reps, "Repetitions, arm order shuffled in each (default 5)")->check(CLI::Range(1, 1000));
+  sub.add_option("--caps", a->caps, "B2: grid caps to sweep, fractions in (0,1], first = baseline (default 0.25 0.5 1.0)");
+  sub.add_option("--out", a->out, "Results folder (default engram-experiment-<ID>)");
+  sub.add_option("--batches", a->batches, "Recorded batches (engram replay --record); default: recorded live once, untimed");
+  sub.add_option("--order-seed", a->order_seed, "Seed of the arm-order shuffle (default 7)");
+  sub.add_option("--prefetch", a->prefetch, "Prefetch mode of every arm except in B1 (default early)")
+      ->check(CLI::IsMember({"early", "on_demand"}));
+  sub.add_flag("--json", a->json, "Print report.json on stdout");
+  sub.footer(
+      "Each arm: table created and placed before registration, census checked (an arm whose census does not show\n"
+      "its placement is INVALID and not timed), the same recorded batches replayed. Acceptance chain: placement\n"
+      "changed -> lookup or wait changed -> main compute not regressed -> end-to-end improved (bootstrap 95% CI).\n"
+      "Example: engram experiment B1 --model tiny --requests 16 --rate 50 --reps 5 --out results/b1\n"
+      "Exit 77: A1-A3 on a machine with one memory node (scripts/numa-guest runs them in a 2-node guest).");
+  return [a] { return experiment(*a); };
+}
+
+}  // namespace
+}  // namespace engram::cli
+
+ENGRAM_COMMAND(experiment, "experiment", "A/B experiments A1-A3 (placement), B1-B2 (prefetch, grid cap) with acceptance chain", engram::cli::setup);

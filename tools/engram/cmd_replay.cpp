@@ -1,0 +1,155 @@
+// `engram replay`: serving replay with client metrics (src/replay/serving.hpp). Requests arrive on the replay's
+// real clock (Poisson at --rate, lengths from distributions or --trace-file); a continuous-batching scheduler
+// with chunked prefill and a token budget forms the steps; every scheduled token's Engram ids go through the real
+// backend's prefetch queue; synthetic layer compute is sized by --model. Reports TTFT, ITL, goodput, rejection
+// (client side) and step time, lookup and wait (engine side, separately). --record saves the token batches;
+// --batches replays a recorded file, so that two configurations compare the same batches.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "host/conditions.hpp"
+#include "report.hpp"
+#include "serving_args.hpp"
+
+namespace engram::cli {
+namespace {
+
+struct ReplayArgs {
+  ServingArgs s;
+  std::string prefetch = "early";
+  std::string record, batches, timeline = "none";
+  bool json = false;
+};
+
+std::string ms3(const Distribution& d) {
+  return fmt_num(d.median / 1e6, "%.2f") + " / " + fmt_num(d.p95 / 1e6, "%.2f") + " / " + fmt_num(d.p99 / 1e6, "%.2f");
+}
+std::string us3(const Distribution& d) {
+  return fmt_num(d.median / 1e3, "%.1f") + " / " + fmt_num(d.p95 / 1e3, "%.1f") + " / " + fmt_num(d.p99 / 1e3, "%.1f");
+}
+
+int replay(const ReplayArgs& a) {
+  auto say = [&](const std::string& m) {
+    if (!a.json) std::fprintf(stderr, "engram replay: %s\n", m.c_str());
+  };
+  auto setup = resolve_serving(a.s, say);
+  if (!setup.is_ok()) return report_failure("replay", setup.status());
+  ServingSetup& s = *setup;
+  s.serving.mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
+  ServingSchedule recorded;
+  const bool from_file = !a.batches.empty();
+  if (from_file) {
+    auto sch = ServingSchedule::load(a.batches);
+    if (!sch.is_ok()) return report_failure("replay", sch.status().with_context("--batches"));
+    recorded = std::move(*sch);
+  }
+  auto ids = s.make_ids();
+  if (!ids.is_ok()) return report_failure("replay", ids.status());
+  say("building " + s.layout.name + " table (" + format_bytes(s.layout.total_bytes()) + ", " + s.rig.table.backing +
+      ", placement " + s.rig.table.placement + ") and the " + s.rig.backend + " backend ...");
+  auto rig = make_serving_rig(s.layout, s.rig);
+  if (!rig.is_ok() && a.s.backend == "auto" && s.rig.backend == "cuda" && rig.status().code() == Code::kUnsupported) {
+    s.backend_note = "cuda not used: " + rig.status().message();
+    say(s.backend_note);
+    s.rig.backend = "cpu";
+    rig = make_serving_rig(s.layout, s.rig);
+  }
+  if (!rig.is_ok()) return report_failure("replay", rig.status());
+  say(std::string(from_file ? "replaying " + std::to_string(recorded.steps.size()) + " recorded steps" :
+                              "serving " + std::to_string(s.requests.size()) + " requests live") + " ...");
+  Result<ServingReport> rep = from_file
+      ? run_serving_recorded(s.layout, recorded, **ids, *(*rig)->queue, *(*rig)->compute, s.serving)
+      : run_serving_live(s.layout, s.requests, **ids, *(*rig)->queue, *(*rig)->compute, s.serving, &recorded);
+  if (!rep.is_ok()) return report_failure("replay", rep.status());
+  if (!a.record.empty()) {
+    Status st = recorded.save(a.record);
+    if (!st.is_ok()) return report_failure("replay", st);
+  }
+  if (a.timeline != "none") {
+    std::ofstream f(a.timeline);
+    if (!f) return report_failure("replay", Status(Code::kIo, "cannot write timeline '" + a.timeline + "'"));
+    f << (*rig)->queue->timeline().to_chrome_trace().dump() << "\n";
+  }
+  const ServingReport& r = *rep;
+  const auto conditions = collect_conditions(ENGRAM_GIT_REV);
+  nlohmann::json j = r.to_json();
+  j["command"] = "replay";
+  j["conditions"] = conditions;
+  j["census"] = nlohmann::json::array();
+  for (const auto& c : (*rig)->censuses) j["census"].push_back(c.to_json());
+  j["config"] = {{"backend", s.rig.backend},
+                 {"backend_note", s.backend_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.backend_note)},
+                 {"backend_details", (*rig)->describe},
+                 {"table", {{"layout", s.layout.name}, {"bytes", s.layout.total_bytes()}, {"backing", s.rig.table.backing},
+                            {"placement", s.rig.table.placement}}},
+                 {"prefetch", prefetch_mode_name(s.serving.mode)},
+                 {"model", s.serving.model.name},
+                 {"model_note", s.serving.model.note},
+                 {"compute_tflops", s.serving.rates.tflops},
+                 {"weight_gbps", s.serving.rates.weight_gbps},
+                 {"unit_us", s.serving.rates.unit_us},
+                 {"ids", (*ids)->describe()},
+                 {"ids_note", s.ids_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.ids_note)},
+                 {"schedule", from_file ? "recorded file " + a.batches : "live (scheduled on the real clock)"},
+                 {"rate_rps", a.s.rate},
+                 {"prompt", a.s.prompt},
+                 {"output", a.s.output},
+                 {"token_budget", a.s.token_budget},
+                 {"prefill_chunk", a.s.prefill_chunk},
+                 {"slo_ttft_ms", a.s.slo_ttft_ms},
+                 {"slo_itl_ms", a.s.slo_itl_ms}};
+  j["record"] = a.record.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.record);
+  j["timeline"] = a.timeline == "none" ? nlohmann::json(nullptr) : nlohmann::json(a.timeline);
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("engram replay — %s\n", conditions_summary(conditions).c_str());
+  std::printf("Config    %s backend, %s table %s, %s prefetch, ids %s\n", s.rig.backend.c_str(), s.layout.name.c_str(),
+              format_bytes(s.layout.total_bytes()).c_str(), prefetch_mode_name(s.serving.mode), (*ids)->describe().c_str());
+  std::printf("          model %s; schedule %s\n", s.serving.model.note.c_str(), j["config"]["schedule"].get<std::string>().c_str());
+  std::printf("\nClient    %lld requests: %lld completed, %lld rejected (%s), %lld met both SLOs (TTFT <= %.0f ms, mean ITL <= %.0f ms)\n",
+              static_cast<long long>(r.requests), static_cast<long long>(r.completed), static_cast<long long>(r.rejected),
+              fmt_num(100 * r.rejection_rate, "%.1f%%").c_str(), static_cast<long long>(r.good), a.s.slo_ttft_ms, a.s.slo_itl_ms);
+  std::printf("          goodput %s req/s, %s output tokens/s over %s s\n", fmt_num(r.goodput_rps, "%.3f").c_str(),
+              fmt_num(r.throughput_tokens_per_s, "%.1f").c_str(), fmt_num(r.duration_s, "%.2f").c_str());
+  std::printf("          TTFT p50/p95/p99 %s ms; ITL p50/p95/p99 %s ms; request latency %s ms\n", ms3(r.ttft_ns).c_str(),
+              ms3(r.itl_ns).c_str(), ms3(r.e2e_ns).c_str());
+  std::printf("\nEngine    %lld steps, %lld tokens (%lld prefill, %lld decode); waited %.2f s for arrivals\n",
+              static_cast<long long>(r.steps), static_cast<long long>(r.scheduled_tokens), static_cast<long long>(r.prefill_tokens),
+              static_cast<long long>(r.decode_tokens), r.idle_wait_s);
+  std::printf("          step p50/p95/p99 %s us (decode-only %s, with prefill %s)\n", us3(r.step_ns).c_str(),
+              us3(r.decode_step_ns).c_str(), us3(r.mixed_step_ns).c_str());
+  std::printf("          main compute per step (step - consumer waits) p50/p95/p99 %s us\n", us3(r.main_compute_ns).c_str());
+  std::printf("Lookup    %lld rows, %s rows/s; L %s us; queue %s us; exposed wait E %s us (p50/p95/p99)\n",
+              static_cast<long long>(r.rows_looked_up), fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), us3(r.lookup_ns).c_str(),
+              us3(r.queue_ns).c_str(), us3(r.exposed_wait_ns).c_str());
+  if (!a.record.empty()) std::printf("Recorded  token batches in %s (replay them with --batches)\n", a.record.c_str());
+  if (a.timeline != "none") std::printf("Timeline  %s (engram trace analyze %s)\n", a.timeline.c_str(), a.timeline.c_str());
+  return 0;
+}
+
+auto setup(CLI::App& sub) -> std::function<int()> {
+  auto a = std::make_shared<ReplayArgs>();
+  add_serving_options(sub, a->s);
+  sub.add_option("--prefetch", a->prefetch, "early (default: submit at step start) or on_demand (at the consuming layer)")
+      ->check(CLI::IsMember({"early", "on_demand"}));
+  sub.add_option("--record", a->record, "Write the token batches the scheduler formed to this JSON file");
+  sub.add_option("--batches", a->batches, "Replay a recorded batches file instead of scheduling live (same batches for A/B)");
+  sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze");
+  sub.add_flag("--json", a->json, "Print the report as JSON");
+  sub.footer(
+      "Example: engram replay --rate 8 --requests 64 --prompt lognormal:1024,0.5 --output 128 --record b.json\n"
+      "         engram replay --batches b.json --prefetch on_demand --json\n"
+      "TTFT: arrival (send) -> end of the step that finishes the prompt; ITL: gaps between a request's token steps;\n"
+      "goodput: requests meeting TTFT and mean-ITL SLOs per second (first arrival -> last completion). Layer time:\n"
+      "max(params*2 B / weight-gbps, 2*T*params / compute-tflops), run as calibrated units (GEMMs / CPU work).");
+  return [a] { return replay(*a); };
+}
+
+}  // namespace
+}  // namespace engram::cli
+
+ENGRAM_COMMAND(replay, "replay", "Serving replay: Poisson arrivals, continuous batching, Engram lookups; TTFT/ITL/goodput", engram::cli::setup);
