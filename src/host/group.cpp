@@ -14,6 +14,7 @@
 #include "host/group.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "sys/affinity.hpp"
@@ -26,15 +27,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-enum MsgType : uint16_t {
-  kMsgHello = 1,         // peer -> leader: {"protocol", "group", "pid"}
-  kMsgWelcome = 2,       // leader -> peer: {"rank", "world", "leader_pid", "group"}
-  kMsgReject = 3,        // leader -> peer: {"code", "error"}
-  kMsgBroadcast = 4,     // leader -> peer: u32 step length, step, bytes (+ descriptors)
-  kMsgGather = 5,        // peer -> leader: entry
-  kMsgGatherResult = 6,  // leader -> peer: {"step", "entries": [...]}
-};
-constexpr int kProtocolVersion = 1;
+using namespace wire;  // message types and the protocol version (group.hpp)
 constexpr size_t kHelloMaxBytes = 64 * 1024;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -137,6 +130,121 @@ void send_reject(const sys::UnixSocket& s, Code code, const std::string& reason)
 
 }  // namespace
 
+// ---- message decoders ------------------------------------------------------------------------------
+
+namespace wire {
+
+Result<Hello> decode_hello(uint16_t type, const std::string& payload, size_t n_fds) {
+  json h;
+  Hello out;
+  if (type != kMsgHello) return Status(Code::kInvalidArgument, "message type " + std::to_string(type) + " is not a hello");
+  if (n_fds != 0) return Status(Code::kInvalidArgument, "a hello carries no descriptors");
+  if (!parse_object(payload, &h) || !get_str(h, "group", &out.group) || !get_int(h, "protocol", &out.protocol))
+    return Status(Code::kInvalidArgument, "malformed hello (JSON object with 'group' and 'protocol' expected)");
+  return out;
+}
+
+Result<Welcome> decode_welcome_or_reject(uint16_t type, const std::string& payload) {
+  json j;
+  if (!parse_object(payload, &j)) return Status(Code::kInvalidArgument, "malformed answer from the leader");
+  if (type == kMsgReject) {
+    int64_t code = 0;
+    std::string err;
+    if (!get_int(j, "code", &code) || !get_str(j, "error", &err) || code <= 0 ||
+        code > static_cast<int>(Code::kInternal))
+      return Status(Code::kInvalidArgument, "malformed refusal from the leader");
+    return Status(static_cast<Code>(code), "the leader refused: " + err);
+  }
+  int64_t rank = 0, world = 0, leader_pid = 0;
+  if (type != kMsgWelcome || !get_int(j, "rank", &rank) || !get_int(j, "world", &world) ||
+      !get_int(j, "leader_pid", &leader_pid) || rank < 1 || rank >= world || world > (1 << 20) || leader_pid < 0 ||
+      leader_pid > INT32_MAX)
+    return Status(Code::kInvalidArgument, "malformed welcome from the leader");
+  return Welcome{static_cast<int>(rank), static_cast<int>(world), static_cast<int>(leader_pid)};
+}
+
+Result<Broadcast> decode_broadcast(uint16_t type, const std::string& payload) {
+  if (type != kMsgBroadcast || payload.size() < 4)
+    return Status(Code::kInvalidArgument, "expected a broadcast, got message type " + std::to_string(type) + " of " +
+                                              std::to_string(payload.size()) + " bytes");
+  uint32_t n = 0;
+  for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(payload[static_cast<size_t>(i)]);
+  if (n > payload.size() - 4) return Status(Code::kInvalidArgument, "malformed broadcast (step length)");
+  return Broadcast{payload.substr(4, n), payload.substr(4 + n)};
+}
+
+Result<std::pair<std::string, RankEntry>> decode_gather_entry(uint16_t type, const std::string& payload,
+                                                              size_t n_fds) {
+  json j;
+  std::pair<std::string, RankEntry> out;
+  if (type != kMsgGather || n_fds != 0 || !parse_object(payload, &j) || !entry_from_json(j, &out.first, &out.second))
+    return Status(Code::kInvalidArgument, "expected an all-gather entry (type " + std::to_string(type) + ", " +
+                                              std::to_string(payload.size()) + " bytes)");
+  return out;
+}
+
+Result<std::pair<std::string, std::vector<RankEntry>>> decode_gather_result(uint16_t type, const std::string& payload,
+                                                                          int world) {
+  json j;
+  std::pair<std::string, std::vector<RankEntry>> out;
+  if (type != kMsgGatherResult || !parse_object(payload, &j) || !get_str(j, "step", &out.first))
+    return Status(Code::kInvalidArgument, "malformed all-gather result from the leader");
+  const auto it = j.find("entries");
+  if (it == j.end() || !it->is_array() || world < 0 || it->size() != static_cast<size_t>(world))
+    return Status(Code::kInvalidArgument, "malformed all-gather result from the leader (entries)");
+  for (const auto& x : *it) {
+    RankEntry r;
+    std::string st;
+    if (!entry_from_json(x, &st, &r)) return Status(Code::kInvalidArgument, "malformed all-gather entry");
+    out.second.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<Description> decode_description(const std::string& bytes) {
+  json d;
+  int64_t protocol = 0;
+  Description out;
+  if (!parse_object(bytes, &d) || !get_int(d, "protocol", &protocol))
+    return Status(Code::kInvalidArgument, "malformed table description from the leader");
+  if (protocol != kProtocolVersion)
+    return Status(Code::kInvalidArgument, "table description of protocol " + std::to_string(protocol) +
+                                              ", this build speaks " + std::to_string(kProtocolVersion));
+  auto err = d.find("error");
+  if (err != d.end()) {
+    Status s;
+    if (!status_from_json(*err, &s) || s.is_ok())
+      return Status(Code::kInvalidArgument, "malformed error in the table description");
+    return Status(s.code(), "the leader could not describe the table: " + s.message(), s.sys_error());
+  }
+  auto it = d.find("segments");
+  if (!get_str(d, "group", &out.group) || !get_str(d, "job", &out.job) || it == d.end() || !it->is_array() || it->empty())
+    return Status(Code::kInvalidArgument, "malformed table description from the leader (group, job, segments)");
+  for (const auto& s : *it) {
+    SegmentInfo i;
+    if (!s.is_object() || !get_str(s, "kind", &i.kind) || !get_str(s, "name", &i.name) ||
+        !get_str(s, "path", &i.path) || !get_u64(s, "size_bytes", &i.size_bytes) || !get_u64(s, "inode", &i.inode) ||
+        !get_u64(s, "device", &i.device) || !get_int(s, "layer_index", &i.layer_index) ||
+        !get_int(s, "replica_node", &i.replica_node) || !get_int(s, "fd_index", &i.fd_index))
+      return Status(Code::kInvalidArgument, "malformed segment in the table description");
+    if (i.size_bytes == 0 || i.size_bytes >= (uint64_t{1} << 56) || i.fd_index < -1 ||
+        i.fd_index >= static_cast<int64_t>(sys::kMaxMessageFds) || i.replica_node < -1 || i.replica_node > 4095 ||
+        i.layer_index < 0 || i.layer_index > INT32_MAX)
+      return Status(Code::kInvalidArgument, "segment of the table description out of range (size_bytes " +
+                                                std::to_string(i.size_bytes) + ", fd_index " +
+                                                std::to_string(i.fd_index) + ", replica_node " +
+                                                std::to_string(i.replica_node) + ")");
+    (void)get_str(s, "placement_requested", &i.requested);
+    (void)get_str(s, "placement_resolved", &i.resolved);
+    (void)get_str(s, "placement_obtained", &i.obtained);
+    (void)get_str(s, "prefault", &i.prefault);
+    out.segments.push_back(std::move(i));
+  }
+  return out;
+}
+
+}  // namespace wire
+
 Status first_failure(const std::string& step, const std::vector<RankEntry>& entries) {
   for (const auto& e : entries)
     if (!e.status.is_ok())
@@ -222,18 +330,13 @@ Result<std::unique_ptr<UnixGroupChannel>> UnixGroupListener::accept_group(int n_
              from + ": no valid hello: " + hello.status().message());
       continue;
     }
-    json h;
-    std::string group;
-    int64_t protocol = 0;
-    if (hello->type != kMsgHello || !parse_object(hello->payload, &h) || !get_str(h, "group", &group) ||
-        !get_int(h, "protocol", &protocol)) {
-      refuse(Code::kInvalidArgument, from + ": malformed hello (type " + std::to_string(hello->type) + ")");
+    auto decoded = decode_hello(hello->type, hello->payload, hello->n_fds());
+    if (!decoded.is_ok()) {
+      refuse(Code::kInvalidArgument, from + ": " + decoded.status().message());
       continue;
     }
-    if (hello->n_fds() != 0) {
-      refuse(Code::kInvalidArgument, from + ": a hello carries no descriptors");
-      continue;
-    }
+    const int64_t protocol = decoded->protocol;
+    const std::string& group = decoded->group;
     if (protocol != kProtocolVersion) {
       refuse(Code::kInvalidArgument, from + ": protocol version " + std::to_string(protocol) + ", the leader speaks " +
                                          std::to_string(kProtocolVersion));
@@ -291,27 +394,14 @@ Result<std::unique_ptr<UnixGroupChannel>> UnixGroupChannel::connect(const std::s
                     ETIMEDOUT);
     return m.status().with_context(what);
   }
-  json j;
-  if (!parse_object(m->payload, &j)) return Status(Code::kInvalidArgument, what + ": malformed answer from the leader");
-  if (m->type == kMsgReject) {
-    Status refused;
-    int64_t code = 0;
-    std::string err;
-    if (!get_int(j, "code", &code) || !get_str(j, "error", &err) || code <= 0 ||
-        code > static_cast<int>(Code::kInternal))
-      return Status(Code::kInvalidArgument, what + ": malformed refusal from the leader");
-    return Status(static_cast<Code>(code), what + ": the leader refused: " + err);
-  }
-  int64_t rank = 0, world = 0, leader_pid = 0;
-  if (m->type != kMsgWelcome || !get_int(j, "rank", &rank) || !get_int(j, "world", &world) ||
-      !get_int(j, "leader_pid", &leader_pid) || rank < 1 || rank >= world)
-    return Status(Code::kInvalidArgument, what + ": malformed welcome from the leader");
+  auto welcome = decode_welcome_or_reject(m->type, m->payload);
+  if (!welcome.is_ok()) return welcome.status().with_context(what);
   std::unique_ptr<UnixGroupChannel> ch(new UnixGroupChannel());
   ch->options_ = options;
   ch->socket_path_ = socket_path;
-  ch->rank_ = static_cast<int>(rank);
-  ch->world_ = static_cast<int>(world);
-  ch->leader_pid_ = static_cast<int>(leader_pid);
+  ch->rank_ = welcome->rank;
+  ch->world_ = welcome->world;
+  ch->leader_pid_ = welcome->leader_pid;
   ch->to_leader_ = std::move(*s);
   return ch;
 }
@@ -370,15 +460,11 @@ Status UnixGroupChannel::broadcast(const std::string& step, std::string* bytes, 
       leader_lost_ = s.with_context(what);
     return leader_lost_;
   }
-  if (m->type != kMsgBroadcast || m->payload.size() < 4)
-    return Status(Code::kInvalidArgument, what + ": expected a broadcast, got message type " + std::to_string(m->type));
-  uint32_t n = 0;
-  for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(m->payload[static_cast<size_t>(i)]);
-  if (n > m->payload.size() - 4) return Status(Code::kInvalidArgument, what + ": malformed broadcast (step length)");
-  const std::string got = m->payload.substr(4, n);
-  if (got != step)
-    return Status(Code::kInternal, what + ": the leader broadcast step " + in_quotes(got) + " (protocol out of step)");
-  if (bytes) *bytes = m->payload.substr(4 + n);
+  auto b = decode_broadcast(m->type, m->payload);
+  if (!b.is_ok()) return b.status().with_context(what);
+  if (b->step != step)
+    return Status(Code::kInternal, what + ": the leader broadcast step " + in_quotes(b->step) + " (protocol out of step)");
+  if (bytes) *bytes = std::move(b->bytes);
   if (m->n_fds() != 0 && !fds) return Status(Code::kInvalidArgument, what + ": unexpected descriptors");
   for (size_t i = 0; i < m->n_fds(); ++i) fds->push_back(m->take_fd(i));
   return Status::ok();
@@ -419,17 +505,13 @@ Result<std::vector<RankEntry>> UnixGroupChannel::leader_all_gather(const std::st
         drop(p, peer_loss(m.status(), step, timeout));
         continue;
       }
-      json j;
-      std::string their_step;
-      RankEntry e;
-      if (m->type != kMsgGather || m->n_fds() != 0 || !parse_object(m->payload, &j) ||
-          !entry_from_json(j, &their_step, &e)) {
-        drop(p, peer_loss(Status(Code::kInvalidArgument, "expected an all-gather entry (type " +
-                                                             std::to_string(m->type) + ", " +
-                                                             std::to_string(m->payload.size()) + " bytes)"),
-                          step, timeout));
+      auto decoded = decode_gather_entry(m->type, m->payload, m->n_fds());
+      if (!decoded.is_ok()) {
+        drop(p, peer_loss(decoded.status(), step, timeout));
         continue;
       }
+      const std::string& their_step = decoded->first;
+      RankEntry& e = decoded->second;
       if (their_step != step || e.rank != p.rank) {
         drop(p, Status(Code::kInternal, "is at step " + in_quotes(their_step) + " as rank " + std::to_string(e.rank) +
                                             " while the group is at step " + in_quotes(step) + " (protocol out of step)"));
@@ -484,23 +566,12 @@ Result<std::vector<RankEntry>> UnixGroupChannel::peer_all_gather(const std::stri
       leader_lost_ = st.with_context(what);
     return leader_lost_;
   }
-  json j;
-  std::string got;
-  if (m->type != kMsgGatherResult || !parse_object(m->payload, &j) || !get_str(j, "step", &got))
-    return Status(Code::kInvalidArgument, what + ": malformed all-gather result from the leader");
-  const auto it = j.find("entries");
-  if (it == j.end() || !it->is_array() || it->size() != static_cast<size_t>(world_))
-    return Status(Code::kInvalidArgument, what + ": malformed all-gather result from the leader (entries)");
-  if (got != step)
-    return Status(Code::kInternal, what + ": the leader answered step " + in_quotes(got) + " (protocol out of step)");
-  std::vector<RankEntry> entries;
-  for (const auto& x : *it) {
-    RankEntry r;
-    std::string st;
-    if (!entry_from_json(x, &st, &r)) return Status(Code::kInvalidArgument, what + ": malformed all-gather entry");
-    entries.push_back(std::move(r));
-  }
-  return entries;
+  auto decoded = decode_gather_result(m->type, m->payload, world_);
+  if (!decoded.is_ok()) return decoded.status().with_context(what);
+  if (decoded->first != step)
+    return Status(Code::kInternal, what + ": the leader answered step " + in_quotes(decoded->first) +
+                                       " (protocol out of step)");
+  return std::move(decoded->second);
 }
 
 // ---- protocol ------------------------------------------------------------------------------------
@@ -715,46 +786,7 @@ struct FdList {
   }
 };
 
-struct SegmentInfo {
-  std::string kind, name, path, requested, resolved, obtained, prefault;
-  uint64_t size_bytes = 0, inode = 0, device = 0;
-  int64_t layer_index = 0, replica_node = -1, fd_index = -1;
-};
-
-Status parse_description(const std::string& bytes, std::string* group, std::string* job,
-                         std::vector<SegmentInfo>* segs) {
-  json d;
-  int64_t protocol = 0;
-  if (!parse_object(bytes, &d) || !get_int(d, "protocol", &protocol))
-    return Status(Code::kInvalidArgument, "malformed table description from the leader");
-  if (protocol != kProtocolVersion)
-    return Status(Code::kInvalidArgument, "table description of protocol " + std::to_string(protocol) +
-                                              ", this build speaks " + std::to_string(kProtocolVersion));
-  auto err = d.find("error");
-  if (err != d.end()) {
-    Status s;
-    if (!status_from_json(*err, &s) || s.is_ok())
-      return Status(Code::kInvalidArgument, "malformed error in the table description");
-    return Status(s.code(), "the leader could not describe the table: " + s.message(), s.sys_error());
-  }
-  auto it = d.find("segments");
-  if (!get_str(d, "group", group) || !get_str(d, "job", job) || it == d.end() || !it->is_array() || it->empty())
-    return Status(Code::kInvalidArgument, "malformed table description from the leader (group, job, segments)");
-  for (const auto& s : *it) {
-    SegmentInfo i;
-    if (!s.is_object() || !get_str(s, "kind", &i.kind) || !get_str(s, "name", &i.name) ||
-        !get_str(s, "path", &i.path) || !get_u64(s, "size_bytes", &i.size_bytes) || !get_u64(s, "inode", &i.inode) ||
-        !get_u64(s, "device", &i.device) || !get_int(s, "layer_index", &i.layer_index) ||
-        !get_int(s, "replica_node", &i.replica_node) || !get_int(s, "fd_index", &i.fd_index))
-      return Status(Code::kInvalidArgument, "malformed segment in the table description");
-    (void)get_str(s, "placement_requested", &i.requested);
-    (void)get_str(s, "placement_resolved", &i.resolved);
-    (void)get_str(s, "placement_obtained", &i.obtained);
-    (void)get_str(s, "prefault", &i.prefault);
-    segs->push_back(std::move(i));
-  }
-  return Status::ok();
-}
+using wire::SegmentInfo;
 
 Status attach_segments(const std::vector<SegmentInfo>& infos, FdList& fds, const PeerOptions& options,
                        std::vector<SharedSegment>* out) {
@@ -826,7 +858,13 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& c
   ENGRAM_RETURN_IF_ERROR(channel.broadcast(kStepDescribe, &bytes, &fds.fds, timeouts.step).with_context("shared group"));
   g->steps_.push_back({kStepDescribe, std::chrono::duration<double>(Clock::now() - t0).count(), {}});
   std::vector<SegmentInfo> infos;
-  const Status described = parse_description(bytes, &g->group_, &g->job_, &infos);
+  auto description = wire::decode_description(bytes);
+  const Status described = description.status();
+  if (described.is_ok()) {
+    g->group_ = description->group;
+    g->job_ = description->job;
+    infos = std::move(description->segments);
+  }
   if (g->group_.empty()) g->group_ = "?";
   StepRunner r{channel, hooks, g->steps_, g->group_};
   ENGRAM_RETURN_IF_ERROR(r.run(kStepAttach, timeouts.step, [&](std::string*) {

@@ -172,6 +172,72 @@ class UnixGroupChannel final : public GroupChannel {
   Status leader_lost_;          // peer: set once the leader's connection failed
 };
 
+// ---- message decoders --------------------------------------------------------------------------
+// Pure functions from a received message (type, payload, descriptor count) to its fields, used by the
+// channel and the protocol above and by the fuzzer (fuzz/fuzz_group_message.cpp): whatever bytes a peer
+// or a leader sends, the result is a value or kInvalidArgument naming what is wrong -- never a throw,
+// a crash or an allocation sized by the sender beyond the channel's max_message_bytes.
+namespace wire {
+
+inline constexpr int kProtocolVersion = 1;
+enum MsgType : uint16_t {
+  kMsgHello = 1,         // peer -> leader: {"protocol", "group", "pid"}
+  kMsgWelcome = 2,       // leader -> peer: {"rank", "world", "leader_pid", "group"}
+  kMsgReject = 3,        // leader -> peer: {"code", "error"}
+  kMsgBroadcast = 4,     // leader -> peer: u32 step length, step, bytes (+ descriptors)
+  kMsgGather = 5,        // peer -> leader: entry
+  kMsgGatherResult = 6,  // leader -> peer: {"step", "entries": [...]}
+};
+
+struct Hello {
+  int64_t protocol = 0;
+  std::string group;
+};
+// kInvalidArgument for another type, descriptors, malformed JSON or fields (the version is returned,
+// not checked: the listener names it in its refusal).
+Result<Hello> decode_hello(uint16_t type, const std::string& payload, size_t n_fds);
+
+struct Welcome {
+  int rank = 0, world = 0, leader_pid = 0;
+};
+// A refusal (kMsgReject) becomes its Status (code 1..kInternal with the leader's reason);
+// a welcome must have 1 <= rank < world.
+Result<Welcome> decode_welcome_or_reject(uint16_t type, const std::string& payload);
+
+struct Broadcast {
+  std::string step;
+  std::string bytes;
+};
+// u32 little-endian step length, step, bytes. kInvalidArgument for another type or a step length
+// past the payload.
+Result<Broadcast> decode_broadcast(uint16_t type, const std::string& payload);
+
+// One peer's all-gather entry: the step it is at and its entry.
+Result<std::pair<std::string, RankEntry>> decode_gather_entry(uint16_t type, const std::string& payload,
+                                                              size_t n_fds);
+// The leader's all-gather result: exactly `world` entries. Returns the step the leader named too.
+Result<std::pair<std::string, std::vector<RankEntry>>> decode_gather_result(uint16_t type, const std::string& payload,
+                                                                          int world);
+
+// One segment of the table description.
+struct SegmentInfo {
+  std::string kind, name, path, requested, resolved, obtained, prefault;
+  uint64_t size_bytes = 0, inode = 0, device = 0;
+  int64_t layer_index = 0, replica_node = -1, fd_index = -1;
+};
+struct Description {
+  std::string group, job;
+  std::vector<SegmentInfo> segments;
+};
+// The leader's description (SharedTableGroup::description()). kInvalidArgument for malformed JSON,
+// another protocol version, a missing field; the leader's own error when it sent one instead.
+// Checks that every announced size is non-zero and below 2^56 bytes and fd_index is -1 or < 64, so a
+// hostile description cannot make a peer map beyond what its kernel object holds (attach checks the
+// object's size too).
+Result<Description> decode_description(const std::string& bytes);
+
+}  // namespace wire
+
 // ---- the protocol ------------------------------------------------------------------------------
 
 inline constexpr const char* kStepDescribe = "describe";

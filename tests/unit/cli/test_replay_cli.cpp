@@ -1,0 +1,65 @@
+// CLI smoke of `engram replay` and `engram experiment` at tiny sizes on the CPU backend: the JSON carries the
+// client and engine metrics, a recorded batches file replays, B1 writes its report with the acceptance chain,
+// and A1 on a one-node machine is waived with exit 77.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/cli.hpp"
+#include "sys/numa.hpp"
+
+namespace {
+
+const std::string kTiny =
+    " --layout tiny --model tiny --backend cpu --ids zipf --threads 1 --unit-us 5 --requests 6 --rate 2000"
+    " --prompt uniform:4-24 --output 3 --token-budget 32 --prefill-chunk 16";
+
+TEST(ReplayCli, LiveRunReportsClientAndEngineMetricsAndRecordsBatches) {
+  const std::string rec = testing::TempDir() + "/replay_batches.json";
+  auto r = engram::testing::run_engram("replay" + kTiny + " --record " + rec + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["client"]["requests"], 6);
+  EXPECT_EQ(j["client"]["completed"], 6);
+  EXPECT_TRUE(j["client"]["ttft_ms"]["median"].is_number());
+  EXPECT_TRUE(j["client"]["itl_ms"]["p99"].is_number());
+  EXPECT_TRUE(j["engine"]["step_ns"]["median"].is_number());
+  EXPECT_GT(j["lookup"]["rows"].get<int64_t>(), 0);
+  ASSERT_TRUE(std::filesystem::exists(rec));
+  auto again = engram::testing::run_engram("replay" + kTiny + " --batches " + rec + " --prefetch on_demand --json");
+  ASSERT_EQ(again.code, 0) << again.out;
+  auto k = nlohmann::json::parse(again.out);
+  EXPECT_EQ(k["engine"]["steps"], j["engine"]["steps"]);
+  EXPECT_EQ(k["engine"]["scheduled_tokens"], j["engine"]["scheduled_tokens"]);
+  std::filesystem::remove(rec);
+}
+
+TEST(ReplayCli, ExperimentB1WritesTheReport) {
+  const std::string out = testing::TempDir() + "/exp_cli_b1";
+  auto r = engram::testing::run_engram("experiment B1" + kTiny + " --reps 5 --out " + out + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["experiment"], "B1");
+  ASSERT_EQ(j["arms"].size(), 2u);
+  EXPECT_EQ(j["arms"][0]["metrics"]["itl_p50_ms"]["runs"].size(), 5u);
+  EXPECT_EQ(j["comparisons"][0]["links"].size(), 4u);
+  EXPECT_TRUE(std::filesystem::exists(out + "/report.md"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/report.json"));
+  std::filesystem::remove_all(out);
+}
+
+TEST(ReplayCli, PlacementExperimentsAreWaivedOnOneNode) {
+  if (engram::sys::memory_nodes().size() >= 2) GTEST_SKIP() << "this machine has two nodes: A1 would run";
+  auto r = engram::testing::run_engram("experiment A1" + kTiny, engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(r.code, 77) << r.out;
+  EXPECT_NE(r.out.find("two NUMA memory nodes"), std::string::npos) << r.out;
+}
+
+TEST(ReplayCli, BadLengthIsABadArgument) {
+  auto r = engram::testing::run_engram("replay" + kTiny + " --prompt gamma:3", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,119 @@
+// Experiment harness: arms change exactly one thing, A1-A3 are waived (kUnsupported) on one node, the census
+// check accepts what an arm asked for and rejects what it did not get, and a small B1 on the CPU backend runs
+// every arm on the same recorded batches and computes each link of the acceptance chain.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "replay/experiment.hpp"
+#include "sys/numa.hpp"
+
+namespace engram {
+namespace {
+
+host::PageCensus census(std::map<int, uint64_t> pages, int replica_node = -1) {
+  host::PageCensus c;
+  c.point = host::CensusPoint::kAfterPlacement;
+  c.known = true;
+  c.pages_per_node = pages;
+  for (auto& [n, p] : pages) c.pages_sampled += p;
+  c.pages_total = c.pages_sampled;
+  c.table.replica_node = replica_node;
+  return c;
+}
+
+TEST(Experiment, ArmsChangeOneThing) {
+  RigOptions base;
+  base.table.placement = "none";
+  auto b1 = make_arms("B1", base, {0}, {}, 8);
+  ASSERT_TRUE(b1.is_ok());
+  ASSERT_EQ(b1->size(), 2u);
+  EXPECT_EQ((*b1)[0].mode, PrefetchMode::kEarly);
+  EXPECT_EQ((*b1)[1].mode, PrefetchMode::kOnDemand);
+  EXPECT_EQ((*b1)[0].rig.table.placement, (*b1)[1].rig.table.placement);
+  auto b2 = make_arms("B2", base, {0}, {0.25, 1.0}, 9);
+  ASSERT_TRUE(b2.is_ok());
+  EXPECT_EQ((*b2)[0].rig.lookup_threads, 2);  // CPU analogue: 25% of 8 worker cores
+  EXPECT_EQ((*b2)[1].rig.lookup_threads, 8);
+  base.backend = "cuda";
+  auto b2c = make_arms("B2", base, {0}, {0.25, 1.0}, 9);
+  EXPECT_DOUBLE_EQ((*b2c)[0].rig.grid_fraction, 0.25);
+  EXPECT_EQ(make_arms("B2", base, {0}, {1.5}, 9).status().code(), Code::kInvalidArgument);
+  for (const char* a : {"A1", "A2", "A3"}) EXPECT_EQ(make_arms(a, base, {0}, {}, 8).status().code(), Code::kUnsupported) << a;
+  auto a1 = make_arms("A1", base, {0, 1}, {}, 8);
+  ASSERT_TRUE(a1.is_ok());
+  EXPECT_EQ((*a1)[0].rig.table.placement, "bind:0");
+  EXPECT_EQ((*a1)[1].rig.table.placement, "bind:1");
+  EXPECT_EQ((*a1)[0].consumer_node, (*a1)[1].consumer_node);
+  auto a3 = make_arms("A3", base, {0, 1}, {}, 8);
+  ASSERT_TRUE(a3.is_ok());
+  EXPECT_EQ((*a3)[1].rig.table.placement, "replica-per-node");
+  EXPECT_EQ((*a3)[1].rig.table.home_node, 1);
+  EXPECT_EQ(make_arms("C9", base, {0}, {}, 8).status().code(), Code::kInvalidArgument);
+}
+
+TEST(Experiment, CensusCheckAcceptsWhatWasAskedAndRejectsTheRest) {
+  ArmSpec a;
+  a.rig.table.placement = "bind:1";
+  std::string ev, sig;
+  EXPECT_TRUE(census_proves_placement(a, {census({{1, 100}})}, 1, -1, &ev, &sig));
+  EXPECT_NE(ev.find("N1=100.0%"), std::string::npos) << ev;
+  EXPECT_FALSE(census_proves_placement(a, {census({{0, 100}})}, 1, -1, &ev, &sig));
+  host::PageCensus unknown = census({});
+  unknown.known = false;
+  unknown.reason = "move_pages: EPERM";
+  EXPECT_FALSE(census_proves_placement(a, {unknown}, 1, -1, &ev, &sig));
+  EXPECT_NE(ev.find("EPERM"), std::string::npos);
+  a.rig.table.placement = "interleave:0,1";
+  EXPECT_TRUE(census_proves_placement(a, {census({{0, 50}, {1, 50}})}, 1, -1, &ev, &sig));
+  EXPECT_FALSE(census_proves_placement(a, {census({{0, 100}})}, 1, -1, &ev, &sig));
+  a.rig.table.placement = "replica-per-node";
+  EXPECT_TRUE(census_proves_placement(a, {census({{0, 10}}, 0), census({{1, 10}}, 1)}, 2, 1, &ev, &sig));
+  EXPECT_FALSE(census_proves_placement(a, {census({{0, 10}}, 0), census({{0, 10}}, 1)}, 2, 1, &ev, &sig));
+}
+
+TEST(Experiment, B1OnTheCpuBackendComputesTheChain) {
+  ExperimentOptions o;
+  o.id = "B1";
+  o.layout = *make_preset_layout("tiny");
+  o.base.backend = "cpu";
+  o.base.table.backing = "memfd";
+  o.base.lookup_threads = 1;
+  o.base.unit_us = 5;
+  o.base.max_tokens = 32;
+  o.serving.model = *ModelShape::preset("tiny");
+  o.serving.rates = {400, 4000, 5};
+  o.serving.scheduler = {32, 16, 4, 64};
+  WorkloadOptions w;
+  w.rate_rps = 2000;
+  w.n_requests = 6;
+  w.prompt = *LengthDist::parse("uniform:4-20");
+  w.output = *LengthDist::parse("3");
+  o.schedule.requests = *make_requests(w);
+  const EngramLayout layout = o.layout;
+  o.make_ids = [layout] { return make_zipf_serving_ids(layout, 1.0, 1); };
+  o.reps = 3;
+  o.out_dir = testing::TempDir() + "/exp_b1";
+  auto r = run_experiment(o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->arms.size(), 2u);
+  for (const auto& a : r->arms) {
+    EXPECT_TRUE(a.valid) << a.evidence;
+    EXPECT_EQ(a.runs.size(), 3u);
+    EXPECT_FALSE(a.trace_file.empty());
+  }
+  const auto& c = r->json["comparisons"][0];
+  ASSERT_EQ(c["links"].size(), 4u);
+  EXPECT_TRUE(c["links"][0]["holds"].is_null());  // B1 holds placement fixed
+  EXPECT_TRUE(c["links"][1]["holds"].is_boolean());
+  EXPECT_TRUE(c["chain_holds"].is_boolean());
+  EXPECT_TRUE(c["diff_of_medians"]["ttft_p50_ms"]["ci_low"].is_number());
+  EXPECT_NE(r->markdown.find("Acceptance chain"), std::string::npos);
+  ASSERT_TRUE(write_experiment_report(*r, o.out_dir).is_ok());
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/report.md"));
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/report.json"));
+  std::filesystem::remove_all(o.out_dir);
+}
+
+}  // namespace
+}  // namespace engram
