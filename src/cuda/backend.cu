@@ -78,6 +78,26 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   std::vector<const UvaTable*> tables;
   for (const auto& t : be->tables_) tables.push_back(&t);
 
+  if (opt.fast_path) {
+    for (auto& t : be->tables_) {
+      FastLookupOptions fo;
+      fo.max_rows = opt.max_tokens * opt.heads;
+      fo.planner.enabled = opt.planner;
+      auto f = FastLookup::create(&t, fo);
+      if (!f.is_ok()) {
+        if (f.status().code() != Code::kUnsupported) return f.status().with_context("fast path");
+        be->fast_note_ = f.status().message();
+        be->fast_.clear();
+        for (auto& u : be->tables_) u.set_hook(nullptr);
+        break;
+      }
+      t.set_hook(f->get());
+      be->fast_.push_back(std::move(*f));
+    }
+  } else {
+    be->fast_note_ = "fast path off (requested)";
+  }
+
   CudaPrefetchOptions qo;
   qo.rank = opt.rank;
   qo.max_tokens = opt.max_tokens;
@@ -95,6 +115,8 @@ CudaBackend::~CudaBackend() {
   if (main_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(main_stream_));
   queue_.reset();
   compute_.reset();
+  for (auto& t : tables_) t.set_hook(nullptr);
+  fast_.clear();
   tables_.clear();
   regs_.clear();
   if (owns_stream_ && main_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(main_stream_));

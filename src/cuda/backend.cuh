@@ -17,10 +17,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/compute.cuh"
 #include "cuda/device.cuh"
+#include "cuda/fast_lookup.cuh"
 #include "cuda/lookup_kernel.cuh"
 #include "cuda/prefetch.cuh"
 #include "cuda/registration.cuh"
@@ -41,6 +43,9 @@ struct CudaBackendOptions {
   RegistrationOptions registration;  // boundary_bytes is set per table (row stride)
   bool force_segment_translation = false;  // tests: per-chunk address translation even when not needed
   void* main_stream = nullptr;     // adopt this cudaStream_t as the main stream; nullptr: create one
+  // Fast path (issue #8, fast_lookup.cuh): a FastLookup hook on every table, driven by the planner.
+  bool fast_path = true;
+  bool planner = true;             // false: the hook runs the plain gather (experiments)
 };
 
 struct CudaRegistrationReport {
@@ -63,6 +68,11 @@ class CudaBackend {
   const DeviceInfo& device() const { return device_; }
   const UvaTable& table(int layer_index) const { return tables_.at(layer_index); }
   const CudaRegistrationReport& registration() const { return reg_report_; }
+  // The layer's fast-path engine; nullptr when fast_path is off or the table is not eligible (fast_path_note()).
+  FastLookup* fast_lookup(int layer_index) const {
+    return layer_index < static_cast<int>(fast_.size()) ? fast_[layer_index].get() : nullptr;
+  }
+  const std::string& fast_path_note() const { return fast_note_; }
   Status synchronize();  // waits for the main and prefetch streams
 
  private:
@@ -76,6 +86,8 @@ class CudaBackend {
   std::vector<UvaTable> tables_;
   std::unique_ptr<CudaPrefetchQueue> queue_;
   std::unique_ptr<CudaLayerCompute> compute_;
+  std::vector<std::unique_ptr<FastLookup>> fast_;
+  std::string fast_note_;
   CudaRegistrationReport reg_report_;
 };
 

@@ -2,8 +2,11 @@
 // kUnsupported when the library was built without CUDA.
 #include "replay/cuda_backend_factory.hpp"
 
+#include <cmath>
+
 #if defined(ENGRAM_HAVE_CUDA)
 #include "cuda/backend.cuh"
+#include "cuda/device.cuh"
 #endif
 
 namespace engram {
@@ -39,6 +42,23 @@ class CudaReplayBackend final : public ReplayBackend {
                                           {"register_s", r.register_ns * 1e-9},
                                           {"device_pointer_equals_host", r.device_equals_host}}},
                         {"grid_fraction", grid_fraction_}};
+    nlohmann::json fp = nlohmann::json::array();
+    for (size_t li = 0; be_->fast_lookup(static_cast<int>(li)) != nullptr; ++li) {
+      auto* f = be_->fast_lookup(static_cast<int>(li));
+      auto st = f->stats(be_->queue().prefetch_stream());
+      nlohmann::json paths = nlohmann::json::object();
+      nlohmann::json u = nullptr, h = nullptr;
+      if (st.is_ok()) {
+        for (const auto& [name, count] : st->paths) paths[name] = count;
+        if (std::isfinite(st->unique_fraction())) u = st->unique_fraction();
+        if (std::isfinite(st->cache_hit_rate())) h = st->cache_hit_rate();
+      }
+      fp.push_back({{"layer_index", li}, {"paths", paths}, {"unique_fraction", u}, {"cache_hit_rate", h},
+                    {"last_plan", f->last_plan().path_name()}, {"last_why", f->last_plan().why},
+                    {"costs_source", f->costs().source}});
+    }
+    j["fast_path"] = fp;
+    j["fast_path_note"] = be_->fast_path_note().empty() ? nlohmann::json(nullptr) : nlohmann::json(be_->fast_path_note());
     if (auto* c = be_->compute())
       j["compute"] = {{"kind", "cublas bf16 gemm"}, {"n", c->gemm_n()}, {"gemms_per_layer", c->gemms_per_layer()},
                       {"layer_ns_calibrated", c->layer_ns()}};
@@ -60,6 +80,8 @@ Result<std::unique_ptr<ReplayBackend>> make_cuda_replay_backend(const EngramLayo
                                                                 const CudaReplayOptions& o) {
   cuda::CudaBackendOptions c;
   c.device = o.device;
+  if (o.wrap_device && cuda::device_count() > 0) c.device = o.device % cuda::device_count();
+  c.registration.read_only = o.read_only_tables;
   c.rank = o.rank;
   c.layer_ids = layout.layer_ids;
   c.heads = layout.heads();
@@ -68,6 +90,8 @@ Result<std::unique_ptr<ReplayBackend>> make_cuda_replay_backend(const EngramLayo
   c.record_timeline = o.record_timeline;
   c.checked = o.checked;
   c.layer_us = o.layer_us;
+  c.fast_path = o.fast_path;
+  c.planner = o.planner;
   ENGRAM_ASSIGN_OR_RETURN(auto be, cuda::make_cuda_backend(c, tables));
   auto r = std::make_unique<CudaReplayBackend>(std::move(be));
   r->grid_fraction_ = o.grid_fraction;

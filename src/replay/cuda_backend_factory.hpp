@@ -29,6 +29,10 @@ struct CudaReplayOptions {
   bool record_timeline = true;
   bool checked = false;        // reject ids >= rows in prepare() (host-side pass)
   double layer_us = 200;       // synthetic compute per model layer; 0 = none
+  bool fast_path = true;       // issue #8: dedup / cache / planner hook on the lookups (FastLookup)
+  bool planner = true;         // false: the hook keeps the plain gather (experiments)
+  bool read_only_tables = false;  // the tables are PROT_READ mappings: register with cudaHostRegisterReadOnly
+  bool wrap_device = false;       // device index taken modulo the number of visible devices (ranks > GPUs)
 };
 
 class ReplayBackend {

@@ -50,6 +50,7 @@ struct RunArgs {
   bool json = false;
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
+  std::string fast_path = "planner";  // planner | plain | off (issue #8)
 };
 
 nlohmann::json dist_json(const Distribution& d) {
@@ -57,11 +58,9 @@ nlohmann::json dist_json(const Distribution& d) {
           {"p99", json_num(d.p99)}, {"n", d.n}};
 }
 
-// --ranks N > 1: N rank processes replay on ONE shared table (src/replay/multi_rank.hpp), CPU queues.
+// --ranks N > 1: N rank processes replay on ONE shared table (src/replay/multi_rank.hpp); each rank uses
+// the backend asked for (auto: its GPU when usable, rank r on device r % visible devices).
 int run_ranks(const RunArgs& a) {
-  if (a.backend == "cuda")
-    return report_failure("run", Status(Code::kUnsupported, "--ranks > 1 runs each rank on the CPU prefetch queue; "
-                                                            "--backend cuda is single-process for now"));
   auto size = parse_size_bytes(a.table_size);
   if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
   RanksCliArgs r;
@@ -70,6 +69,8 @@ int run_ranks(const RunArgs& a) {
            .prefetch = a.prefetch, .layer_us = a.layer_us, .ids = a.ids, .tokens = a.tokens,
            .zipf_alpha = a.zipf_alpha, .threads = a.threads, .checked = a.checked,
            .compute_only_baseline = !a.no_baseline, .timeline = a.timeline};
+  r.job.backend = a.backend;
+  r.job.grid_fraction = a.grid_fraction;
   r.options.ranks = a.ranks;
   r.options.backing = a.backing;
   r.options.placement = a.placement;
@@ -154,6 +155,8 @@ int run(const RunArgs& a) {
     copt.grid_fraction = a.grid_fraction;
     copt.checked = a.checked;
     copt.layer_us = a.layer_us;
+    copt.fast_path = a.fast_path != "off";
+    copt.planner = a.fast_path == "planner";
     auto b = make_cuda_replay_backend(*layout, views, copt);
     if (b.is_ok()) {
       cuda_backend = std::move(*b);
@@ -313,6 +316,23 @@ int run(const RunArgs& a) {
   std::printf("Workload  %s backend, batch %d, %d steps (+%d warm-up), %s prefetch, ids %s, %.0f us/layer x %s layers\n",
               backend_name.c_str(), a.batch, a.steps, a.warmup, prefetch_mode_name(mode), source->describe().c_str(), a.layer_us,
               j["workload"]["model_layers"].dump().c_str());
+  if (cuda_backend) {
+    const auto det = j["workload"]["backend_details"];
+    if (det.contains("fast_path") && !det["fast_path"].empty()) {
+      for (const auto& f : det["fast_path"]) {
+        std::string paths;
+        for (auto it = f["paths"].begin(); it != f["paths"].end(); ++it)
+          paths += (paths.empty() ? "" : ", ") + it.key() + " x" + std::to_string(it.value().get<int64_t>());
+        std::printf("Path      layer %d (--fast-path %s): %s; unique %s, cache hits %s\n", f["layer_index"].get<int>(),
+                    a.fast_path.c_str(), paths.c_str(),
+                    f["unique_fraction"].is_null() ? "n/a" : fmt_num(100 * f["unique_fraction"].get<double>(), "%.1f%%").c_str(),
+                    f["cache_hit_rate"].is_null() ? "n/a" : fmt_num(100 * f["cache_hit_rate"].get<double>(), "%.1f%%").c_str());
+        for (const auto& w : f["last_why"]) std::printf("          why: %s\n", w.get<std::string>().c_str());
+      }
+    } else if (det.contains("fast_path_note") && !det["fast_path_note"].is_null()) {
+      std::printf("Path      plain UVA gather: %s\n", det["fast_path_note"].get<std::string>().c_str());
+    }
+  }
   std::printf("\nLookup    %s rows/s, source %s GB/s, staging %s GB/s (separate paths; not summed)\n",
               fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), fmt_num(r.source_gbps, "%.2f").c_str(),
               fmt_num(r.staging_gbps, "%.2f").c_str());
@@ -391,6 +411,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--backend", a->backend,
                  "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub.add_option("--fast-path", a->fast_path,
+                 "CUDA lookup path (issue #8): planner (default: per batch, dedup / sort / hot-row cache / plain from "
+                 "calibrated costs, printed with its reasons), plain (the hook runs the plain gather), off (no hook)")
+      ->check(CLI::IsMember({"planner", "plain", "off"}));
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(
