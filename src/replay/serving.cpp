@@ -383,6 +383,7 @@ class Executor {
     model_layers_ = std::max(opt.model.layers, max_id + 1);
     engram_index_.assign(static_cast<size_t>(model_layers_), -1);
     for (int li = 0; li < layout.n_layers(); ++li) engram_index_[static_cast<size_t>(layout.layer_ids[li])] = li;
+    start_clock();  // warm-up needs a clock too; the replay restarts it at its origin
   }
 
   Status validate() const {
