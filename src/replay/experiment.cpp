@@ -352,6 +352,9 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
   if (!o.make_ids) return Status(Code::kInvalidArgument, "experiment: no id source");
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ENGRAM_ASSIGN_OR_RETURN(std::vector<ArmSpec> specs, make_arms(o.id, o.base, sys::memory_nodes(), o.caps, hw));
+  // Every arm runs in the caller's prefetch mode except B1, whose one change is the mode.
+  if (o.id != "B1")
+    for (auto& s : specs) s.mode = o.serving.mode;
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<ServingIdSource> ids, o.make_ids());
 
   ExperimentResult res;
