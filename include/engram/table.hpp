@@ -55,6 +55,23 @@ struct TableSpan {
 // `engram table create` and by the in-memory default table of `engram run`.
 void synth_row(uint64_t seed, int layer_index, int64_t row, int d, uint8_t* payload, uint8_t* scales);
 
+// Span of Engram layer `layer_index` of `layout` over one layer object at `base`: fused records
+// [rows][stride], or split payload [rows][d] followed by scales [rows][d/32].
+TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index);
+// Writes synth_row(seed, layer_index, r, ...) into every row r of `s` (and zeroes fused padding) on
+// `threads` threads (0 = hardware concurrency). The bytes do not depend on the thread count.
+void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads = 0);
+
+// A head range [begin, end) of an Engram layer: the unit of tensor-parallel sharding.
+struct HeadRange {
+  int begin = 0;
+  int end = 0;
+};
+// Parses a head sharding: "" or "1" (one shard of all heads), "N" (N ranges of consecutive heads, sizes
+// differing by at most one), or "a-b,c-d,..." (half-open ranges that must tile [0, heads) in order).
+// kInvalidArgument naming the text otherwise.
+Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int heads);
+
 namespace host {
 struct PlacedBacking;
 struct PageCensus;
@@ -73,6 +90,13 @@ struct TableOptions {
   bool allow_fallback = false;       // placement refused: keep the default policy (reported) vs fail
   int home_node = -1;                // replica-per-node: node whose replica view() returns
                                      // (-1: the calling thread's node at creation)
+  // Head-range shards (tensor parallelism): parse_head_shards text; "" = one backing per layer. Each
+  // shard of a layer is its own backing with its own placement and its own census line, mapped into
+  // one reserved address range so the layer is still one contiguous table (global ids work unchanged).
+  // Shard boundaries are rounded up to the backing's page: the at most one page that two neighbouring
+  // head ranges share belongs to the lower shard's backing. Needs fused rows; not with replica-per-node.
+  std::string head_shards;
+  std::string shard_placements;      // ";"-separated placement per shard ("bind:0;bind:1"); "" = placement
 };
 
 class HostTable {
@@ -105,10 +129,15 @@ class HostTable {
   TableView view(int layer_index, int replica) const;
   TableSpan span(int layer_index, int replica) const;
   // Backing and placement report of a layer's replica (created by `create`; kInvalidArgument-free:
-  // nullptr for a table made by `allocate`). Complete type in host/placement.hpp.
+  // nullptr for a table made by `allocate`; shard 0's for a sharded table, see shard_backing). Complete type in host/placement.hpp.
   const host::PlacedBacking* backing(int layer_index, int replica = 0) const;
-  // Census (move_pages) of every backing at a named point; an `allocate`d table is censused as its
-  // anonymous mappings. Complete types in host/census.hpp. `max_samples`: exact up to that many pages.
+  // Head-range shards (TableOptions::head_shards): 1 and all heads unless sharded.
+  int n_shards() const { return static_cast<int>(shard_heads_.size()); }
+  HeadRange shard_heads(int shard) const { return shard_heads_.at(static_cast<size_t>(shard)); }
+  // A shard's backing of a layer (nullptr for an `allocate`d table). Its data() lies inside view(layer).
+  const host::PlacedBacking* shard_backing(int layer_index, int shard) const;
+  // Census (move_pages) of every backing at a named point (one line per layer, replica and shard, each
+  // naming its head range); an `allocate`d table is censused as its anonymous mappings. Complete types in host/census.hpp. `max_samples`: exact up to that many pages.
   std::vector<host::PageCensus> census(host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
 
  private:
@@ -118,6 +147,8 @@ class HostTable {
   std::vector<TableSpan> spans_;                    // home replica's spans, [layer]
   std::vector<std::vector<TableSpan>> replicas_;    // [replica][layer]
   std::vector<int> replica_nodes_;                  // [replica]; {-1} when not replicated
+  std::vector<HeadRange> shard_heads_;              // [shard]
+  std::vector<std::pair<void*, size_t>> reservations_;  // sharded create(): one address range per layer
   int home_replica_ = 0;
   std::vector<std::pair<void*, size_t>> mappings_;  // allocate(): private anonymous mappings
   std::unique_ptr<Storage> storage_;                // create(): backings

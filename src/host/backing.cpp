@@ -186,13 +186,16 @@ Backing& Backing::operator=(Backing&& o) noexcept {
     page_bytes_ = o.page_bytes_;
     owner_ = std::exchange(o.owner_, false);
     unlinked_ = std::exchange(o.unlinked_, false);
+    in_reservation_ = std::exchange(o.in_reservation_, false);
   }
   return *this;
 }
 
 void Backing::release() noexcept {
-  if (data_ != nullptr) (void)sys::unmap_range(data_, mapped_bytes_);
+  if (data_ != nullptr)
+    (void)(in_reservation_ ? sys::rereserve_range(data_, mapped_bytes_) : sys::unmap_range(data_, mapped_bytes_));
   data_ = nullptr;
+  in_reservation_ = false;
   if (fd_ >= 0) (void)sys::close_fd(fd_);
   fd_ = -1;
   if (owner_ && identity_.kind == BackingKind::kShmFile && !unlinked_ && !identity_.path.empty())
@@ -209,8 +212,14 @@ Result<Backing> Backing::create(const BackingOptions& o) {
   b.identity_.name = o.name;
   if (o.kind == BackingKind::kAnonThp) {
     b.page_bytes_ = 4096;
-    b.mapped_bytes_ = round_up(o.size_bytes, 2u << 20);
-    ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_private_aligned(b.mapped_bytes_, 2u << 20));
+    b.mapped_bytes_ = round_up(o.size_bytes, o.map_at ? 4096 : 2u << 20);
+    void* p = nullptr;
+    if (o.map_at) {
+      ENGRAM_ASSIGN_OR_RETURN(p, sys::map_private_fixed(o.map_at, b.mapped_bytes_));
+      b.in_reservation_ = true;
+    } else {
+      ENGRAM_ASSIGN_OR_RETURN(p, sys::map_private_aligned(b.mapped_bytes_, 2u << 20));
+    }
     b.data_ = static_cast<uint8_t*>(p);
     // THP "never" (or no THP in the kernel) leaves 4 KiB pages: the table still works; say so via
     // the status only when the advice itself is refused.
@@ -236,8 +245,12 @@ Result<Backing> Backing::create(const BackingOptions& o) {
   ENGRAM_ASSIGN_OR_RETURN(sys::FileStat st, sys::fstat_fd(b.fd_));
   b.identity_.inode = st.inode;
   b.identity_.device = st.device;
-  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(b.fd_, b.mapped_bytes_));
+  if (o.map_at && reinterpret_cast<uintptr_t>(o.map_at) % b.page_bytes_ != 0)
+    return Status(Code::kInvalidArgument, "backing " + o.name + ": map address is not aligned to its " +
+                                              format_bytes(static_cast<int64_t>(b.page_bytes_)) + " pages");
+  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(b.fd_, b.mapped_bytes_, 0, o.map_at));
   b.data_ = static_cast<uint8_t*>(p);
+  b.in_reservation_ = o.map_at != nullptr;
   return b;
 }
 

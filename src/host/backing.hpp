@@ -49,6 +49,11 @@ struct BackingOptions {
   // the up-front size check for memfd / hugetlb (whose file system has no size limit of its own).
   std::vector<int> target_nodes;
   bool check_memory = true;            // false: skip the free-memory check (tmpfs free space still checked)
+  // Map the object here (MAP_FIXED) instead of where the kernel chooses: a page-aligned address (huge
+  // page aligned for hugetlb) inside a PROT_NONE reservation that the caller owns and releases after
+  // this Backing (sys::reserve_range). On destruction the range goes back to the reserved state, so no
+  // other mapping can slip into the hole. Used for head-range shards of one contiguous layer table.
+  uint8_t* map_at = nullptr;
 };
 
 // What names a backing in a census, a log line or the protocol.
@@ -115,6 +120,7 @@ class Backing {
   uint64_t page_bytes_ = 4096;
   bool owner_ = false;
   bool unlinked_ = false;
+  bool in_reservation_ = false;  // mapped at BackingOptions::map_at: released back to PROT_NONE
 };
 
 }  // namespace engram::host

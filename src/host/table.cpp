@@ -4,17 +4,25 @@
 // result does not depend on the thread count and a checkpoint writer can stream rows one at a time.
 // `create` builds each layer's table on a placed backing (host/placement.hpp): the layer's split
 // arrays (payload then scales) or fused records live in one backing, so a layer is one object with
-// one policy, one identity in /proc/<pid>/maps and one census.
+// one policy, one identity in /proc/<pid>/maps and one census. With head-range shards (tensor
+// parallelism) a layer is several backings, one per head range, each with its own policy and census,
+// mapped side by side (MAP_FIXED) into one reserved address range: consumers still see one contiguous
+// table and index it with global row ids. A shard boundary falls on a page edge, so the partial page
+// that two head ranges share is the lower shard's; it is at most one page per boundary.
 #include "engram/table.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "core/splitmix.hpp"
+#include "core/units.hpp"
 #include "host/census.hpp"
 #include "host/placement.hpp"
 #include "sys/affinity.hpp"
+#include "sys/memfd.hpp"
 #include "sys/memory.hpp"
 
 namespace engram {
@@ -38,14 +46,13 @@ void synth_row(uint64_t seed, int layer_index, int64_t row, int d, uint8_t* payl
 }
 
 struct HostTable::Storage {
-  std::vector<std::vector<host::PlacedBacking>> layers;  // [layer][replica]
+  std::vector<std::vector<host::PlacedBacking>> layers;  // [layer][replica]; sharded: [layer][shard]
 };
 
 HostTable::HostTable() : replica_nodes_{-1} {}
 
-namespace {
-TableSpan span_over(uint8_t* base, const EngramLayout& layout, int li) {
-  const int64_t rows = layout.rows(li);
+TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index) {
+  const int64_t rows = layout.rows(layer_index);
   TableSpan s;
   s.data = base;
   s.rows = rows;
@@ -59,6 +66,69 @@ TableSpan span_over(uint8_t* base, const EngramLayout& layout, int li) {
   }
   return s;
 }
+
+void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t per = (s.rows + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t lo = t * per, hi = std::min(s.rows, lo + per);
+    if (lo >= hi) break;
+    pool.emplace_back([=] {
+      const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
+      for (int64_t r = lo; r < hi; ++r) {
+        synth_row(seed, layer_index, r, s.d, s.payload_of(r), s.scales_of(r));
+        if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int heads) {
+  const auto bad = [&](const std::string& why) {
+    return Status(Code::kInvalidArgument, "head shards \"" + text + "\": " + why);
+  };
+  if (heads <= 0) return bad("the layout has no heads");
+  std::vector<HeadRange> out;
+  if (text.empty() || text.find_first_not_of("0123456789") == std::string::npos) {
+    const long n = text.empty() ? 1 : std::strtol(text.c_str(), nullptr, 10);
+    if (n < 1 || n > heads) return bad("the shard count must be 1.." + std::to_string(heads));
+    for (long i = 0; i < n; ++i)
+      out.push_back({static_cast<int>(heads * i / n), static_cast<int>(heads * (i + 1) / n)});
+    return out;
+  }
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    int b = -1, e = -1;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%d-%d%c", &b, &e, &tail) != 2) return bad("\"" + item + "\" is not a range a-b");
+    const int expect = out.empty() ? 0 : out.back().end;
+    if (b != expect) return bad("ranges must tile the heads in order: expected one starting at " + std::to_string(expect));
+    if (e <= b) return bad("\"" + item + "\" is empty");
+    out.push_back({b, e});
+    pos = comma + 1;
+  }
+  if (out.empty() || out.back().end != heads)
+    return bad("ranges must end at the layout's " + std::to_string(heads) + " heads");
+  return out;
+}
+
+namespace {
+std::vector<std::string> split_placements(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t semi = text.find(';', pos);
+    if (semi == std::string::npos) semi = text.size();
+    out.push_back(text.substr(pos, semi - pos));
+    pos = semi + 1;
+  }
+  return out;
+}
 }  // namespace
 
 Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout, const TableOptions& options) {
@@ -66,31 +136,95 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
     return Status(Code::kInvalidArgument, "HostTable: layout is not finalized");
   uint64_t huge_page_bytes = 0;
   ENGRAM_ASSIGN_OR_RETURN(host::BackingKind kind, host::parse_backing_kind(options.backing, &huge_page_bytes));
-  ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(options.placement));
+  ENGRAM_ASSIGN_OR_RETURN(std::vector<HeadRange> shards, parse_head_shards(options.head_shards, layout.heads()));
+  std::vector<std::string> placements(shards.size(), options.placement);
+  if (!options.shard_placements.empty()) {
+    placements = split_placements(options.shard_placements);
+    if (placements.size() != shards.size())
+      return Status(Code::kInvalidArgument, "shard placements \"" + options.shard_placements + "\": " +
+                                                std::to_string(placements.size()) + " given for " +
+                                                std::to_string(shards.size()) + " head shards");
+  }
+  std::vector<host::PlacementPolicy> policies;
+  for (const std::string& p : placements) {
+    ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(p));
+    if (shards.size() > 1 && policy.kind == host::PlacementKind::kReplicaPerNode)
+      return Status(Code::kInvalidArgument, "head shards with replica-per-node: give each shard a node instead "
+                                            "(--shard-placements \"bind:0;bind:1\")");
+    policies.push_back(policy);
+  }
+  if (shards.size() > 1 && layout.format != RowFormat::kFused)
+    return Status(Code::kInvalidArgument, "head shards need fused rows: a split layout keeps a shard's payload and "
+                                          "scales in two separate ranges");
   host::PlacementOptions popts;
   popts.prefault = options.prefault;
   popts.prefault_threads = options.prefault_threads;
   popts.allow_fallback = options.allow_fallback;
+  // Shard boundaries are rounded to the backing's page (the allocation unit of mbind and of the census).
+  const uint64_t page = kind == host::BackingKind::kHugetlb ? huge_page_bytes : 4096;
 
   std::unique_ptr<HostTable> t(new HostTable());
   t->layout_ = layout;
+  t->shard_heads_ = shards;
   t->storage_ = std::make_unique<Storage>();
   for (int li = 0; li < layout.n_layers(); ++li) {
-    host::TableIdentity id;
-    id.layer_id = layout.layer_ids[li];
-    id.head_begin = 0;
-    id.head_end = layout.heads();
-    id.group = options.group;
-    host::BackingOptions bo;
-    bo.kind = kind;
-    bo.size_bytes = static_cast<uint64_t>(layout.table_bytes(li));
-    bo.name = host::table_backing_name(id);
-    bo.shm_dir = options.shm_dir;
-    if (huge_page_bytes) bo.huge_page_bytes = huge_page_bytes;
-    auto placed = host::create_placed_backings(bo, policy, popts);
-    if (!placed.is_ok())
-      return placed.status().with_context("table of Engram layer " + std::to_string(id.layer_id));
-    t->storage_->layers.push_back(std::move(*placed));
+    const uint64_t layer_bytes = static_cast<uint64_t>(layout.table_bytes(li));
+    uint8_t* reserved = nullptr;
+    if (shards.size() > 1) {
+      const uint64_t len = (layer_bytes + page - 1) / page * page;
+      ENGRAM_ASSIGN_OR_RETURN(void* r, sys::reserve_range(len, std::max<uint64_t>(page, 2u << 20)));
+      t->reservations_.emplace_back(r, len);
+      reserved = static_cast<uint8_t*>(r);
+    }
+    std::vector<host::PlacedBacking> per_layer;
+    for (size_t sh = 0; sh < shards.size(); ++sh) {
+      host::TableIdentity id;
+      id.layer_id = layout.layer_ids[li];
+      id.head_begin = shards[sh].begin;
+      id.head_end = shards[sh].end;
+      id.group = options.group;
+      host::BackingOptions bo;
+      bo.kind = kind;
+      bo.name = host::table_backing_name(id);
+      bo.shm_dir = options.shm_dir;
+      if (huge_page_bytes) bo.huge_page_bytes = huge_page_bytes;
+      const std::string what = "table of Engram layer " + std::to_string(id.layer_id) +
+                               (shards.size() > 1 ? ", heads " + std::to_string(id.head_begin) + "-" +
+                                                        std::to_string(id.head_end)
+                                                  : std::string());
+      if (shards.size() == 1) {
+        bo.size_bytes = layer_bytes;
+      } else {
+        const auto edge = [&](int head) {  // first byte of `head`'s rows, rounded up to the page
+          const uint64_t b = static_cast<uint64_t>(layout.head_offsets[li][static_cast<size_t>(head)]) *
+                             static_cast<uint64_t>(layout.row_stride_bytes());
+          return std::min((b + page - 1) / page * page, (layer_bytes + page - 1) / page * page);
+        };
+        const uint64_t lo = sh == 0 ? 0 : edge(shards[sh].begin);
+        const uint64_t hi = sh + 1 == shards.size() ? (layer_bytes + page - 1) / page * page : edge(shards[sh].end);
+        if (hi <= lo)
+          return Status(Code::kInvalidArgument, what + ": the head range holds less than one " +
+                                                    format_bytes(static_cast<int64_t>(page)) + " page of its own");
+        bo.size_bytes = hi - lo;
+        bo.map_at = reserved + lo;
+      }
+      auto placed = host::create_placed_backings(bo, policies[sh], popts);
+      if (!placed.is_ok()) return placed.status().with_context(what);
+      if (shards.size() == 1) {
+        per_layer = std::move(*placed);
+      } else {
+        per_layer.push_back(std::move(placed->front()));
+      }
+    }
+    t->storage_->layers.push_back(std::move(per_layer));
+  }
+  if (shards.size() > 1) {
+    t->replicas_.resize(1);
+    for (int li = 0; li < layout.n_layers(); ++li)
+      t->replicas_[0].push_back(layer_span(static_cast<uint8_t*>(t->reservations_[static_cast<size_t>(li)].first),
+                                           layout, li));
+    t->spans_ = t->replicas_[0];
+    return t;
   }
   const auto& first = t->storage_->layers.front();
   t->replica_nodes_.clear();
@@ -98,7 +232,7 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
   t->replicas_.resize(first.size());
   for (size_t r = 0; r < first.size(); ++r)
     for (int li = 0; li < layout.n_layers(); ++li)
-      t->replicas_[r].push_back(span_over(t->storage_->layers[li][r].backing.data(), layout, li));
+      t->replicas_[r].push_back(layer_span(t->storage_->layers[li][r].backing.data(), layout, li));
   if (first.size() > 1) {
     const int home = options.home_node >= 0 ? options.home_node : sys::current_cpu_node().node;
     t->home_replica_ = std::max(0, host::choose_replica(t->replica_nodes_, -1, home));
@@ -120,14 +254,42 @@ TableSpan HostTable::span(int layer_index, int replica) const {
 
 const host::PlacedBacking* HostTable::backing(int layer_index, int replica) const {
   if (!storage_) return nullptr;
+  if (n_shards() > 1) return replica == 0 ? &storage_->layers.at(layer_index).front() : nullptr;
   return &storage_->layers.at(layer_index).at(static_cast<size_t>(replica));
+}
+
+const host::PlacedBacking* HostTable::shard_backing(int layer_index, int shard) const {
+  if (!storage_) return nullptr;
+  if (n_shards() == 1) return shard == 0 ? backing(layer_index, home_replica_) : nullptr;
+  return &storage_->layers.at(layer_index).at(static_cast<size_t>(shard));
 }
 
 std::vector<host::PageCensus> HostTable::census(host::CensusPoint point, uint64_t max_samples) const {
   std::vector<host::PageCensus> out;
   host::CensusOptions co;
   co.max_samples = max_samples;
+  const auto named_group = [](const host::PlacedBacking& pb, host::TableIdentity* id) {
+    host::TableIdentity named;
+    if (host::parse_table_backing_name(pb.backing.identity().name, &named)) id->group = named.group;
+  };
   for (int li = 0; li < n_layers(); ++li) {
+    if (n_shards() > 1) {
+      // One line per shard: its own backing, counted over that backing's own pages.
+      for (int sh = 0; sh < n_shards(); ++sh) {
+        const host::PlacedBacking& pb = *shard_backing(li, sh);
+        host::TableIdentity id;
+        id.layer_id = layout_.layer_ids[li];
+        id.head_begin = shard_heads_[static_cast<size_t>(sh)].begin;
+        id.head_end = shard_heads_[static_cast<size_t>(sh)].end;
+        id.bytes = pb.backing.size_bytes();
+        id.base = reinterpret_cast<uintptr_t>(pb.backing.data());
+        id.backing = pb.backing.identity().to_string();
+        named_group(pb, &id);
+        co.page_bytes = pb.backing.page_bytes();
+        out.push_back(host::take_census(pb.backing.data(), id.bytes, id, point, co));
+      }
+      continue;
+    }
     for (int r = 0; r < n_replicas(); ++r) {
       host::TableIdentity id;
       id.layer_id = layout_.layer_ids[li];
@@ -138,8 +300,7 @@ std::vector<host::PageCensus> HostTable::census(host::CensusPoint point, uint64_
       if (const host::PlacedBacking* pb = backing(li, r)) {
         id.backing = pb->backing.identity().to_string();
         id.replica_node = pb->report.replica_node;
-        host::TableIdentity named;
-        if (host::parse_table_backing_name(pb->backing.identity().name, &named)) id.group = named.group;
+        named_group(*pb, &id);
         co.page_bytes = pb->backing.page_bytes();
       } else {
         id.backing = "private anonymous";
@@ -163,46 +324,21 @@ Result<std::unique_ptr<HostTable>> HostTable::allocate(const EngramLayout& layou
     if (!m.is_ok())
       return m.status().with_context("table of Engram layer " + std::to_string(layout.layer_ids[li]));
     t->mappings_.emplace_back(*m, bytes);
-    TableSpan s;
-    s.data = static_cast<uint8_t*>(*m);
-    s.rows = rows;
-    s.d = layout.d;
-    s.format = layout.format;
-    if (layout.format == RowFormat::kFused) {
-      s.stride_bytes = layout.row_stride_bytes();
-    } else {
-      s.stride_bytes = layout.d;
-      s.scales = s.data + rows * layout.d;
-    }
+    const TableSpan s = layer_span(static_cast<uint8_t*>(*m), layout, li);
     t->spans_.push_back(s);
   }
   return t;
 }
 
 HostTable::~HostTable() {
+  storage_.reset();  // backings first: a sharded layer's backings go back to its reservation
+  for (auto& [p, n] : reservations_) (void)sys::unmap_range(p, n);
   for (auto& [p, n] : mappings_) (void)sys::unmap(p, n);
 }
 
 void HostTable::fill_synthetic(uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int rl = 0; rl < n_layers() * n_replicas(); ++rl) {
-    const int li = rl % n_layers();
-    const TableSpan s = span(li, rl / n_layers());
-    const int64_t per = (s.rows + threads - 1) / threads;
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      const int64_t lo = t * per, hi = std::min(s.rows, lo + per);
-      if (lo >= hi) break;
-      pool.emplace_back([=] {
-        const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
-        for (int64_t r = lo; r < hi; ++r) {
-          synth_row(seed, li, r, s.d, s.payload_of(r), s.scales_of(r));
-          if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-  }
+  for (int rl = 0; rl < n_layers() * n_replicas(); ++rl)
+    fill_synthetic_span(span(rl % n_layers(), rl / n_layers()), rl % n_layers(), seed, threads);
 }
 
 }  // namespace engram

@@ -144,13 +144,17 @@ Result<FsSpace> fs_space_path(const std::string& path) {
   return s;
 }
 
-Result<void*> map_shared(int fd, size_t len_bytes, uint64_t offset_bytes) {
-  const std::string what = "mmap(MAP_SHARED, fd=" + std::to_string(fd) + ", len=" + format_bytes(len_bytes) + ")";
+Result<void*> map_shared(int fd, size_t len_bytes, uint64_t offset_bytes, void* fixed_at) {
+  const std::string what = std::string(fixed_at ? "mmap(MAP_SHARED|MAP_FIXED" : "mmap(MAP_SHARED") +
+                           ", fd=" + std::to_string(fd) + ", len=" + format_bytes(len_bytes) + ")";
   if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
+  if (fixed_at && reinterpret_cast<uintptr_t>(fixed_at) % page_size_bytes() != 0)
+    return Status(Code::kInvalidArgument, what + ": fixed address is not page aligned");
   int err = fault_errno("mmap");
   void* p = MAP_FAILED;
   if (err == 0) {
-    p = ::mmap(nullptr, len_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset_bytes));
+    p = ::mmap(fixed_at, len_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed_at ? MAP_FIXED : 0), fd,
+               static_cast<off_t>(offset_bytes));
     if (p == MAP_FAILED) err = errno;
   }
   if (err != 0) return errno_status(err, what);
@@ -181,6 +185,54 @@ Result<void*> map_private_aligned(size_t len_bytes, size_t align_bytes) {
   const uintptr_t end = base + len + extra, aligned_end = aligned + len;
   if (end > aligned_end) ::munmap(reinterpret_cast<void*>(aligned_end), end - aligned_end);
   return reinterpret_cast<void*>(aligned);
+}
+
+Result<void*> reserve_range(size_t len_bytes, size_t align_bytes) {
+  const std::string what = "mmap(PROT_NONE reservation, len=" + format_bytes(len_bytes) + ", align=" +
+                           format_bytes(align_bytes) + ")";
+  if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
+  if (align_bytes == 0 || (align_bytes & (align_bytes - 1)) != 0)
+    return Status(Code::kInvalidArgument, what + ": alignment is not a power of two");
+  const size_t len = round_up_page(len_bytes);
+  const size_t extra = align_bytes > page_size_bytes() ? align_bytes : 0;
+  int err = fault_errno("mmap");
+  void* p = MAP_FAILED;
+  if (err == 0) {
+    p = ::mmap(nullptr, len + extra, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) err = errno;
+  }
+  if (err != 0) return errno_status(err, what);
+  if (extra == 0) return p;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (base + align_bytes - 1) & ~(uintptr_t{align_bytes} - 1);
+  if (aligned > base) ::munmap(p, aligned - base);
+  const uintptr_t end = base + len + extra, aligned_end = aligned + len;
+  if (end > aligned_end) ::munmap(reinterpret_cast<void*>(aligned_end), end - aligned_end);
+  return reinterpret_cast<void*>(aligned);
+}
+
+Status rereserve_range(void* addr, size_t len_bytes) {
+  void* p = ::mmap(addr, round_up_page(len_bytes), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    return errno_status(err, "mmap(PROT_NONE|MAP_FIXED, len=" + format_bytes(len_bytes) + ")");
+  }
+  return Status::ok();
+}
+
+Result<void*> map_private_fixed(void* addr, size_t len_bytes) {
+  const std::string what = "mmap(MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, len=" + format_bytes(len_bytes) + ")";
+  if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
+  int err = fault_errno("mmap");
+  void* p = MAP_FAILED;
+  if (err == 0) {
+    p = ::mmap(addr, round_up_page(len_bytes), PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED) err = errno;
+  }
+  if (err != 0) return errno_status(err, what);
+  return p;
 }
 
 Status unmap_range(void* addr, size_t len_bytes) {

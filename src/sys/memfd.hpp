@@ -56,7 +56,19 @@ Result<FsSpace> fs_space_fd(int fd);
 Result<FsSpace> fs_space_path(const std::string& path);
 
 // mmap(nullptr, len, PROT_READ|PROT_WRITE, MAP_SHARED, fd, offset). No page is touched.
-Result<void*> map_shared(int fd, size_t len_bytes, uint64_t offset_bytes = 0);
+// With `fixed_at` (page aligned, inside a reservation the caller owns, see reserve_range) the mapping
+// replaces that part of the reservation (MAP_FIXED) instead of going where the kernel chooses.
+Result<void*> map_shared(int fd, size_t len_bytes, uint64_t offset_bytes = 0, void* fixed_at = nullptr);
+// A PROT_NONE, MAP_NORESERVE region of `len_bytes` (rounded up to the page size) starting on an
+// `align_bytes` boundary (a power of two): address space only, no memory is committed. Tables made of
+// several backings (head-range shards) map each backing into one reservation so that one layer stays
+// one contiguous range of addresses. Release with unmap_range.
+Result<void*> reserve_range(size_t len_bytes, size_t align_bytes);
+// Puts [addr, addr + len) back to the reserved state (PROT_NONE anonymous, MAP_FIXED) so that the range
+// cannot be taken by another mmap before the owner releases the whole reservation.
+Status rereserve_range(void* addr, size_t len_bytes);
+// Private anonymous read/write memory at `addr` (MAP_FIXED, inside a reservation). No page is touched.
+Result<void*> map_private_fixed(void* addr, size_t len_bytes);
 // mmap of a private anonymous region whose start is aligned to `align_bytes` (a power of two,
 // e.g. 2 MiB so that THP can back it from the first byte). No page is touched.
 Result<void*> map_private_aligned(size_t len_bytes, size_t align_bytes);

@@ -4,11 +4,13 @@
 //                                      (kernelpagesize_kB units), Rss/Pss per table from smaps and the
 //                                      process's smaps_rollup.
 //   engram census [--table-size 64MiB] [--backing memfd] [--placement interleave:all] [--json]
+//                 [--head-shards 2 --shard-placements "bind:0;bind:1"]
 //                                      builds a synthetic table here with that backing and placement,
 //                                      prints the placement report (requested / obtained / why) and the
 //                                      move_pages census after placement and after load.
 // Exit codes: 0; 1 runtime failure; 2 bad argument or no such process; 77 the machine cannot do it
 // (e.g. weighted interleave before Linux 6.9).
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +35,8 @@ struct CensusArgs {
   bool allow_fallback = false;
   uint64_t max_samples = uint64_t{1} << 20;
   uint64_t seed = 1;
+  std::string head_shards;
+  std::string shard_placements;
 };
 
 int census_pid(const CensusArgs& a) {
@@ -54,13 +58,17 @@ int census_here(const CensusArgs& a) {
   opts.backing = a.backing;
   opts.placement = a.placement;
   opts.allow_fallback = a.allow_fallback;
+  opts.head_shards = a.head_shards;
+  opts.shard_placements = a.shard_placements;
   auto table = HostTable::create(*layout, opts);
   if (!table.is_ok()) return report_failure("census", table.status());
   nlohmann::json j;
   j["placement"] = nlohmann::json::array();
+  const int per_layer = std::max((*table)->n_replicas(), (*table)->n_shards());
   for (int li = 0; li < (*table)->n_layers(); ++li)
-    for (int r = 0; r < (*table)->n_replicas(); ++r) {
-      const host::PlacedBacking* pb = (*table)->backing(li, r);
+    for (int r = 0; r < per_layer; ++r) {
+      const host::PlacedBacking* pb =
+          (*table)->n_shards() > 1 ? (*table)->shard_backing(li, r) : (*table)->backing(li, r);
       if (a.json) {
         nlohmann::json p = pb->report.to_json();
         p["backing"] = pb->backing.identity().to_string();
@@ -95,6 +103,11 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Without --pid: none | local | bind:N | preferred:N | interleave:N,M|all | weighted-interleave:N=w,... "
                  "| replica-per-node");
   sub.add_flag("--allow-fallback", a->allow_fallback, "Placement refused: keep the default policy and report it");
+  sub.add_option("--head-shards", a->head_shards,
+                 "Without --pid: shard each layer by head ranges (tensor parallelism), each its own backing: "
+                 "N (equal ranges) or a-b,c-d,... (e.g. 0-12,12-24)");
+  sub.add_option("--shard-placements", a->shard_placements,
+                 "Without --pid: one placement per head shard, ';'-separated (e.g. \"bind:0;bind:1\"); default --placement");
   sub.add_option("--max-samples", a->max_samples, "Exact census up to this many pages, stride sampling above");
   return [a] { return a->pid > 0 ? census_pid(*a) : census_here(*a); };
 }
