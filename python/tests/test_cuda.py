@@ -166,7 +166,8 @@ def test_prefetch_step_under_cuda_graph_capture(rng):
         for li in range(lay.n_layers):
             pf.prepare(li, static_ids[li])
         for li in range(lay.n_layers):
-            pf.consume(li)
+            st = pf.consume(li)
+            _ = (st.reshape(tokens, -1) @ w, st.clone())  # creates the cuBLAS handle outside the capture
     pf.end_step()
     g = torch.cuda.CUDAGraph()
     pf.begin_step(1)
