@@ -87,7 +87,7 @@ int analyze(const TraceArgs& a) {
     if (step < 0) {  // default: the step with the largest total exposed wait of the rank
       std::map<int64_t, double> e;
       for (const auto& t : tl->rows())
-        if (t.rank == a.rank && std::isfinite(t.exposed_wait_ns())) e[t.step] += t.exposed_wait_ns();
+        if (t.rank == a.rank && t.step >= 0 && std::isfinite(t.exposed_wait_ns())) e[t.step] += t.exposed_wait_ns();  // < 0: warm-up
       double best = -1;
       for (auto& [k, v] : e)
         if (v > best) best = v, step = k;
