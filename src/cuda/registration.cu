@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "sys/fault.hpp"
 #include "cuda/cuda_status.cuh"
 #include "cuda/registration.cuh"
 #include "sys/memory.hpp"
@@ -130,6 +131,17 @@ Result<HostRegistration> HostRegistration::register_range(const void* ptr, int64
     const size_t len = static_cast<size_t>(plan[i].bytes);
     const double t0 = now_ns();
     const unsigned chunk_flags = static_cast<int>(i) == opt.inject_failure_at_chunk ? 0xFFFFFFFFu : flags;
+    // Injected fault (sys/fault.hpp, ENGRAM_FAULT=host_register=ENOMEM): the chunk fails as if the driver
+    // had refused it, and the chunks already registered are rolled back the same way. No CUDA error is
+    // pending in this case, so there is nothing to clear.
+    if (const int injected = sys::fault_errno(sys::kFaultHostRegister); injected != 0) {
+      Status st = errno_status(injected, "cudaHostRegister chunk " + std::to_string(i) + " of " +
+                                             std::to_string(plan.size()) + " (injected fault)");
+      const Status rb = reg.release();
+      nvtxRangePop();
+      if (!rb.is_ok()) return st.with_context("rollback also failed (" + rb.message() + ")");
+      return st;
+    }
     cudaError_t err = cudaHostRegister(host, len, chunk_flags);
     void* dev = nullptr;
     if (err == cudaSuccess) {

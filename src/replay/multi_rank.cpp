@@ -28,6 +28,7 @@
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "host/token_io.hpp"
+#include "replay/cuda_backend_factory.hpp"
 #include "replay/decode_replay.hpp"
 #include "replay/text_id_source.hpp"
 #include "sys/process.hpp"
@@ -52,21 +53,6 @@ std::string fmt(double v, const char* f) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
-}
-
-TableSpan span_over(uint8_t* base, const EngramLayout& layout, int li) {
-  TableSpan s;
-  s.data = base;
-  s.rows = layout.rows(li);
-  s.d = layout.d;
-  s.format = layout.format;
-  if (layout.format == RowFormat::kFused) {
-    s.stride_bytes = layout.row_stride_bytes();
-  } else {
-    s.stride_bytes = layout.d;
-    s.scales = s.data + s.rows * layout.d;
-  }
-  return s;
 }
 
 // Row r of layer index li as bytes (payload then scales), for comparison across processes.
@@ -211,7 +197,8 @@ json RankJob::to_json() const {
           {"threads", threads},     {"checked", checked},
           {"compute_only_baseline", compute_only_baseline},
           {"verify_rows", verify_rows}, {"timeline", timeline},
-          {"ranks", ranks}};
+          {"ranks", ranks},         {"backend", backend},
+          {"grid_fraction", grid_fraction}, {"gpus", gpus}};
 }
 
 Result<RankJob> RankJob::from_json(const std::string& text) {
@@ -259,9 +246,16 @@ Result<RankJob> RankJob::from_json(const std::string& text) {
   integer("verify_rows", &r.verify_rows);
   str("timeline", &r.timeline);
   integer("ranks", &r.ranks);
+  str("backend", &r.backend);
+  number("grid_fraction", &r.grid_fraction);
+  integer("gpus", &r.gpus);
   if (!bad.empty()) return Status(Code::kInvalidArgument, "rank job: field '" + bad + "' missing or of the wrong type");
   if (r.batch < 1 || r.steps < 1 || r.warmup < 0 || r.verify_rows < 0 || r.ranks < 1)
     return Status(Code::kInvalidArgument, "rank job: batch, steps, ranks must be >= 1; warmup, verify_rows >= 0");
+  if (r.backend != "cpu" && r.backend != "cuda" && r.backend != "auto")
+    return Status(Code::kInvalidArgument, "rank job: backend must be cpu, cuda or auto, not '" + r.backend + "'");
+  if (!(r.grid_fraction > 0 && r.grid_fraction <= 1) || r.gpus < 0)
+    return Status(Code::kInvalidArgument, "rank job: grid_fraction must be in (0, 1], gpus >= 0");
   if (r.prefetch != "early" && r.prefetch != "on_demand")
     return Status(Code::kInvalidArgument, "rank job: prefetch '" + r.prefetch + "' (early | on_demand)");
   if (r.ids != "auto" && r.ids != "text" && r.ids != "zipf" && r.ids != "uniform")
@@ -286,7 +280,7 @@ Result<std::vector<TableSpan>> shared_table_spans(const EngramLayout& layout,
       return Status(Code::kInvalidArgument, "shared table: segment of layer index " + std::to_string(li) + " holds " +
                                                 format_bytes(static_cast<int64_t>(it->backing.size_bytes())) +
                                                 ", the layout needs " + format_bytes(layout.table_bytes(li)));
-    spans.push_back(span_over(it->backing.data(), layout, li));
+    spans.push_back(layer_span(it->backing.data(), layout, li));
   }
   return spans;
 }
@@ -305,7 +299,7 @@ Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::ve
       if (it == segments.end())
         return Status(Code::kInvalidArgument, "load: no segment for layer index " + std::to_string(li) +
                                                   (node >= 0 ? " on node " + std::to_string(node) : std::string()));
-      spans.push_back(span_over(it->backing.data(), layout, li));
+      spans.push_back(layer_span(it->backing.data(), layout, li));
     }
     if (!job.checkpoint.empty()) {
       host::LoadOptions lo;
@@ -313,24 +307,7 @@ Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::ve
       ENGRAM_RETURN_IF_ERROR(host::load_checkpoint(job.checkpoint, layout, spans, lo));
       continue;
     }
-    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      const TableSpan s = spans[static_cast<size_t>(li)];
-      const int64_t per = (s.rows + threads - 1) / threads;
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t) {
-        const int64_t lo = t * per, hi = std::min(s.rows, lo + per);
-        if (lo >= hi) break;
-        pool.emplace_back([=] {
-          const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
-          for (int64_t r = lo; r < hi; ++r) {
-            synth_row(job.seed, li, r, s.d, s.payload_of(r), s.scales_of(r));
-            if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
-          }
-        });
-      }
-      for (auto& th : pool) th.join();
-    }
+    for (int li = 0; li < layout.n_layers(); ++li) fill_synthetic_span(spans[static_cast<size_t>(li)], li, job.seed);
   }
   return Status::ok();
 }
@@ -623,12 +600,6 @@ Status run_rank_worker(const RankWorkerOptions& o) {
       std::vector<TableView> views;
       for (const auto& s : spans) views.push_back(s.view());
       const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      cpu::CpuPrefetchOptions qopt;
-      qopt.rank = rank;
-      qopt.lookup_threads = job.threads > 0 ? job.threads : std::max(1, hw / std::max(1, job.ranks) - 1);
-      qopt.checked = job.checked;
-      ENGRAM_ASSIGN_OR_RETURN(queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), qopt));
-      cpu::CpuLayerCompute compute(job.layer_us);
       DecodeReplayOptions ropt;
       ropt.batch = job.batch;
       ropt.steps = job.steps;
@@ -636,13 +607,51 @@ Status run_rank_worker(const RankWorkerOptions& o) {
       ropt.model_layers = job.model_layers;
       ropt.mode = job.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
       ropt.compute_only_baseline = job.compute_only_baseline;
-      ENGRAM_ASSIGN_OR_RETURN(DecodeReplayReport r, run_decode_replay(layout, *ids, *queue, compute, ropt));
+      // The GPU path: this rank registers the shared (read-only) mapping itself, as a DP rank of an
+      // engine would; several ranks may share one GPU (device = rank % gpus).
+      std::unique_ptr<ReplayBackend> gpu;
+      std::string backend_note;
+      if (job.backend != "cpu") {
+        CudaReplayOptions copt;
+        copt.rank = rank;
+        copt.device = job.gpus > 0 ? rank % job.gpus : rank;
+        copt.max_tokens = job.batch;
+        copt.grid_fraction = job.grid_fraction;
+        copt.checked = job.checked;
+        copt.layer_us = job.layer_us;
+        copt.read_only_tables = (*g)->segments().front().read_only;
+        copt.wrap_device = job.gpus == 0;
+        auto b = make_cuda_replay_backend(layout, views, copt);
+        if (b.is_ok()) {
+          gpu = std::move(*b);
+        } else if (job.backend == "cuda" || b.status().code() != Code::kUnsupported) {
+          return b.status().with_context("rank " + std::to_string(rank) + " cuda backend");
+        } else {
+          backend_note = "cuda not used: " + b.status().message();
+        }
+      }
+      DecodeReplayReport r;
+      cpu::CpuPrefetchOptions qopt;
+      if (gpu) {
+        ENGRAM_ASSIGN_OR_RETURN(r, run_decode_replay(layout, *ids, gpu->queue(), gpu->compute(), ropt));
+        report["backend"] = "cuda";
+        report["backend_details"] = gpu->describe();
+        report["lookup_threads"] = nullptr;
+      } else {
+        qopt.rank = rank;
+        qopt.lookup_threads = job.threads > 0 ? job.threads : std::max(1, hw / std::max(1, job.ranks) - 1);
+        qopt.checked = job.checked;
+        ENGRAM_ASSIGN_OR_RETURN(queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), qopt));
+        cpu::CpuLayerCompute compute(job.layer_us);
+        ENGRAM_ASSIGN_OR_RETURN(r, run_decode_replay(layout, *ids, *queue, compute, ropt));
+        report["backend"] = "cpu";
+        report["lookup_threads"] = qopt.lookup_threads;
+      }
+      report["backend_note"] = backend_note.empty() ? json(nullptr) : json(backend_note);
       const double slowdown =
           (std::isfinite(r.step_ns.median) && std::isfinite(r.compute_only_step_ns.median) && r.compute_only_step_ns.median > 0)
               ? r.step_ns.median / r.compute_only_step_ns.median
               : kNotRecorded;
-      report["backend"] = "cpu";
-      report["lookup_threads"] = qopt.lookup_threads;
       report["ids"] = ids->describe();
       report["ids_note"] = note.empty() ? json(nullptr) : json(note);
       report["replica_node"] = (*g)->segments().front().replica_node;
@@ -674,7 +683,7 @@ Status run_rank_worker(const RankWorkerOptions& o) {
         const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";
         std::ofstream f(path);
         if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
-        f << queue->timeline().to_chrome_trace().dump() << "\n";
+        f << (gpu ? gpu->queue().timeline() : queue->timeline()).to_chrome_trace().dump() << "\n";
         report["timeline"] = path;
       }
       return Status::ok();
@@ -739,8 +748,8 @@ std::string multi_rank_text(const json& j) {
        "); rows identical on every rank: " + (j["same_bytes"].get<bool>() ? "yes" : "NO"));
   line("");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-5s %-8s %-9s %12s %10s %12s %12s %s", "rank", "pid", "exit", "rows/s", "src GB/s",
-                "step med us", "tokens/s", "E med us per layer");
+  std::snprintf(buf, sizeof buf, "%-5s %-8s %-9s %-8s %12s %10s %12s %12s %s", "rank", "pid", "exit", "backend", "rows/s",
+                "src GB/s", "step med us", "tokens/s", "E med us per layer");
   line(buf);
   for (const auto& r : j["per_rank"]) {
     const auto& rep = r["report"];
@@ -749,8 +758,11 @@ std::string multi_rank_text(const json& j) {
       e += " L" + std::to_string(l["layer_id"].get<int>()) + "=" +
            (l["exposed_wait_ns"]["median"].is_number() ? fmt(l["exposed_wait_ns"]["median"].get<double>() / 1e3, "%.1f") : "n/a");
     auto d = [](const json& v, double scale, const char* f) { return v.is_number() ? fmt(v.get<double>() * scale, f) : std::string("n/a"); };
-    std::snprintf(buf, sizeof buf, "%-5d %-8d %-9s %12s %10s %12s %12s%s", r["rank"].get<int>(), r["pid"].get<int>(),
-                  r["exit"].get<std::string>().c_str(), d(rep["lookup"]["rows_per_s"], 1e-6, "%.2f M").c_str(),
+    std::string be = rep.value("backend", "?");
+    if (rep.contains("backend_details") && rep["backend_details"].is_object())
+      be += ":" + std::to_string(rep["backend_details"].value("device", json::object()).value("ordinal", -1));
+    std::snprintf(buf, sizeof buf, "%-5d %-8d %-9s %-8s %12s %10s %12s %12s%s", r["rank"].get<int>(), r["pid"].get<int>(),
+                  r["exit"].get<std::string>().c_str(), be.c_str(), d(rep["lookup"]["rows_per_s"], 1e-6, "%.2f M").c_str(),
                   d(rep["lookup"]["source_gbps"], 1, "%.2f").c_str(), d(rep["steps"]["step_ns"]["median"], 1e-3, "%.1f").c_str(),
                   d(rep["steps"]["tokens_per_s"], 1, "%.0f").c_str(), e.c_str());
     line(buf);

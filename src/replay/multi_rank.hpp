@@ -51,6 +51,10 @@ struct RankJob {
   int verify_rows = 64;                   // rows per layer each rank compares with the expected content
   std::string timeline;                   // "" / "none": no trace; else rank r writes "<timeline>.rank<r>.json"
   int ranks = 1;                          // filled in by run_multi_rank
+  std::string backend = "cpu";            // cpu | cuda (every rank registers the shared table read-only and
+                                          // reads it over UVA on its GPU) | auto (cuda when usable, else cpu)
+  double grid_fraction = 0.5;             // cuda: background grid cap of the lookups (fraction of the SMs)
+  int gpus = 0;                           // cuda: rank r uses device r % gpus; 0 = every visible device
 
   nlohmann::json to_json() const;
   // kInvalidArgument naming the field for a malformed job.

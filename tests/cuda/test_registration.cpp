@@ -2,12 +2,15 @@
 // injected and after a real failure (pending error cleared), and no device copy of a registered table.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <numeric>
+#include <utility>
 #include <random>
 
 #include "cuda/backend.cuh"
 #include "cuda/registration.cuh"
 #include "cuda_test_support.hpp"
+#include "sys/fault.hpp"
 #include "sys/memory.hpp"
 
 namespace engram {
@@ -127,6 +130,28 @@ TEST(HostRegistration, RollsBackAfterAnInjectedFailure) {
   EXPECT_NE(reg.status().message().find("1048576 B"), std::string::npos) << reg.status().message();
   EXPECT_NE(reg.status().sys_error(), 0);
   expect_rolled_back(m);
+}
+
+// An injected ENOMEM / EPERM at cudaHostRegister (sys/fault.hpp hook) fails with the errno's code, leaves no
+// chunk registered, and registration works again once the fault is cleared.
+TEST(HostRegistration, InjectedErrnoFaultsFailCleanlyAndLeaveNothingRegistered) {
+  ENGRAM_REQUIRE_GPU();
+  Mapping m(size_t{4} << 20);
+  ASSERT_NE(m.p, nullptr);
+  cuda::RegistrationOptions o;
+  o.max_chunk_bytes = int64_t{1} << 20;
+  for (const auto& [err, code] : {std::pair{ENOMEM, Code::kOutOfMemory}, std::pair{EPERM, Code::kPermission}}) {
+    {
+      sys::ScopedFault f(sys::kFaultHostRegister, err);
+      auto reg = cuda::HostRegistration::register_range(m.p, static_cast<int64_t>(m.bytes), o);
+      ASSERT_FALSE(reg.is_ok());
+      EXPECT_EQ(reg.status().code(), code) << reg.status().to_string();
+      EXPECT_NE(reg.status().message().find("injected"), std::string::npos) << reg.status().message();
+    }
+    expect_rolled_back(m);
+    auto again = cuda::HostRegistration::register_range(m.p, static_cast<int64_t>(m.bytes), o);
+    ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  }
 }
 
 TEST(HostRegistration, RollsBackAfterARealConflict) {
