@@ -1,0 +1,387 @@
+// `engram bench lookup`: lookup throughput swept over row layout (fused, split), d, table span (the VA range the
+// ids cover), id distribution (uniform, Zipf alpha, real-text hashed ids), sorted vs unsorted ids, batch
+// (decode batches and prefill chunks, tokens x 24 heads rows), grid cap (fraction of the SMs), placement policy
+// and backend (cuda: UVA kernel; cpu: threads; host-dma: CPU gather into pinned staging + one H2D copy).
+// Every case reports rows/s, source GB/s (rows x (d + d/32)) and staging GB/s (rows x 2d) separately, the
+// launch shape (grid, tiles), and % of the two ceilings measured in the same run on the same ids: the link
+// (pinned H2D copy) and the plain gather of the same bytes (GPU: 16-B vector gather; CPU: memcpy of the rows by
+// the same threads).
+//
+// Method (kept from engram_bench_lookup_gpu so its figures stay comparable): one table of the largest span,
+// random content with realistic scales, registered once; per case `warmup + reps` fresh id sets (set k is
+// used by every variant in repetition k; variants shuffled per repetition); each GPU launch translation-cold
+// (scrub) and L2-cold (flush), timed alone with events; CPU variants with steady_clock.
+// The sweep is reusable: sweep_case() times any set of variants over the id sets of one case, and
+// bench/lookup_fast* adds its own variants through it.
+#include "bench/lookup.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/gpu.hpp"
+#include "core/units.hpp"
+#include "cpu/lookup.hpp"
+#include "cpu/thread_pool.hpp"
+#include "engram/layout.hpp"
+#include "host/census.hpp"
+#include "host/placement.hpp"
+#include "host/token_io.hpp"
+#include "replay/id_source.hpp"
+#include "replay/text_id_source.hpp"
+
+namespace engram::bench {
+
+EngramLayout bench_layout(int64_t bytes, RowFormat fmt, int d) {
+  EngramLayout l;
+  l.name = "v41-flash-rows";
+  l.layer_ids = {1};
+  l.max_ngram = 4;
+  l.heads_per_order = 8;
+  l.d = d;
+  l.format = fmt;
+  const int64_t stride = fmt == RowFormat::kFused ? EngramLayout::fused_record_bytes(d) : d + d / 32;
+  const int64_t per_head = std::max<int64_t>(bytes / (24 * stride) + 1, 1009);
+  l.vocab_size_per_order = {per_head, per_head, per_head};
+  (void)l.finalize();
+  return l;
+}
+
+void fill_table(const TableView& v, uint64_t seed, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t rows = v.rows;
+  const int ns = v.d / 32;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([=] {
+      for (int64_t r = rows * t / threads; r < rows * (t + 1) / threads; ++r) {
+        auto* p = const_cast<uint8_t*>(v.payload_of(r));
+        uint64_t s = seed ^ (static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull);
+        for (int k = 0; k + 8 <= v.d; k += 8) {
+          const uint64_t z = splitmix64(s);
+          std::memcpy(p + k, &z, 8);
+        }
+        // Realistic scales (codes 119..135, as synth_row): the decode takes the path real checkpoints take.
+        uint8_t* sc = const_cast<uint8_t*>(v.scales_of(r));
+        uint64_t z = splitmix64(s);
+        for (int k = 0; k < ns; ++k) sc[k] = static_cast<uint8_t>(119 + ((z >> (5 * (k % 12))) & 0xFF) % 17);
+        if (v.format == RowFormat::kFused)
+          std::memset(sc + ns, 0, static_cast<size_t>(v.stride_bytes - v.d - ns));
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
+Result<std::unique_ptr<IdSource>> make_ids(const std::string& dist, const EngramLayout& span_layout, double alpha,
+                                           uint64_t seed, const std::string& data_dir) {
+  if (dist == "uniform") return make_uniform_id_source(span_layout, seed);
+  if (dist == "zipf") return make_zipf_id_source(span_layout, alpha, seed);
+  if (dist == "text") {
+    const std::string tok = data_dir.empty() ? default_token_file_path() : data_dir + "/common-licenses.tokens";
+    return make_text_id_source(span_layout, tok, "", static_cast<int64_t>(seed));
+  }
+  return Status(Code::kInvalidArgument, "ids '" + dist + "': expected uniform, zipf or text");
+}
+
+Result<std::vector<std::vector<int64_t>>> make_id_sets(IdSource& src, int64_t tokens, int sets, bool sorted) {
+  std::vector<std::vector<int64_t>> out;
+  std::vector<std::vector<int64_t>> ids;
+  for (int k = 0; k < sets; ++k) {
+    ENGRAM_RETURN_IF_ERROR(src.next_step(k, static_cast<int>(tokens), ids));
+    out.push_back(ids[0]);
+    if (sorted) std::sort(out.back().begin(), out.back().end());
+  }
+  return out;
+}
+
+Result<CaseResult> sweep_case(const std::vector<Variant>& variants, const LookupShape& shape, const Ceilings& ceilings,
+                              const std::string& gather_variant, int warmup, int reps, std::mt19937_64& rng) {
+  ENGRAM_ASSIGN_OR_RETURN(auto times, time_variants(variants, warmup, reps, rng));
+  CaseResult r;
+  Ceilings c = ceilings;
+  for (const auto& t : times)
+    if (t.name == gather_variant) {
+      const double med = t.summary().median;
+      if (std::isfinite(med) && med > 0) c.gather_rows_per_s = static_cast<double>(shape.rows) / (med * 1e-9);
+    }
+  r.ceilings = c;
+  for (const auto& t : times) r.figures.push_back(lookup_figures(t, shape, c));
+  return r;
+}
+
+namespace {
+
+struct LookupOptions {
+  std::string backends = "auto";  // auto | cuda,cpu,host-dma
+  std::vector<std::string> layouts{"fused", "split"};
+  std::vector<int> d{256};
+  std::vector<std::string> dists{"uniform", "zipf", "text"};
+  double zipf_alpha = 1.0;
+  std::vector<std::string> sorted{"no"};
+  std::vector<int64_t> batches{1, 8, 64, 256, 512, 2048, 8192, 16384};
+  std::vector<double> grid_fractions{1.0, 0.5};
+  std::string table_size = "32GiB";
+  std::vector<std::string> spans;  // "" = the table size only
+  std::string placement = "none";
+  std::string backing = "memfd";
+  int64_t tlb_scrub_rows = 131072;
+};
+LookupOptions g_opt;
+
+double gib(int64_t b) { return static_cast<double>(b) / double(1ull << 30); }
+
+Result<Report> run_lookup(Context& ctx) {
+  LookupOptions o = g_opt;
+  if (ctx.smoke) {
+    o.table_size = "64MiB";
+    o.batches = {1, 64, 512};
+    o.spans = {"8MiB", ""};
+    o.sorted = {"no", "yes"};
+    o.tlb_scrub_rows = 4096;
+    o.d = {256};
+  }
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t table_bytes_req, parse_size_bytes(o.table_size));
+  std::vector<int64_t> spans;
+  for (const auto& s : o.spans) {
+    if (s.empty()) {
+      spans.push_back(table_bytes_req);
+      continue;
+    }
+    ENGRAM_ASSIGN_OR_RETURN(const int64_t b, parse_size_bytes(s));
+    spans.push_back(std::min(b, table_bytes_req));
+  }
+  if (spans.empty()) spans.push_back(table_bytes_req);
+  std::sort(spans.begin(), spans.end());
+  spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+
+  const std::optional<std::string> gw = gpu_waiver();
+  bool use_cuda = false, use_cpu = false, use_dma = false;
+  if (o.backends == "auto") {
+    use_cuda = !gw;
+    use_cpu = !use_cuda || ctx.smoke;
+    use_dma = use_cuda;
+  } else {
+    use_cuda = o.backends.find("cuda") != std::string::npos;
+    use_cpu = o.backends.find("cpu") != std::string::npos;
+    use_dma = o.backends.find("host-dma") != std::string::npos;
+  }
+  Report rep;
+  rep.key = "lookup";
+  if ((use_cuda || use_dma) && gw) {
+    if (!use_cpu) return Status(Code::kUnsupported, "bench lookup --backends cuda/host-dma: " + *gw);
+    rep.notes.push_back("cuda and host-dma backends waived: " + *gw);
+    use_cuda = use_dma = false;
+  }
+  const int sets = std::max(ctx.warmup, 1) + ctx.reps;
+  const int64_t max_tokens = *std::max_element(o.batches.begin(), o.batches.end());
+  ThreadPool pool(ctx.threads);
+
+  Table tb;
+  tb.key = "lookup";
+  tb.title = "Lookup sweep: median [p5, p95] us per call; M rows/s; source = rows x (d + d/32), staging = rows x 2d "
+             "(separate paths, never summed); GB = 1e9 B";
+  tb.columns = {{"layout", 0},   {"d", 0},          {"span [GiB]", 2},    {"ids", 0},          {"sorted", 0},
+                {"tokens", 0},   {"rows", 0},       {"variant", 0},       {"grid", 0},         {"tiles", 0},
+                {"med [us]", 1}, {"p5 [us]", 1},    {"p95 [us]", 1},      {"rows/s [M]", 2},   {"src [GB/s]", 2},
+                {"stg [GB/s]", 2}, {"% link", 1},   {"% gather", 1}};
+  nlohmann::json cases = nlohmann::json::array();
+  nlohmann::json tables = nlohmann::json::array();
+  std::vector<plot::Figure> figs;
+
+  for (const auto& lname : o.layouts) {
+    ENGRAM_ASSIGN_OR_RETURN(const RowFormat fmt, parse_row_format(lname));
+    for (int d : o.d) {
+      if (d <= 0 || d % 32 != 0) return Status(Code::kInvalidArgument, "--d " + std::to_string(d) + ": expected a multiple of 32");
+      const EngramLayout layout = bench_layout(table_bytes_req, fmt, d);
+      TableOptions to;
+      to.backing = o.backing;
+      to.placement = o.placement;
+      const double tc0 = now_ns();
+      ENGRAM_ASSIGN_OR_RETURN(auto table, HostTable::create(layout, to));
+      const TableView view = table->view(0);
+      fill_table(view, ctx.seed, ctx.threads);
+      const double fill_s = (now_ns() - tc0) * 1e-9;
+      const int64_t tbytes = layout.table_bytes(0);
+      const auto census = table->census(host::CensusPoint::kAfterLoad, uint64_t{1} << 16);
+      nlohmann::json tj = {{"layout", lname}, {"d", d}, {"rows", view.rows}, {"stride_bytes", view.stride_bytes},
+                           {"bytes", tbytes}, {"backing", o.backing}, {"placement_requested", o.placement},
+                           {"create_fill_s", fill_s}};
+      tj["census"] = nlohmann::json::array();
+      for (const auto& c : census) {
+        tj["census"].push_back(c.to_json());
+        std::string line = fmt::format("{} d={} table {:.2f} GiB, placement {}: census", lname, d, gib(tbytes), o.placement);
+        for (auto& [node, pages] : c.pages_per_node) line += fmt::format(" N{}={:.1f}%", node, 100.0 * c.fraction_on(node));
+        if (!c.known) line += " unknown (" + c.reason + ")";
+        rep.notes.push_back(line);
+      }
+      std::unique_ptr<GpuLookupSession> gpu;
+      if (use_cuda || use_dma) {
+        ENGRAM_ASSIGN_OR_RETURN(gpu, open_gpu_lookup(view, tbytes, max_tokens * layout.heads(), sets,
+                                                     o.tlb_scrub_rows, ctx.seed));
+        tj["gpu"] = gpu->info();
+      }
+      tables.push_back(tj);
+      std::vector<uint16_t> host_out(static_cast<size_t>(max_tokens * layout.heads() * d));
+      const int64_t row_copy = fmt == RowFormat::kFused ? view.stride_bytes : d;
+      std::vector<uint8_t> host_gather(static_cast<size_t>(max_tokens * layout.heads() * (row_copy + d / 32)));
+
+      for (int64_t span : spans) {
+        const EngramLayout span_layout = bench_layout(std::min(span, tbytes), fmt, d);
+        for (const auto& dist : o.dists) {
+          for (const auto& so : o.sorted) {
+            const bool sorted = so == "yes";
+            plot::Figure fig;
+            fig.title = fmt::format("{} d={} span {:.2f} GiB, {} ids{}", lname, d, gib(span), dist, sorted ? " sorted" : "");
+            fig.x_label = "batch [tokens] (x 24 heads rows)";
+            fig.y_label = "throughput [M rows/s]";
+            fig.log_x = true;
+            std::map<std::string, plot::Series> series;
+            bool dist_ok = true;
+            for (int64_t tokens : o.batches) {
+              auto src = make_ids(dist, span_layout, o.zipf_alpha, ctx.seed + 17, ctx.data_dir);
+              if (!src.is_ok()) {
+                rep.notes.push_back("ids " + dist + ": n/a: " + src.status().to_string());
+                dist_ok = false;
+                break;
+              }
+              ENGRAM_ASSIGN_OR_RETURN(auto id_sets, make_id_sets(**src, tokens, sets, sorted));
+              const int heads = layout.heads();
+              const int64_t rows = tokens * heads;
+              if (gpu)
+                for (int k = 0; k < sets; ++k) ENGRAM_RETURN_IF_ERROR(gpu->set_ids(k, id_sets[static_cast<size_t>(k)]));
+              std::vector<Variant> vs;
+              if (use_cuda) {
+                for (double f : o.grid_fractions)
+                  vs.push_back({f == 1.0 ? "cuda lookup" : fmt::format("cuda lookup grid {:.2f}", f),
+                                [&gpu, tokens, heads, f](int k) { return gpu->lookup(k, tokens, heads, f); }});
+                vs.push_back({"cuda gather", [&gpu, rows](int k) { return gpu->gather(k, rows, false); }});
+                vs.push_back({"cuda gather payload", [&gpu, rows](int k) { return gpu->gather(k, rows, true); }});
+              }
+              if (use_dma)
+                vs.push_back({"host-dma", [&](int k) {
+                                return gpu->host_gather_dma(id_sets[static_cast<size_t>(k)], tokens, heads, &pool);
+                              }});
+              if (use_cpu) {
+                vs.push_back({"cpu lookup", [&, tokens, heads](int k) -> Result<Sample> {
+                                LookupRequest req;
+                                req.ids = id_sets[static_cast<size_t>(k)].data();
+                                req.tokens = tokens;
+                                req.heads = heads;
+                                req.out = host_out.data();
+                                const double t0 = now_ns();
+                                auto st = cpu::lookup(view, req, &pool);
+                                if (!st.is_ok()) return st.status();
+                                Sample s;
+                                s.ns = now_ns() - t0;
+                                return s;
+                              }});
+                vs.push_back({"cpu gather", [&, rows](int k) -> Result<Sample> {
+                                const int64_t* ids = id_sets[static_cast<size_t>(k)].data();
+                                const int64_t per = row_copy + (fmt == RowFormat::kFused ? 0 : d / 32);
+                                const double t0 = now_ns();
+                                pool.parallel_for(rows, 256, [&](int64_t b, int64_t e) {
+                                  for (int64_t i = b; i < e; ++i) {
+                                    uint8_t* dst = host_gather.data() + i * per;
+                                    std::memcpy(dst, view.payload_of(ids[i]), static_cast<size_t>(row_copy));
+                                    if (fmt != RowFormat::kFused)
+                                      std::memcpy(dst + row_copy, view.scales_of(ids[i]), static_cast<size_t>(d / 32));
+                                  }
+                                });
+                                Sample s;
+                                s.ns = now_ns() - t0;
+                                return s;
+                              }});
+              }
+              LookupShape shape{rows, d + d / 32, 2LL * d};
+              Ceilings ceil;
+              if (gpu) ceil.link_gbps = gpu->h2d_pinned_gbps();
+              // Two cases: GPU variants against the GPU gather, CPU ones against the CPU gather.
+              std::vector<Variant> gv, cv;
+              for (auto& v : vs) (v.name.rfind("cpu", 0) == 0 ? cv : gv).push_back(v);
+              std::vector<LookupFigures> figsout;
+              for (auto* group : {&gv, &cv}) {
+                if (group->empty()) continue;
+                const bool is_cpu = group == &cv;
+                ENGRAM_ASSIGN_OR_RETURN(auto cr, sweep_case(*group, shape, ceil, is_cpu ? "cpu gather" : "cuda gather",
+                                                            std::max(ctx.warmup, 1), ctx.reps, ctx.rng));
+                for (auto& f : cr.figures) figsout.push_back(f);
+              }
+              for (const auto& f : figsout) {
+                tb.rows.push_back({Cell(lname), Cell(d), Cell(gib(span)), Cell(dist), Cell(sorted ? "yes" : "no"),
+                                   Cell(tokens), Cell(rows), Cell(f.name), Cell(f.grid < 0 ? NAN : f.grid),
+                                   Cell(f.tiles < 0 ? NAN : static_cast<double>(f.tiles)), Cell(f.ns.median / 1e3),
+                                   Cell(f.ns.p5 / 1e3), Cell(f.ns.p95 / 1e3), Cell(f.rows_per_s / 1e6),
+                                   Cell(f.source_gbps), Cell(f.staging_gbps), Cell(f.pct_of_link),
+                                   Cell(f.pct_of_gather)});
+                nlohmann::json cj = {{"layout", lname}, {"d", d},         {"span_bytes", span}, {"ids", dist},
+                                     {"zipf_alpha", o.zipf_alpha},       {"sorted", sorted}, {"tokens", tokens},
+                                     {"rows", rows},   {"variant", f.name}};
+                cj["figures"] = lookup_figures_json(f);
+                cases.push_back(cj);
+                auto& s = series[f.name];
+                s.name = f.name;
+                s.x.push_back(static_cast<double>(tokens));
+                s.y.push_back(f.rows_per_s / 1e6);
+              }
+              if (ctx.verbose) std::fprintf(stderr, ".");
+            }
+            if (dist_ok) {
+              for (auto& [k, s] : series) fig.series.push_back(s);
+              if (figs.size() < 8) figs.push_back(fig);
+            }
+          }
+        }
+      }
+    }
+  }
+  rep.tables.push_back(std::move(tb));
+  rep.figures = std::move(figs);
+  rep.method = {{"warmup", std::max(ctx.warmup, 1)},
+                {"reps", ctx.reps},
+                {"fresh_ids_per_rep", true},
+                {"order", "variants shuffled per repetition; GPU and CPU variants in separate loops"},
+                {"gpu_timer", "cudaEvent around one launch, after a TLB scrub and a 256 MiB L2 flush"},
+                {"cpu_timer", "steady_clock around the call"},
+                {"source_bytes_per_row", "d + d/32"},
+                {"staging_bytes_per_row", "2 d"},
+                {"sorted", "ids of one call sorted ascending (staging order changes)"},
+                {"tlb_scrub_rows", o.tlb_scrub_rows}};
+  rep.setup = {{"tables", tables},
+               {"backends", {{"cuda", use_cuda}, {"cpu", use_cpu}, {"host_dma", use_dma}}},
+               {"threads", pool.size()},
+               {"table_size_requested", o.table_size}};
+  rep.data["cases"] = cases;
+  return rep;
+}
+
+}  // namespace
+
+ENGRAM_BENCH(lookup, {.key = "lookup",
+                      .description = "Lookup sweep: layout, d, span, ids (uniform/zipf/text, sorted), batch, grid cap, "
+                                     "placement, backend (cuda/cpu/host-dma) vs link and plain-gather ceilings",
+                      .add_options =
+                          [](CLI::App& s) {
+                            s.add_option("--backends", g_opt.backends, "auto, or a list of cuda,cpu,host-dma");
+                            s.add_option("--layouts", g_opt.layouts, "Row layouts: fused,split")->delimiter(',');
+                            s.add_option("--d", g_opt.d, "Row widths d (multiples of 32)")->delimiter(',');
+                            s.add_option("--ids", g_opt.dists, "Id distributions: uniform,zipf,text")->delimiter(',');
+                            s.add_option("--zipf-alpha", g_opt.zipf_alpha, "Zipf exponent");
+                            s.add_option("--sorted", g_opt.sorted, "no, yes or no,yes (ids sorted per call)")->delimiter(',');
+                            s.add_option("--batches", g_opt.batches, "Tokens per call (x 24 heads rows)")->delimiter(',');
+                            s.add_option("--grid-fractions", g_opt.grid_fractions, "CUDA grid caps (fractions of SMs)")->delimiter(',');
+                            s.add_option("--table-size", g_opt.table_size, "Table bytes (the largest span; default 32GiB)");
+                            s.add_option("--spans", g_opt.spans, "Spans the ids cover (<= table size), e.g. 1GiB,32GiB")->delimiter(',');
+                            s.add_option("--placement", g_opt.placement, "Table placement policy (host/placement.hpp)");
+                            s.add_option("--backing", g_opt.backing, "Table backing: memfd, shm, hugetlb, anon-thp");
+                            s.add_option("--tlb-scrub-rows", g_opt.tlb_scrub_rows, "Rows of the GPU translation scrub (0 = none)");
+                          },
+                      .filter = nullptr,
+                      .run = run_lookup,
+                      .order = 30});
+
+}  // namespace engram::bench
