@@ -299,7 +299,7 @@ Result<Report> run_numa(Context& ctx) {
   rep.tables.push_back(matrix("latency_p99_ns", "Same, p99 over chunks of hops, ns",
                               t_lat, [](const VariantTimes& t, const Cell3&) { return Cell(t.summary().p99); }, 1));
   rep.tables.push_back(matrix(
-      "gather_256b_mrows", "Random 256-B gather, all threads of the CPU node: median M rows/s (x 256 B = GB/s / 3.9)",
+      "gather_256b_mrows", "Random 256-B gather, all threads of the CPU node: median M rows/s (GB/s = M rows/s x 0.256)",
       t_gat, [gather_rows, threads_of](const VariantTimes& t, const Cell3& cl) {
         const int n = threads_of(cl);
         const double rows = static_cast<double>(gather_rows / n * n);
