@@ -69,30 +69,6 @@ __device__ __forceinline__ static const uint8_t* translate(const KernelTable& t,
   return nullptr;
 }
 
-// 16 FP8 codes (little-endian in v) with one scale -> 16 bf16 in lo (elements 0..7) and hi (8..15).
-// Scales in decode_fast's range (every real table's) take the branch-free exact path; others decode_element.
-__device__ __forceinline__ static void decode16(const uint4 v, uint8_t scale, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t o[8];
-  if (decode_fast_ok(scale)) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t word = w[i / 2] >> ((i % 2) * 16);
-      o[i] = decode_fast(word & 0xFFu, scale) | (decode_fast((word >> 8) & 0xFFu, scale) << 16);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t word = w[i / 2] >> ((i % 2) * 16);
-      const uint16_t e0 = decode_element(static_cast<uint8_t>(word), scale);
-      const uint16_t e1 = decode_element(static_cast<uint8_t>(word >> 8), scale);
-      o[i] = static_cast<uint32_t>(e0) | (static_cast<uint32_t>(e1) << 16);
-    }
-  }
-  lo = make_uint4(o[0], o[1], o[2], o[3]);
-  hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
-
 template <int G, int kRowsInFlight, bool kFused>
 __global__ static void __launch_bounds__(kBlockThreads)
     lookup_kernel(const KernelTable t, const int64_t* __restrict__ ids, int64_t n_rows, int64_t n_tiles,

@@ -161,35 +161,10 @@ Result<void*> map_shared(int fd, size_t len_bytes, uint64_t offset_bytes, void* 
   return p;
 }
 
-Result<void*> map_private_aligned(size_t len_bytes, size_t align_bytes) {
-  const std::string what = "mmap(MAP_PRIVATE|MAP_ANONYMOUS, len=" + format_bytes(len_bytes) + ", align=" +
-                           format_bytes(align_bytes) + ")";
-  if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
-  if (align_bytes == 0 || (align_bytes & (align_bytes - 1)) != 0)
-    return Status(Code::kInvalidArgument, what + ": alignment is not a power of two");
-  const size_t len = round_up_page(len_bytes);
-  const size_t page = page_size_bytes();
-  const size_t extra = align_bytes > page ? align_bytes : 0;
-  int err = fault_errno("mmap");
-  void* p = MAP_FAILED;
-  if (err == 0) {
-    p = ::mmap(nullptr, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) err = errno;
-  }
-  if (err != 0) return errno_status(err, what);
-  if (extra == 0) return p;
-  // Over-map by one alignment unit and trim both ends so the region starts on the boundary.
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t aligned = (base + align_bytes - 1) & ~(uintptr_t{align_bytes} - 1);
-  if (aligned > base) ::munmap(p, aligned - base);
-  const uintptr_t end = base + len + extra, aligned_end = aligned + len;
-  if (end > aligned_end) ::munmap(reinterpret_cast<void*>(aligned_end), end - aligned_end);
-  return reinterpret_cast<void*>(aligned);
-}
-
-Result<void*> reserve_range(size_t len_bytes, size_t align_bytes) {
-  const std::string what = "mmap(PROT_NONE reservation, len=" + format_bytes(len_bytes) + ", align=" +
-                           format_bytes(align_bytes) + ")";
+namespace {
+// Private anonymous mapping with protection `prot` whose start is aligned to `align_bytes`: over-map by
+// one alignment unit and trim both ends so the region starts on the boundary. `what` names the call.
+Result<void*> map_anonymous_aligned(size_t len_bytes, size_t align_bytes, int prot, const std::string& what) {
   if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
   if (align_bytes == 0 || (align_bytes & (align_bytes - 1)) != 0)
     return Status(Code::kInvalidArgument, what + ": alignment is not a power of two");
@@ -198,7 +173,7 @@ Result<void*> reserve_range(size_t len_bytes, size_t align_bytes) {
   int err = fault_errno("mmap");
   void* p = MAP_FAILED;
   if (err == 0) {
-    p = ::mmap(nullptr, len + extra, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p = ::mmap(nullptr, len + extra, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) err = errno;
   }
   if (err != 0) return errno_status(err, what);
@@ -210,8 +185,23 @@ Result<void*> reserve_range(size_t len_bytes, size_t align_bytes) {
   if (end > aligned_end) ::munmap(reinterpret_cast<void*>(aligned_end), end - aligned_end);
   return reinterpret_cast<void*>(aligned);
 }
+}  // namespace
+
+Result<void*> map_private_aligned(size_t len_bytes, size_t align_bytes) {
+  return map_anonymous_aligned(len_bytes, align_bytes, PROT_READ | PROT_WRITE,
+                               "mmap(MAP_PRIVATE|MAP_ANONYMOUS, len=" + format_bytes(len_bytes) +
+                                   ", align=" + format_bytes(align_bytes) + ")");
+}
+
+Result<void*> reserve_range(size_t len_bytes, size_t align_bytes) {
+  return map_anonymous_aligned(len_bytes, align_bytes, PROT_NONE,
+                               "mmap(PROT_NONE reservation, len=" + format_bytes(len_bytes) +
+                                   ", align=" + format_bytes(align_bytes) + ")");
+}
 
 Status rereserve_range(void* addr, size_t len_bytes) {
+  // No fault hook here: this is a release path (a backing going back to its reservation), and a failure
+  // injected into a release would only test the hook, not the caller.
   void* p = ::mmap(addr, round_up_page(len_bytes), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
                    -1, 0);
   if (p == MAP_FAILED) {
