@@ -260,13 +260,18 @@ int main(int argc, char** argv) {
       auto c = cuda::HotRowCache::create(view, hot, co);
       if (!c.is_ok()) die(c.status(), "cache");
       caches[f] = std::move(*c);
+      caches[f]->set_profile_coverage(caches[f]->coverage_of(fv));  // the planner's hit-rate prior
     }
-    std::printf("\n[%s ids] profile: %zu distinct ids in %d warm-up batches; cache %s: fp8 %lld rows, bf16 %lld rows\n",
+    std::printf("\n[%s ids] profile: %zu distinct ids in %d warm-up batches; cache %s: fp8 %lld rows, bf16 %lld rows; profile coverage (planner's hit prior) fp8 %.1f%%, bf16 %.1f%%\n",
                 dist.c_str(), fv.size(), a.warm_steps, format_bytes(*cache_bytes).c_str(),
-                static_cast<long long>(caches[0]->filled()), static_cast<long long>(caches[1]->filled()));
+                static_cast<long long>(caches[0]->filled()), static_cast<long long>(caches[1]->filled()),
+                100 * caches[0]->profile_coverage(), 100 * caches[1]->profile_coverage());
 
     std::vector<Variant> vars;
+    // Fixed variants run at the grid the planner gets (la.grid_fraction = 1.0 below), so that plain vs planner is
+    // one A/B (run 1 timed the fixed variants at Plan's default 0.5).
     plan::Plan p;
+    p.grid_fraction = 1.0;
     vars.push_back({"plain", p});
     p.dedup = true;
     vars.push_back({"dedup-hash", p});
@@ -277,6 +282,7 @@ int main(int argc, char** argv) {
     vars.push_back({"dedup+cache-fp8", p});
     vars.push_back({"dedup+cache-bf16", p});
     plan::Plan h;
+    h.grid_fraction = 1.0;
     h.host_share = plan::balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
     vars.push_back({"hybrid", h});
     vars.push_back({"planner", {}, true});
@@ -345,8 +351,11 @@ int main(int argc, char** argv) {
       auto c = cuda::HotRowCache::create(view, hot, co);
       if (!c.is_ok()) die(c.status(), "cache");
       caches[f] = std::move(*c);
+      caches[f]->set_profile_coverage(caches[f]->coverage_of(fv));
     };
     json sec = {{"dist", dist}, {"describe", src->describe()}, {"profile_distinct_ids", fv.size()},
+                {"profile_coverage_fp8", caches[0]->profile_coverage()},
+                {"profile_coverage_bf16", caches[1]->profile_coverage()},
                 {"cache_bytes", *cache_bytes}, {"cache_rows_fp8", caches[0]->filled()},
                 {"cache_rows_bf16", caches[1]->filled()}};
     const double hbm_fp8 = static_cast<double>(caches[0]->hbm_bytes()), hbm_bf16 = static_cast<double>(caches[1]->hbm_bytes());

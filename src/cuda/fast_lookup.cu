@@ -91,6 +91,15 @@ int64_t FastLookup::device_bytes() const {
          (cache_ ? cache_->hbm_bytes() : 0);
 }
 
+void FastLookup::set_cache(std::unique_ptr<HotRowCache> cache) {
+  cache_ = std::move(cache);
+  opt_.planner.cache_present = cache_ != nullptr;
+  // Hit rates of another cache say nothing about this one: restart the measurement (the prior takes over).
+  ema_hit_ = plan::kUnknown;
+  discard_snapshot_hits_ = snapshot_pending_;
+  since_cache_ = 0;
+}
+
 void FastLookup::read_snapshot() {
   if (!snapshot_pending_) return;
   if (cudaEventQuery(static_cast<cudaEvent_t>(ev_snapshot_)) != cudaSuccess) {
@@ -106,7 +115,9 @@ void FastLookup::read_snapshot() {
     const double u = static_cast<double>(uniq - used_unique_) / static_cast<double>(drows);
     ema_unique_ = std::isfinite(ema_unique_) ? 0.5 * ema_unique_ + 0.5 * u : u;
   }
-  if (probes - used_probes_ > 0) {
+  if (discard_snapshot_hits_) {
+    discard_snapshot_hits_ = false;
+  } else if (probes - used_probes_ > 0) {
     const double h = static_cast<double>(hits - used_hits_) / static_cast<double>(probes - used_probes_);
     ema_hit_ = std::isfinite(ema_hit_) ? 0.5 * ema_hit_ + 0.5 * h : h;
   }
@@ -137,6 +148,7 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
   b.rows = a.tokens * a.heads;
   b.unique_fraction = ema_unique_;
   b.cache_hit_fraction = ema_hit_;
+  b.cache_hit_prior = cache_ ? cache_->profile_coverage() : plan::kUnknown;
   plan::PlannerOptions po = opt_.planner;
   po.background_grid_fraction = a.grid_fraction;
   po.cache_present = cache_ != nullptr;
@@ -150,9 +162,14 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
       p.why.push_back("exploring: one hash-dedup batch every " + std::to_string(opt_.explore_every) +
                       " measures the unique fraction");
     }
-    if (cache_ && !p.cache && po.allow_cache && p.host_share == 0 &&
-        (!std::isfinite(ema_hit_) || ++since_cache_ >= opt_.explore_every)) {
+    // Cache: probe at once while no hit rate is known (neither measured nor a prior), else one batch in
+    // explore_every, which also interrupts a hybrid plan (the hybrid never probes, so it would never learn that
+    // the cache started to pay).
+    const bool hit_unknown = !std::isfinite(ema_hit_) && !std::isfinite(b.cache_hit_prior);
+    if (cache_ && !p.cache && po.allow_cache &&
+        ((hit_unknown && p.host_share == 0) || ++since_cache_ >= opt_.explore_every)) {
       p.cache = true;
+      p.host_share = 0;
       p.why.push_back("exploring: cache probe measures the hit rate");
     }
   }
@@ -179,6 +196,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     p.why.push_back("hybrid requested but no host-gather path or no host ids: UVA only");
   }
   const bool cap = capturing(s);
+  if (!cap) read_snapshot();  // forced plans' batches are observations too
   if (p.host_share > 0 && cap) {
     p.host_share = 0;
     p.why.push_back("hybrid cannot be captured (host threads): UVA only");
@@ -350,6 +368,13 @@ Status FastLookup::calibrate(void* stream) {
     const double a_h = k.dedup_hash_fixed_us, b_h = hash_row * 1e-3 + 1e6 / k.uva_rows_per_s;
     const double a_s = k.dedup_sort_fixed_us, b_s = sort_row * 1e-3 + 1e6 / k.uva_sorted_rows_per_s;
     k.sort_min_unique_rows = b_s < b_h ? static_cast<int64_t>(std::ceil(std::max(0.0, (a_s - a_h) / (b_h - b_s)))) + 1 : 0;
+    if (cache_) {
+      // Cache path on mostly-missing random ids: its launches (sanitize + probe) over the plain gather.
+      plan::Plan cached;
+      cached.cache = true;
+      ENGRAM_ASSIGN_OR_RETURN(double cache_small, time_us(ids, n_small, cached));
+      k.cache_fixed_us = std::max(0.0, cache_small - plain_small);
+    }
     if (host_) {
       ENGRAM_ASSIGN_OR_RETURN(double host_big, time_us(ids, n_big, host));
       ENGRAM_ASSIGN_OR_RETURN(double host_small, time_us(ids, n_small, host));
@@ -366,6 +391,7 @@ Status FastLookup::calibrate(void* stream) {
   (void)cudaStreamSynchronize(s);
   (void)cudaMemset(dev_stats_, 0, 3 * sizeof(unsigned long long));
   snapshot_pending_ = false;
+  discard_snapshot_hits_ = false;
   snap_dedup_rows_ = snap_probes_host_ = used_dedup_rows_ = used_unique_ = used_probes_ = used_hits_ = host_probes_ = 0;
   ema_unique_ = ema_hit_ = plan::kUnknown;
   (void)cudaFree(d_ids);

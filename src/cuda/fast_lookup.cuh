@@ -6,7 +6,9 @@
 // scatter; the GPU hot-row cache (hot_cache.cuh); or the hybrid that gathers a share of the batch on host threads
 // + DMA (host_gather.cuh) while the UVA kernel reads the rest. Statistics reach the host without synchronising:
 // the device totals are copied to pinned memory after each batch and read by a later batch once that copy's event
-// has completed. When a technique is off, the engine re-measures it every `explore_every` batches (one dedup/cache
+// has completed; every batch run through launch_plan (forced plans included) feeds them. When a cache is attached
+// and no hit rate has been measured yet, the planner prices the cache with its profile coverage (a prior) and
+// re-plans as soon as the first probe's hit rate arrives. When a technique is off, the engine re-measures it every `explore_every` batches (one dedup/cache
 // pass), so the planner notices when ids start repeating. Every path is bit-identical to the plain kernel.
 // Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
 //
@@ -59,7 +61,9 @@ class FastLookup final : public LookupHook {
   static Result<std::unique_ptr<FastLookup>> create(const UvaTable* table, const FastLookupOptions& options);
   ~FastLookup() override;
 
-  void set_cache(std::unique_ptr<HotRowCache> cache) { cache_ = std::move(cache); opt_.planner.cache_present = cache_ != nullptr; }
+  // Attaches (or detaches, nullptr) the cache. The measured hit rate restarts: until a batch has probed the new
+  // cache, the planner prices it with cache->profile_coverage() (NaN there = worst case, 0 hits).
+  void set_cache(std::unique_ptr<HotRowCache> cache);
   HotRowCache* cache() const { return cache_.get(); }
   HostGather* host_gather() const { return host_.get(); }
 
@@ -100,6 +104,7 @@ class FastLookup final : public LookupHook {
   void* ev_fork_ = nullptr;
   void* ev_join_ = nullptr;
   bool snapshot_pending_ = false;
+  bool discard_snapshot_hits_ = false;  // the pending snapshot's hits belong to a detached cache
   // Host totals at the time of the pending snapshot, and at the last one consumed.
   FastLookupStats totals_;               // host-known totals (rows, batches, dedup_rows, host probes...)
   int64_t snap_dedup_rows_ = 0, snap_probes_host_ = 0;

@@ -214,6 +214,15 @@ int64_t HotRowCache::find_slot_index(int64_t id) const {
 
 bool HotRowCache::contains(int64_t id) const { return id >= 0 && find_slot_index(id) >= 0; }
 
+double HotRowCache::coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts) const {
+  double all = 0, held = 0;
+  for (const auto& [id, count] : id_counts) {
+    all += static_cast<double>(count);
+    if (contains(id)) held += static_cast<double>(count);
+  }
+  return all > 0 ? held / all : std::numeric_limits<double>::quiet_NaN();
+}
+
 Status HotRowCache::launch_probe(const int64_t* ids, int64_t n, const unsigned long long* n_device, int64_t* miss_ids,
                                  uint16_t* out, unsigned long long* hits_counter, void* stream) const {
   if (n <= 0) return Status::ok();

@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engram/status.hpp"
@@ -59,6 +61,13 @@ class HotRowCache {
                          int64_t max_rows, void* stream);
 
   bool contains(int64_t id) const;  // host mirror
+  // Share of the profile's lookups whose ids this cache holds (set by whoever owns the profile's counts; NaN =
+  // unknown). FastLookup's planner uses it as the hit-rate prior until hits are measured. In-sample: optimistic
+  // when later traffic differs from the profile, which the first measured batches correct.
+  double profile_coverage() const { return profile_coverage_; }
+  void set_profile_coverage(double share) { profile_coverage_ = share; }
+  // Coverage of a profile given as (id, count) pairs: sum of the counts of cached ids / sum of all counts.
+  double coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts) const;
   int64_t slots() const { return slots_; }
   int64_t filled() const { return filled_; }
   int64_t hbm_bytes() const { return hbm_bytes_; }
@@ -73,6 +82,7 @@ class HotRowCache {
   void fill_row(int64_t id, uint8_t* dst) const;
   TableView view_;
   CacheFormat format_ = CacheFormat::kFp8;
+  double profile_coverage_ = std::numeric_limits<double>::quiet_NaN();
   int64_t slots_ = 0, filled_ = 0, map_cap_ = 0, row_bytes_ = 0, hbm_bytes_ = 0;
   std::vector<int64_t> h_keys_;   // host mirror: -1 empty, -2 tombstone
   std::vector<int32_t> h_slots_;

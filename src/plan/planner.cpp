@@ -40,7 +40,7 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
   }
   double misses = gathered;
   if (c.cache) {
-    pre += gathered * k.cache_probe_ns_per_row * 1e-3;
+    pre += k.cache_fixed_us + gathered * k.cache_probe_ns_per_row * 1e-3;
     misses = gathered * (1 - h);
   }
   const double uva_us = k.uva_fixed_us + misses * (1 - c.host_share) / rate * 1e6;
@@ -76,9 +76,13 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   p.grid_fraction = o.background_grid_fraction;
   const double n = static_cast<double>(std::max<int64_t>(b.rows, 0));
   const bool u_known = std::isfinite(b.unique_fraction);
-  const bool h_known = std::isfinite(b.cache_hit_fraction);
+  const bool h_measured = std::isfinite(b.cache_hit_fraction);
+  // A prior only counts for a table with a cache; without one, unknown stays the worst case.
+  const bool h_prior = !h_measured && o.cache_present && std::isfinite(b.cache_hit_prior);
   const double u = u_known ? std::clamp(b.unique_fraction, 0.0, 1.0) : 1.0;
-  const double h = h_known ? std::clamp(b.cache_hit_fraction, 0.0, 1.0) : 0.0;
+  const double h = h_measured ? std::clamp(b.cache_hit_fraction, 0.0, 1.0)
+                   : h_prior  ? std::clamp(b.cache_hit_prior, 0.0, 1.0)
+                              : 0.0;
   const Candidate plain{};
   p.plain_us = predict_us(plain, n, u, h, k);
   p.predicted_us = p.plain_us;
@@ -122,7 +126,9 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   p.predicted_us = pays ? best.us : p.plain_us;
 
   const std::string stats = "rows " + fmt("%.0f", n) + ", unique " + (u_known ? fmt("%.1f%%", 100 * u) : "unknown (assumed 100%)") +
-                            ", cache hits " + (o.cache_present ? (h_known ? fmt("%.1f%%", 100 * h) : "unknown (assumed 0%)") : "no cache");
+                            ", cache hits " + (o.cache_present ? (h_measured ? fmt("%.1f%%", 100 * h)
+                             : h_prior  ? fmt("%.1f%%", 100 * h) + " (prior: profile coverage, not yet measured)"
+                                        : "unknown (assumed 0%)") : "no cache");
   p.why.push_back(stats + "; plain UVA predicted " + fmt("%.1f us", p.plain_us) + " (costs: " + k.source + ")");
   if (!pays) {
     p.why.push_back("no technique saves >= " + fmt("%.0f%%", 100 * o.min_gain) + " of the plain time: plain UVA gather");

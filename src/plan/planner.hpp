@@ -10,7 +10,9 @@
 // rows on the host-gather path in parallel with the UVA path (time = max of the two). A technique is switched on
 // only when its predicted time beats the plain gather by `min_gain` (default 5%), so on uniform ids — where
 // nothing repeats and nothing is cached — every technique stays off (the "never > 5% slower" target).
-// Unknown statistics (NaN) count as the adversarial case: unique fraction 1, hit rate 0. The hybrid is a split by
+// Unknown statistics (NaN) count as the adversarial case: unique fraction 1, hit rate 0 — except that a batch of a
+// table WITH a cache may carry a prior hit estimate (the cache's coverage of the profile it was filled from), used
+// until a measured hit rate replaces it; without a cache the worst-case rule stands. The hybrid is a split by
 // position and is not combined with dedup or the cache (the CUDA fast path runs it that way).
 #pragma once
 
@@ -35,6 +37,8 @@ struct Costs {
   double dedup_sort_ns_per_row = 0.4;  // per input row
   double scatter_ns_per_row = 0.25;    // copy of one decoded row (d = 256: 512 B) to each position
   double cache_probe_ns_per_row = 0.1; // id -> slot probe per unique row
+  double cache_fixed_us = 10;          // cache path launches (sanitize + probe); H200 run 1: a 64-token probe batch
+                                       // cost ~+30 us over plain, so a small batch must save more than this
   double host_rows_per_s = 0;          // host-gather + DMA path; 0 = unavailable
   double host_fixed_us = 30;           // wake the gather threads + one DMA round trip
   int64_t sort_min_unique_rows = 0;    // sort the unique ids at or above this many; 0 = never (not measured)
@@ -45,7 +49,9 @@ struct Costs {
 struct BatchStats {
   int64_t rows = 0;                       // tokens * heads
   double unique_fraction = kUnknown;      // distinct valid ids / rows (e.g. the previous batch's)
-  double cache_hit_fraction = kUnknown;   // of the unique rows (e.g. the previous batch's; profile estimate)
+  double cache_hit_fraction = kUnknown;   // measured, of the unique rows (e.g. the previous batches')
+  double cache_hit_prior = kUnknown;      // estimate before any measurement (the cache's profile coverage); used
+                                          // only when cache_hit_fraction is unknown and a cache is present
 };
 
 struct PlannerOptions {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "cuda/fast_lookup.cuh"
@@ -192,6 +193,59 @@ TEST(FastPathHook, PlannerDrivenHookMatchesAndLearnsUniqueFraction) {
   EXPECT_EQ(st->batches, 6);
   EXPECT_GT(st->dedup_batches, 0);
   EXPECT_LT(st->unique_fraction(), 0.5);
+  x->table.set_hook(nullptr);
+}
+
+TEST(FastPathHook, CacheHitPriorIsReplacedByTheMeasuredRate) {
+  // A cache whose profile coverage claims 100% but that holds none of the batch's ids: the planner prices the
+  // cache with the prior on the first batch, then re-plans without it once the measured 0% arrives.
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto x = make_fixture(RowFormat::kFused, 256, rng);
+  ASSERT_TRUE(x);
+  const auto ids = repeated_ids(x->layout, 2000, rng);
+  const auto hot = hot_ids(ids, 1000);
+  std::set<int64_t> used(ids.begin(), ids.end());
+  std::vector<int64_t> cold;
+  for (int64_t i = 0; i < x->layout.rows(0) && cold.size() < 10; ++i)
+    if (!used.count(i)) cold.push_back(i);
+  ASSERT_EQ(cold.size(), 10u);
+  cuda::HotCacheOptions co;
+  co.budget_bytes = 10 * (288 + 24);
+  auto cache = cuda::HotRowCache::create(x->host->view(0), cold, co);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  ASSERT_TRUE((*cache)->contains(cold[0]));
+  ASSERT_FALSE((*cache)->contains(hot[0]));
+  EXPECT_DOUBLE_EQ((*cache)->coverage_of({{cold[0], 3}, {hot[0], 1}}), 0.75);
+  EXPECT_TRUE(std::isnan((*cache)->profile_coverage()));
+  (*cache)->set_profile_coverage(1.0);
+  cuda::FastLookupOptions fo;
+  fo.max_rows = static_cast<int64_t>(ids.size());
+  fo.explore_every = 0;  // decisions from the prior and the measurement only
+  auto fl = cuda::FastLookup::create(&x->table, fo);
+  ASSERT_TRUE(fl.is_ok());
+  (*fl)->set_cache(std::move(*cache));
+  x->table.set_hook(fl->get());
+  const auto want = testing::reference_staging(x->host->view(0), ids, 4);
+  for (int batch = 0; batch < 3; ++batch) {
+    const Out o = run(**fl, x->table, ids, 4, nullptr);
+    EXPECT_EQ(testing::first_mismatch(o.staging, want), -1) << "batch " << batch;
+    const plan::Plan& p = (*fl)->last_plan();
+    ASSERT_FALSE(p.why.empty());
+    if (batch == 0) {
+      EXPECT_TRUE(p.cache) << p.why[0];
+      EXPECT_NE(p.why[0].find("prior"), std::string::npos) << p.why[0];
+    } else {
+      EXPECT_FALSE(p.cache) << p.why[0];
+      EXPECT_EQ(p.why[0].find("prior"), std::string::npos) << p.why[0];
+    }
+  }
+  auto st = (*fl)->stats(nullptr);
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_EQ(st->cache_hits, 0);
+  EXPECT_GT(st->cache_probes, 0);
   x->table.set_hook(nullptr);
 }
 

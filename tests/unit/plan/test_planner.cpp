@@ -68,6 +68,63 @@ TEST(Planner, CacheOnlyWhenPresentAndHitting) {
   EXPECT_FALSE(choose({6144, 0.9, 0.6}, costs(), o).cache);
 }
 
+TEST(Planner, CacheHitPriorIsUsedOnlyWithACacheAndUntilMeasured) {
+  // H200 run 1, text prefill: hit rate unknown -> assumed 0% -> hybrid, although the cache held 95% of the rows.
+  Costs k = costs();
+  k.host_rows_per_s = 39.7e6;
+  PlannerOptions o;
+  o.cache_present = true;
+  BatchStats b{196608, kUnknown, kUnknown, 0.95};
+  const Plan with_prior = choose(b, k, o);
+  EXPECT_TRUE(with_prior.cache);
+  EXPECT_EQ(with_prior.host_share, 0);
+  EXPECT_NE(with_prior.why[0].find("prior"), std::string::npos);
+  EXPECT_LT(with_prior.predicted_us, with_prior.plain_us * 0.5);
+  // No prior: the worst case (0 hits) stands, the hybrid wins.
+  const Plan no_prior = choose({196608, kUnknown, kUnknown, kUnknown}, k, o);
+  EXPECT_FALSE(no_prior.cache);
+  EXPECT_GT(no_prior.host_share, 0);
+  EXPECT_NE(no_prior.why[0].find("assumed 0%"), std::string::npos);
+  // A measured rate replaces the prior (re-plan when observations arrive): 1% hits -> no cache.
+  b.cache_hit_fraction = 0.01;
+  const Plan measured = choose(b, k, o);
+  EXPECT_FALSE(measured.cache);
+  EXPECT_EQ(measured.why[0].find("prior"), std::string::npos);
+  // Without a cache the prior is ignored: the table's unknown stats stay worst case.
+  o.cache_present = false;
+  const Plan no_cache = choose({196608, kUnknown, kUnknown, 0.95}, k, o);
+  EXPECT_FALSE(no_cache.cache);
+  EXPECT_NE(no_cache.why[0].find("no cache"), std::string::npos);
+}
+
+TEST(Planner, SmallBatchWithFewHitsKeepsThePlainGather) {
+  // H200 run 1, uniform decode 64 tokens x 24 heads: the planner probed the cache on a stale hit rate (58%, from
+  // another distribution) and paid ~+30 us of launches on a 72-us call. With the cache's fixed cost priced and
+  // the measured 1.2% hits, a 1536-row batch stays plain; with many hits the cache still pays.
+  Costs k = costs();
+  k.uva_rows_per_s = 41.4e6;
+  k.uva_fixed_us = 0;
+  k.cache_fixed_us = 10;
+  PlannerOptions o;
+  o.cache_present = true;
+  const Plan few = choose({1536, 0.999, 0.012}, k, o);
+  EXPECT_FALSE(few.cache);
+  EXPECT_FALSE(few.dedup);
+  EXPECT_DOUBLE_EQ(few.predicted_us, few.plain_us);
+  EXPECT_NE(few.path_name().find("plain-uva"), std::string::npos);
+  // The fixed cost alone outweighs a modest hit rate on a batch this small...
+  EXPECT_FALSE(choose({1536, 0.999, 0.2}, k, o).cache);
+  // ...but not the 97% of the text decode.
+  EXPECT_TRUE(choose({1536, 0.97, 0.97}, k, o).cache);
+  // Priced fixed cost shows in the prediction: cache on, every row a hit = fixed cost + probes.
+  Costs free = k;
+  free.cache_fixed_us = 0;
+  const Plan a = choose({1536, 1.0, 1.0}, k, o), b = choose({1536, 1.0, 1.0}, free, o);
+  ASSERT_TRUE(a.cache);
+  ASSERT_TRUE(b.cache);
+  EXPECT_NEAR(a.predicted_us - b.predicted_us, 10.0, 1e-9);
+}
+
 TEST(Planner, HybridSplitsAtTheBalancedShare) {
   Costs k = costs();
   k.host_rows_per_s = 19e6;
