@@ -56,8 +56,8 @@ TEST_P(ShardKinds, EachHeadShardLivesOnItsOwnNode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backings, ShardKinds, ::testing::Values("memfd", "shm", "anon-thp"),
-                         [](const auto& info) {
-                           std::string n = info.param;
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
                            for (char& ch : n)
                              if (ch == '-') ch = '_';
                            return n;
