@@ -312,6 +312,24 @@ Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::ve
   return Status::ok();
 }
 
+Result<RankGroupLeader> start_rank_group_leader(const RankJob& job, const EngramLayout& layout,
+                                                const host::PlacementPolicy& policy, const std::string& backing,
+                                                const std::string& shm_dir, const std::string& group_name) {
+  RankGroupLeader l;
+  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
+  l.guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
+  host::UnixGroupOptions gopt;
+  gopt.group = group_name;
+  ENGRAM_ASSIGN_OR_RETURN(l.listener, host::UnixGroupListener::listen(gopt));
+  ENGRAM_RETURN_IF_ERROR(l.guardian->arm(l.listener->socket_path()));
+  l.spec.group = group_name;
+  ENGRAM_ASSIGN_OR_RETURN(l.spec.segments, shared_segment_specs(layout, backing, shm_dir, group_name));
+  l.spec.placement = policy;
+  l.spec.job = job.to_json().dump();
+  l.spec.guardian = l.guardian;
+  return l;
+}
+
 Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
                                                                  const std::string& shm_dir, const std::string& group) {
   uint64_t huge_page_bytes = 0;
@@ -379,20 +397,11 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   };
   const auto t_start = std::chrono::steady_clock::now();
 
-  // The guardian first: it is forked, and it removes the socket and named tables if we are killed.
-  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
-  auto guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
-  host::UnixGroupOptions gopt;
-  gopt.group = group_name;
-  ENGRAM_ASSIGN_OR_RETURN(auto listener, host::UnixGroupListener::listen(gopt));
-  ENGRAM_RETURN_IF_ERROR(guardian->arm(listener->socket_path()));
-
-  host::SharedTableSpec spec;
-  spec.group = group_name;
-  ENGRAM_ASSIGN_OR_RETURN(spec.segments, shared_segment_specs(layout, o.backing, o.shm_dir, group_name));
-  spec.placement = policy;
-  spec.job = job.to_json().dump();
-  spec.guardian = guardian;
+  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader,
+                          start_rank_group_leader(job, layout, policy, o.backing, o.shm_dir, group_name));
+  auto& guardian = leader.guardian;
+  auto& listener = leader.listener;
+  host::SharedTableSpec& spec = leader.spec;
   say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
       " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks ...");
   ENGRAM_ASSIGN_OR_RETURN(auto group, host::SharedTableGroup::create(spec));

@@ -26,6 +26,7 @@
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 #include "host/group.hpp"
+#include "sys/process.hpp"
 
 namespace engram {
 
@@ -75,6 +76,19 @@ Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::ve
 // The table's backing options per layer (name "engram:layer=<L>:heads=0-<H>:group=<g>").
 Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
                                                                  const std::string& shm_dir, const std::string& group);
+
+// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: the file guardian
+// first (it is forked, and removes the socket and named tables if the leader is killed), then the listening
+// socket (armed in the guardian), then the table spec (segments per layer, placement, job, guardian) that
+// SharedTableGroup::create takes. Errors: the guardian's, the listener's, shared_segment_specs'.
+struct RankGroupLeader {
+  std::shared_ptr<sys::FileGuardian> guardian;
+  std::unique_ptr<host::UnixGroupListener> listener;
+  host::SharedTableSpec spec;
+};
+Result<RankGroupLeader> start_rank_group_leader(const RankJob& job, const EngramLayout& layout,
+                                                const host::PlacementPolicy& policy, const std::string& backing,
+                                                const std::string& shm_dir, const std::string& group_name);
 
 // move_pages census of each segment at a named point, each named by its layer, heads, group and
 // backing (host/census.hpp); exact up to `max_samples` pages per segment, sampled with a stated stride

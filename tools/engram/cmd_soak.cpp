@@ -308,18 +308,11 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
   ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, job_layout(job));
   ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(placement));
   const std::string group_name = "soak-" + std::to_string(sys::process_id()) + "-" + std::to_string(round);
-  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
-  auto guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
-  host::UnixGroupOptions gopt;
-  gopt.group = group_name;
-  ENGRAM_ASSIGN_OR_RETURN(auto listener, host::UnixGroupListener::listen(gopt));
-  ENGRAM_RETURN_IF_ERROR(guardian->arm(listener->socket_path()));
-  host::SharedTableSpec spec;
-  spec.group = group_name;
-  ENGRAM_ASSIGN_OR_RETURN(spec.segments, shared_segment_specs(layout, backing, "/dev/shm", group_name));
-  spec.placement = policy;
-  spec.job = job.to_json().dump();
-  spec.guardian = guardian;
+  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader,
+                          start_rank_group_leader(job, layout, policy, backing, "/dev/shm", group_name));
+  auto& guardian = leader.guardian;
+  auto& listener = leader.listener;
+  host::SharedTableSpec& spec = leader.spec;
   ENGRAM_ASSIGN_OR_RETURN(auto group, host::SharedTableGroup::create(spec));
   RankProcesses ranks;
   for (int r = 0; r < a.ranks; ++r) {
