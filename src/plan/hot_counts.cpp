@@ -1,0 +1,256 @@
+// Decayed LFU counts, candidate pool, sampled-victim planning and the counting thread (see hot_counts.hpp).
+//
+// Decay without touching every count: an observation adds inc_ to its raw count and inc_ grows by growth_ per
+// batch, so count(id) = raw / inc_ is the exponentially decayed sum. The rescale pass (every rescale_every batches,
+// or when inc_ grows past 1e100) divides every raw count by inc_, resets inc_ to 1 and prunes small counts.
+#include "plan/hot_counts.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace engram::plan {
+
+HotCounts::HotCounts(const HotCountsOptions& o) : opt_(o) {
+  growth_ = o.half_life_batches > 0 ? std::exp2(1.0 / o.half_life_batches) : 1.0;
+  if (opt_.pool_size < 1) opt_.pool_size = 1;
+  if (opt_.sample_window < 1) opt_.sample_window = 1;
+}
+
+void HotCounts::observe(const int64_t* ids, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= opt_.id_limit) continue;
+    raw_[id] += inc_;
+    if (!cached(id)) pool_.insert(id);
+  }
+  if (static_cast<int64_t>(pool_.size()) > 2 * opt_.pool_size) trim_pool();
+  ++batches_;
+  inc_ *= growth_;
+  if ((opt_.rescale_every > 0 && batches_ % opt_.rescale_every == 0) || inc_ > 1e100) rescale();
+}
+
+double HotCounts::count(int64_t id) const {
+  auto it = raw_.find(id);
+  return it == raw_.end() ? 0.0 : it->second / inc_;
+}
+
+double HotCounts::total() const {
+  double s = 0;
+  for (const auto& [id, r] : raw_) s += r;
+  return s / inc_;
+}
+
+void HotCounts::rescale() {
+  for (auto it = raw_.begin(); it != raw_.end();) {
+    it->second /= inc_;
+    // Cached ids keep their counts (they are the victims' scores); others below the floor are forgotten.
+    if (it->second < opt_.prune_below && !cached(it->first)) {
+      pool_.erase(it->first);
+      it = raw_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  inc_ = 1;
+}
+
+namespace {
+// Hotter first; ties by smaller id (deterministic).
+struct Hotter {
+  bool operator()(const std::pair<int64_t, double>& a, const std::pair<int64_t, double>& b) const {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  }
+};
+}  // namespace
+
+std::vector<std::pair<int64_t, double>> HotCounts::hottest(int64_t k) const {
+  std::vector<std::pair<int64_t, double>> all;
+  all.reserve(raw_.size());
+  for (const auto& [id, r] : raw_) all.emplace_back(id, r / inc_);
+  const size_t kk = static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(all.size())));
+  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kk), all.end(), Hotter{});
+  all.resize(kk);
+  return all;
+}
+
+void HotCounts::trim_pool() {
+  std::vector<std::pair<int64_t, double>> v;
+  v.reserve(pool_.size());
+  for (int64_t id : pool_)
+    if (!cached(id)) v.emplace_back(id, count(id));
+  const size_t keep = static_cast<size_t>(std::min<int64_t>(opt_.pool_size, static_cast<int64_t>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(keep), v.end(), Hotter{});
+  v.resize(keep);
+  pool_.clear();
+  for (const auto& p : v) pool_.insert(p.first);
+}
+
+void HotCounts::set_slots(const std::vector<int64_t>& slot_ids) {
+  slot_ids_ = slot_ids;
+  slot_of_.clear();
+  free_.clear();
+  for (int64_t s = static_cast<int64_t>(slot_ids_.size()) - 1; s >= 0; --s) {
+    const int64_t id = slot_ids_[static_cast<size_t>(s)];
+    if (id < 0) {
+      free_.push_back(s);  // back = lowest slot
+    } else {
+      slot_of_[id] = s;
+    }
+  }
+  pool_.clear();
+  for (const auto& [id, r] : raw_)
+    if (!cached(id)) pool_.insert(id);
+  if (static_cast<int64_t>(pool_.size()) > opt_.pool_size) trim_pool();
+  cursor_ = 0;
+}
+
+std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
+  std::vector<CacheSwap> out;
+  if (max_rows <= 0 || slot_ids_.empty()) return out;
+  // Candidates: uncached pool ids, hottest first.
+  std::vector<std::pair<int64_t, double>> cand;
+  cand.reserve(pool_.size());
+  for (int64_t id : pool_)
+    if (!cached(id)) cand.emplace_back(id, count(id));
+  const size_t nc = static_cast<size_t>(std::min<int64_t>(max_rows, static_cast<int64_t>(cand.size())));
+  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(nc), cand.end(), Hotter{});
+  cand.resize(nc);
+  if (cand.empty()) return out;
+  // Victims: free slots first (score -1), then the coldest of a window of occupied slots from the cursor.
+  std::vector<std::pair<int64_t, double>> victims;  // (slot, score)
+  for (auto it = free_.rbegin(); it != free_.rend() && static_cast<int64_t>(victims.size()) < max_rows; ++it)
+    victims.emplace_back(*it, -1.0);
+  const int64_t n_slots = static_cast<int64_t>(slot_ids_.size());
+  if (static_cast<int64_t>(victims.size()) < static_cast<int64_t>(cand.size())) {
+    const int64_t window = std::min<int64_t>(n_slots, opt_.sample_window * max_rows);
+    std::vector<std::pair<int64_t, double>> sampled;
+    sampled.reserve(static_cast<size_t>(window));
+    for (int64_t k = 0; k < window; ++k) {
+      const int64_t s = (cursor_ + k) % n_slots;
+      const int64_t id = slot_ids_[static_cast<size_t>(s)];
+      if (id >= 0) sampled.emplace_back(s, count(id));
+    }
+    cursor_ = (cursor_ + window) % n_slots;
+    std::sort(sampled.begin(), sampled.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second < b.second : a.first < b.first;
+    });
+    for (const auto& v : sampled) victims.push_back(v);
+  }
+  for (size_t i = 0; i < cand.size() && i < victims.size(); ++i) {
+    const auto [slot, vscore] = victims[i];
+    const auto [id, cscore] = cand[i];
+    if (vscore >= 0 && cscore < vscore + opt_.min_gain) break;  // candidates only get colder, victims hotter
+    CacheSwap sw;
+    sw.slot = slot;
+    sw.old_id = slot_ids_[static_cast<size_t>(slot)];
+    sw.new_id = id;
+    if (sw.old_id >= 0) {
+      slot_of_.erase(sw.old_id);
+      pool_.insert(sw.old_id);  // an evicted id may come back when it heats up again
+    } else {
+      free_.erase(std::find(free_.begin(), free_.end(), slot));
+    }
+    slot_ids_[static_cast<size_t>(slot)] = id;
+    slot_of_[id] = slot;
+    pool_.erase(id);
+    out.push_back(sw);
+  }
+  return out;
+}
+
+// ---- worker -----------------------------------------------------------------------------------------------
+
+HotCountsWorker::HotCountsWorker(int layers, const HotCountsOptions& o, int64_t max_pending_ids)
+    : max_pending_ids_(max_pending_ids) {
+  counts_.reserve(static_cast<size_t>(std::max(0, layers)));
+  for (int i = 0; i < layers; ++i) counts_.emplace_back(o);
+  thread_ = std::thread([this] { loop(); });
+}
+
+HotCountsWorker::~HotCountsWorker() {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void HotCountsWorker::submit(int layer, const int64_t* ids, int64_t n) {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size()) || n <= 0) return;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (pending_ids_ + n > max_pending_ids_) {
+      ++dropped_;
+      return;
+    }
+    pending_ids_ += n;
+  }
+  Batch b;  // copied outside the queue lock
+  b.layer = layer;
+  b.ids.assign(ids, ids + n);
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    queue_.push_back(std::move(b));
+  }
+  cv_.notify_one();
+}
+
+void HotCountsWorker::loop() {
+  while (true) {
+    Batch b;
+    {
+      std::unique_lock<std::mutex> l(queue_mu_);
+      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      b = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    HotCounts& c = counts_[static_cast<size_t>(b.layer)];
+    const int64_t n = static_cast<int64_t>(b.ids.size());
+    {
+      // The whole batch under one hold (the decay is per batch); try_with() meanwhile answers false at once.
+      std::lock_guard<std::mutex> g(counts_mu_);
+      c.observe(b.ids.data(), n);
+    }
+    {
+      std::lock_guard<std::mutex> l(queue_mu_);
+      pending_ids_ -= n;
+      busy_ = false;
+      ++counted_;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void HotCountsWorker::drain() {
+  std::unique_lock<std::mutex> l(queue_mu_);
+  idle_cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+}
+
+bool HotCountsWorker::try_with(int layer, const std::function<void(HotCounts&)>& f) {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return false;
+  std::unique_lock<std::mutex> g(counts_mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;
+  f(counts_[static_cast<size_t>(layer)]);
+  return true;
+}
+
+void HotCountsWorker::with(int layer, const std::function<void(HotCounts&)>& f) {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return;
+  std::lock_guard<std::mutex> g(counts_mu_);
+  f(counts_[static_cast<size_t>(layer)]);
+}
+
+int64_t HotCountsWorker::dropped_batches() const {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  return dropped_;
+}
+
+int64_t HotCountsWorker::counted_batches() const {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  return counted_;
+}
+
+}  // namespace engram::plan

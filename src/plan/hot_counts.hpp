@@ -1,0 +1,128 @@
+// Host-side frequency counts for the GPU hot-row cache (issue #8): which ids to put in the cache at start-up and
+// which to swap in online. Pure C++ (no CUDA), so that it is unit-tested on any machine.
+//
+// HotCounts keeps, for one Engram layer, a decayed LFU count per id seen: every observed batch multiplies the
+// weight of later observations by 2^(1/half_life) (raw counts are stored against a growing increment, so decay is
+// O(1) per batch; a rescale pass folds the increment back and drops ids whose count fell below `prune_below`,
+// which bounds the memory). It mirrors the cache's content (slot -> id) and keeps a pool of the hottest ids that
+// are NOT cached (the candidates); plan(M) pairs the hottest candidates with the coldest slots of a bounded
+// sample (free slots first, then a window of `sample_window * M` slots read from a rotating cursor: a sampled LFU,
+// as Redis does, so that planning costs O(pool + window), not O(cache)), admitting a candidate only when its
+// count beats the victim's by `min_gain` (hysteresis: no swapping back and forth of equal counts). The planned
+// swaps are applied to the mirror; the caller applies them to the device cache.
+//
+// HotCountsWorker owns one HotCounts per layer and counts on its own thread: submit() copies the ids and returns
+// (a batch is dropped, and counted as dropped, when more than `max_pending_ids` are waiting: counting never
+// stalls the serving thread); try_with() runs planning on the caller's thread only if the counts are not being written
+// at that moment (else it says so and the caller retries at a later step). drain() waits for the backlog
+// (start-up only: when the warm-up window closes and the cache is filled from the counts).
+// Thread safety: HotCounts is single-threaded; HotCountsWorker's methods may be called from one driving thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace engram::plan {
+
+struct HotCountsOptions {
+  double half_life_batches = 256;  // observed batches after which a count weighs half; <= 0: no decay
+  double prune_below = 0.5;        // rescale passes drop ids whose decayed count is below this
+  int64_t rescale_every = 1024;    // batches between rescale/prune passes (O(distinct ids) each)
+  int64_t pool_size = 4096;        // uncached candidates kept (hottest first); trimmed when it doubles
+  int64_t sample_window = 8;       // plan(M) examines sample_window * M occupied slots for victims
+  double min_gain = 1.0;           // admit when count(candidate) >= count(victim) + min_gain
+  int64_t id_limit = INT64_MAX;    // ids >= this (outside the table) are not counted
+};
+
+struct CacheSwap {
+  int64_t slot = 0;
+  int64_t old_id = -1;  // -1: the slot was free
+  int64_t new_id = 0;
+};
+
+class HotCounts {
+ public:
+  explicit HotCounts(const HotCountsOptions& options = {});
+
+  // Counts one batch (ids < 0 are padding and ids >= id_limit invalid: both ignored; repeats within the batch count each time).
+  void observe(const int64_t* ids, int64_t n);
+  double count(int64_t id) const;  // decayed count; 0 for an id never seen (or pruned)
+  int64_t batches() const { return batches_; }
+  int64_t distinct() const { return static_cast<int64_t>(raw_.size()); }
+  double total() const;            // decayed sum of every count
+
+  // The k hottest ids with their decayed counts, hottest first (ties: smaller id first). O(distinct log k).
+  std::vector<std::pair<int64_t, double>> hottest(int64_t k) const;
+
+  // Mirror of the cache: slot_ids[s] = id held by slot s, -1 = free. Resets the candidate pool.
+  void set_slots(const std::vector<int64_t>& slot_ids);
+  bool cached(int64_t id) const { return slot_of_.count(id) != 0; }
+  int64_t slots() const { return static_cast<int64_t>(slot_ids_.size()); }
+  int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
+  int64_t pool() const { return static_cast<int64_t>(pool_.size()); }
+
+  // Up to max_rows swaps (hottest candidate first), applied to the mirror. Empty when nothing gains.
+  std::vector<CacheSwap> plan(int64_t max_rows);
+
+ private:
+  void trim_pool();
+  void rescale();
+  HotCountsOptions opt_;
+  double growth_ = 1;  // per-batch factor of the increment
+  double inc_ = 1;     // weight of one observation now (raw counts are in units of the increment at their time)
+  int64_t batches_ = 0;
+  std::unordered_map<int64_t, double> raw_;
+  std::vector<int64_t> slot_ids_;
+  std::unordered_map<int64_t, int64_t> slot_of_;
+  std::vector<int64_t> free_;  // free slots, taken from the back
+  std::unordered_set<int64_t> pool_;
+  int64_t cursor_ = 0;
+};
+
+// One counting thread for several layers (see the file comment).
+class HotCountsWorker {
+ public:
+  HotCountsWorker(int layers, const HotCountsOptions& options, int64_t max_pending_ids = int64_t{1} << 22);
+  ~HotCountsWorker();
+  HotCountsWorker(const HotCountsWorker&) = delete;
+  HotCountsWorker& operator=(const HotCountsWorker&) = delete;
+
+  // Copies ids [n] of `layer` for counting; returns at once. Dropped (and counted) when the backlog is full.
+  void submit(int layer, const int64_t* ids, int64_t n);
+  // Blocks until every submitted batch has been counted.
+  void drain();
+  // Runs f on the layer's counts on the calling thread if no batch is being counted now; false (f not run)
+  // otherwise. try_with never waits for counting; with() does.
+  bool try_with(int layer, const std::function<void(HotCounts&)>& f);
+  void with(int layer, const std::function<void(HotCounts&)>& f);
+
+  int64_t dropped_batches() const;
+  int64_t counted_batches() const;
+
+ private:
+  void loop();
+  struct Batch {
+    int layer = 0;
+    std::vector<int64_t> ids;
+  };
+  std::vector<HotCounts> counts_;
+  int64_t max_pending_ids_;
+  mutable std::mutex queue_mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<Batch> queue_;
+  int64_t pending_ids_ = 0;
+  bool busy_ = false, stop_ = false;
+  int64_t dropped_ = 0, counted_ = 0;
+  std::mutex counts_mu_;  // held while a chunk of a batch is counted, and by try_with/with
+  std::thread thread_;
+};
+
+}  // namespace engram::plan

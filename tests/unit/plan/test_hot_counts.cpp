@@ -1,0 +1,192 @@
+// Description: host LFU counts of the hot-row cache (src/plan/hot_counts.hpp): decayed counts, hottest-first
+// profile, candidate selection (uncached, hottest first), victims (free slots first, coldest, hysteresis), the
+// bounded rate of plan(M), pruning, and the counting thread (submit/drain/try_with, drops when the backlog is full).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "plan/hot_counts.hpp"
+
+namespace engram::plan {
+namespace {
+
+HotCountsOptions no_decay() {
+  HotCountsOptions o;
+  o.half_life_batches = 0;
+  o.rescale_every = 0;
+  return o;
+}
+
+void observe(HotCounts& c, std::vector<int64_t> ids) { c.observe(ids.data(), static_cast<int64_t>(ids.size())); }
+
+TEST(HotCounts, CountsRepeatsAndIgnoresPadding) {
+  HotCounts c(no_decay());
+  observe(c, {5, 5, 7, -1, 5});
+  observe(c, {7, 9});
+  EXPECT_DOUBLE_EQ(c.count(5), 3);
+  EXPECT_DOUBLE_EQ(c.count(7), 2);
+  EXPECT_DOUBLE_EQ(c.count(9), 1);
+  EXPECT_DOUBLE_EQ(c.count(-1), 0);
+  EXPECT_DOUBLE_EQ(c.count(1234), 0);
+  EXPECT_EQ(c.distinct(), 3);
+  HotCountsOptions lim = no_decay();
+  lim.id_limit = 7;  // ids >= 7 are outside the table
+  HotCounts d(lim);
+  observe(d, {5, 7, 9, 6});
+  EXPECT_EQ(d.distinct(), 2);
+  EXPECT_DOUBLE_EQ(d.count(7), 0);
+  EXPECT_EQ(c.batches(), 2);
+  EXPECT_DOUBLE_EQ(c.total(), 6);
+}
+
+TEST(HotCounts, HottestFirstWithDeterministicTies) {
+  HotCounts c(no_decay());
+  observe(c, {3, 1, 1, 2, 2, 4, 4, 4});
+  const auto h = c.hottest(3);
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].first, 4);
+  EXPECT_EQ(h[1].first, 1);  // tie 1 vs 2 (count 2): smaller id first
+  EXPECT_EQ(h[2].first, 2);
+  EXPECT_EQ(c.hottest(100).size(), 4u);
+  EXPECT_TRUE(c.hottest(0).empty());
+}
+
+TEST(HotCounts, DecayHalvesAfterHalfLife) {
+  HotCountsOptions o;
+  o.half_life_batches = 4;
+  o.rescale_every = 3;  // a rescale in the middle must not change the decayed values
+  HotCounts c(o);
+  observe(c, {1});
+  for (int i = 0; i < 3; ++i) observe(c, {2});
+  // id 1 was seen 4 batches ago (weight 1 then, the increment grew 2x since); id 2 at batches 1, 2, 3.
+  EXPECT_NEAR(c.count(1), 0.5, 1e-12);
+  const double g = std::exp2(0.25);
+  EXPECT_NEAR(c.count(2), (g + g * g + g * g * g) / 2.0, 1e-12);
+  // A recent id overtakes an old one with the same raw number of observations.
+  observe(c, {1});
+  EXPECT_GT(c.count(1), 0.5);
+}
+
+TEST(HotCounts, PruneDropsColdUncachedIdsButKeepsCachedOnes) {
+  HotCountsOptions o;
+  o.half_life_batches = 1;  // halves every batch
+  o.rescale_every = 8;
+  o.prune_below = 0.05;
+  HotCounts c(o);
+  observe(c, {10, 11});
+  c.set_slots({11, -1});
+  for (int i = 0; i < 7; ++i) observe(c, {20});
+  // After 8 batches ids 10 and 11 weigh 2^-8 < 0.05: 10 is forgotten, 11 (cached) kept.
+  EXPECT_DOUBLE_EQ(c.count(10), 0);
+  EXPECT_GT(c.count(11), 0);
+  EXPECT_GT(c.count(20), 0.05);
+}
+
+TEST(HotCounts, PlanFillsFreeSlotsWithHottestUncachedFirst) {
+  HotCounts c(no_decay());
+  c.set_slots({-1, -1, 100, -1});
+  observe(c, {1, 1, 1, 2, 2, 3, 100, 100, 100, 100});
+  const auto sw = c.plan(2);  // bounded: 2 rows at most
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[0].new_id, 1);
+  EXPECT_EQ(sw[1].new_id, 2);
+  for (const auto& s : sw) {
+    EXPECT_EQ(s.old_id, -1);
+    EXPECT_NE(s.slot, 2);  // slot 2 holds 100 and there were free slots
+  }
+  EXPECT_TRUE(c.cached(1));
+  EXPECT_TRUE(c.cached(2));
+  EXPECT_TRUE(c.cached(100));
+  EXPECT_EQ(c.free_slots(), 1);
+  const auto sw2 = c.plan(8);
+  ASSERT_EQ(sw2.size(), 1u);  // only 3 is left uncached; one free slot
+  EXPECT_EQ(sw2[0].new_id, 3);
+  EXPECT_EQ(c.free_slots(), 0);
+  EXPECT_TRUE(c.plan(8).empty());  // nothing uncached left
+}
+
+TEST(HotCounts, PlanEvictsColdestAndRespectsHysteresis) {
+  HotCountsOptions o = no_decay();
+  o.min_gain = 2;
+  HotCounts c(o);
+  observe(c, {10, 10, 10, 10, 11, 12, 12});  // cached: 10 (4), 11 (1), 12 (2)
+  c.set_slots({10, 11, 12});
+  observe(c, {50, 50, 50, 60, 60});  // candidates: 50 (3), 60 (2)
+  const auto sw = c.plan(4);
+  // 50 (3) >= 11 (1) + 2: swapped; 60 (2) < 12 (2) + 2: not (and no colder victim is left).
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].new_id, 50);
+  EXPECT_EQ(sw[0].old_id, 11);
+  EXPECT_EQ(sw[0].slot, 1);
+  EXPECT_TRUE(c.cached(50));
+  EXPECT_FALSE(c.cached(11));
+  EXPECT_TRUE(c.cached(10));
+  EXPECT_TRUE(c.cached(12));
+  // The evicted id is a candidate again once it is hot enough.
+  for (int i = 0; i < 6; ++i) observe(c, {11});
+  const auto back = c.plan(4);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].new_id, 11);
+  EXPECT_EQ(back[0].old_id, 12);  // the coldest cached now: 12 (2) < 50 (3) < 10 (4)
+}
+
+TEST(HotCounts, PlanIsBoundedAndSwapsAreConsistent) {
+  HotCounts c(no_decay());
+  std::vector<int64_t> slots(64, -1);
+  c.set_slots(slots);
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < 1000; ++id)
+    for (int64_t k = 0; k < 1 + (1000 - id) / 100; ++k) ids.push_back(id);
+  c.observe(ids.data(), static_cast<int64_t>(ids.size()));
+  std::set<int64_t> held;
+  for (int round = 0; round < 20; ++round) {
+    const auto sw = c.plan(7);
+    EXPECT_LE(sw.size(), 7u);
+    for (const auto& s : sw) {
+      EXPECT_EQ(held.count(s.new_id), 0u);
+      if (s.old_id >= 0) held.erase(s.old_id);
+      held.insert(s.new_id);
+    }
+  }
+  EXPECT_EQ(held.size(), 64u);
+  for (int64_t id : held) EXPECT_TRUE(c.cached(id));
+  // Every cached id is at least as hot as every uncached one seen (counts step by 1 per 100 ids).
+  double min_cached = 1e30;
+  for (int64_t id : held) min_cached = std::min(min_cached, c.count(id));
+  for (int64_t id = 0; id < 1000; ++id) {
+    if (!held.count(id)) {
+      EXPECT_LE(c.count(id), min_cached + 1.0) << id;
+    }
+  }
+}
+
+TEST(HotCountsWorker, CountsOnItsThreadAndDrains) {
+  HotCountsWorker w(2, no_decay());
+  std::vector<int64_t> a = {1, 1, 2}, b = {7};
+  for (int i = 0; i < 10; ++i) w.submit(0, a.data(), 3);
+  w.submit(1, b.data(), 1);
+  w.drain();
+  EXPECT_EQ(w.counted_batches(), 11);
+  EXPECT_EQ(w.dropped_batches(), 0);
+  double c1 = -1, c7 = -1;
+  w.with(0, [&](HotCounts& c) { c1 = c.count(1); });
+  EXPECT_TRUE(w.try_with(1, [&](HotCounts& c) { c7 = c.count(7); }));  // idle worker: never busy
+  EXPECT_DOUBLE_EQ(c1, 20);
+  EXPECT_DOUBLE_EQ(c7, 1);
+  EXPECT_FALSE(w.try_with(5, [](HotCounts&) {}));  // no such layer
+}
+
+TEST(HotCountsWorker, DropsBatchesBeyondTheBacklog) {
+  HotCountsWorker w(1, no_decay(), /*max_pending_ids=*/4);
+  std::vector<int64_t> big(5, 3);
+  w.submit(0, big.data(), 5);  // larger than the whole backlog: dropped, never blocks
+  w.drain();
+  EXPECT_EQ(w.dropped_batches(), 1);
+  EXPECT_EQ(w.counted_batches(), 0);
+}
+
+}  // namespace
+}  // namespace engram::plan
