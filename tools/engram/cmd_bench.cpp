@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bench/registry.hpp"
+#include "bench/report_io.hpp"
 #include "command.hpp"
 #include "host/conditions.hpp"
 #include "plot.hpp"
@@ -46,82 +47,6 @@ nlohmann::json gpu_conditions() {
 #else
   return {{"gpu", "n/a"}, {"reason", "built without CUDA (ENGRAM_CUDA=OFF or no nvcc)"}};
 #endif
-}
-
-std::string cell_text(const bench::Cell& c, int precision) {
-  if (c.is_text()) return c.text;
-  return fmt_num(c.value, ("%." + std::to_string(precision) + "f").c_str());
-}
-
-nlohmann::json cell_json(const bench::Cell& c) { return c.is_text() ? nlohmann::json(c.text) : json_num(c.value); }
-
-void print_table(const bench::Table& t) {
-  std::printf("\n%s\n", t.title.c_str());
-  std::vector<size_t> w(t.columns.size());
-  for (size_t i = 0; i < t.columns.size(); ++i) w[i] = t.columns[i].name.size();
-  std::vector<std::vector<std::string>> text;
-  for (const auto& r : t.rows) {
-    std::vector<std::string> line;
-    for (size_t i = 0; i < t.columns.size(); ++i) {
-      line.push_back(i < r.size() ? cell_text(r[i], t.columns[i].precision) : "n/a");
-      w[i] = std::max(w[i], line.back().size());
-    }
-    text.push_back(std::move(line));
-  }
-  for (size_t i = 0; i < t.columns.size(); ++i)
-    std::printf("%s%*s", i ? "  " : "", -static_cast<int>(w[i]) * (i == 0 ? 1 : -1), t.columns[i].name.c_str());
-  std::printf("\n");
-  for (const auto& line : text) {
-    for (size_t i = 0; i < line.size(); ++i)
-      std::printf("%s%*s", i ? "  " : "", -static_cast<int>(w[i]) * (i == 0 ? 1 : -1), line[i].c_str());
-    std::printf("\n");
-  }
-  for (const auto& n : t.notes) std::printf("  %s\n", n.c_str());
-}
-
-nlohmann::json report_json(const bench::Report& r, const std::string& description) {
-  nlohmann::json j = {{"key", r.key}, {"description", description}, {"waived", r.waived}};
-  if (r.waived) j["waived_reason"] = r.waived_reason;
-  j["method"] = r.method;
-  j["setup"] = r.setup;
-  j["tables"] = nlohmann::json::array();
-  for (const auto& t : r.tables) {
-    nlohmann::json tj = {{"key", t.key}, {"title", t.title}, {"notes", t.notes}};
-    tj["columns"] = nlohmann::json::array();
-    for (const auto& c : t.columns) tj["columns"].push_back(c.name);
-    tj["rows"] = nlohmann::json::array();
-    for (const auto& row : t.rows) {
-      nlohmann::json rj = nlohmann::json::array();
-      for (const auto& c : row) rj.push_back(cell_json(c));
-      tj["rows"].push_back(rj);
-    }
-    j["tables"].push_back(tj);
-  }
-  j["data"] = r.data;
-  j["notes"] = r.notes;
-  return j;
-}
-
-std::string csv_escape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
-void write_csv(std::ostream& o, const std::vector<bench::Report>& reports) {
-  o << "bench,table,row,column,value\n";
-  for (const auto& r : reports)
-    for (const auto& t : r.tables)
-      for (size_t ri = 0; ri < t.rows.size(); ++ri)
-        for (size_t ci = 0; ci < t.columns.size() && ci < t.rows[ri].size(); ++ci) {
-          const auto& c = t.rows[ri][ci];
-          char buf[64];
-          std::snprintf(buf, sizeof buf, "%.9g", c.value);
-          const std::string v = c.is_text() ? c.text : (std::isfinite(c.value) ? buf : "");  // empty = n/a
-          o << csv_escape(r.key) << ',' << csv_escape(t.key) << ',' << ri << ',' << csv_escape(t.columns[ci].name)
-            << ',' << csv_escape(v) << '\n';
-        }
 }
 
 int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, bool single) {
@@ -173,11 +98,11 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
       std::fprintf(human, "\n== bench %s: %s\n", e->key.c_str(), e->description.c_str());
       if (!r.setup.is_null()) std::fprintf(human, "setup: %s\n", r.setup.dump().c_str());
       if (!json_stdout) {
-        for (const auto& t : r.tables) print_table(t);
+        for (const auto& t : r.tables) bench::print_table(t);
       }
       for (const auto& n : r.notes) std::fprintf(human, "note: %s\n", n.c_str());
     }
-    out["benches"].push_back(report_json(r, e->description));
+    out["benches"].push_back(bench::report_json(r, e->description));
     reports.push_back(std::move(r));
     std::fflush(stdout);
   }
@@ -191,7 +116,7 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   }
   if (!a.csv_path.empty()) {
     std::ofstream f(a.csv_path);
-    write_csv(f, reports);
+    bench::write_csv(f, reports);
     if (!f) return report_failure("bench", Status(Code::kIo, "cannot write --csv " + a.csv_path));
     std::fprintf(human, "csv: %s\n", a.csv_path.c_str());
   }

@@ -1,0 +1,28 @@
+// Output of a bench Report (registry.hpp) in the three forms `engram bench` offers: the human table (units in the
+// column headers, "n/a" for NaN cells), JSON (NaN -> null) and tidy CSV (bench,table,row,column,value; empty value =
+// n/a). Kept apart from the CLI so that other drivers of the registry print the same tables: the statically linked
+// NUMA-guest test (tests/numa/test_bench_numa.cpp) runs `numa` inside the 2-node QEMU guest and prints its matrices
+// exactly as `engram bench numa` does.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "bench/registry.hpp"
+
+namespace engram::bench {
+
+// Prints t to stdout: a blank line, the title, a header row, one line per row (first column left-aligned, the
+// others right-aligned), then the notes indented.
+void print_table(const Table& t);
+
+// The JSON object of one report (key, description, waived[_reason], method, setup, tables with columns and rows,
+// data, notes). The conditions block is the caller's to add.
+nlohmann::json report_json(const Report& r, const std::string& description);
+
+// Tidy CSV of every table cell of `reports`, with a header line.
+void write_csv(std::ostream& o, const std::vector<Report>& reports);
+
+}  // namespace engram::bench
