@@ -1,7 +1,12 @@
-// make_cuda_backend (see backend.cuh). Destruction runs in reverse dependency order: the queue (its kernels read
-// the tables and its events live on the streams), the compute, the UVA tables, the registrations, the stream.
+// make_cuda_backend (see backend.cuh). Destruction runs in reverse dependency order: the counting thread and the
+// engine queue, the queue (its kernels read the tables and its events live on the streams), the compute, the UVA
+// tables, the registrations, the stream. The hot-row cache's engine side (warm-up window, online updates) is at
+// the end of this file.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <string>
 
 #include "cuda/backend.cuh"
@@ -39,6 +44,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
 
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = info;
+  be->heads_ = opt.heads;
   if (opt.main_stream) {
     be->main_stream_ = opt.main_stream;
   } else {
@@ -108,11 +114,52 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   if (opt.layer_us > 0) {
     ENGRAM_ASSIGN_OR_RETURN(be->compute_, CudaLayerCompute::create(be->main_stream_, opt.layer_us));
   }
+
+  // Hot-row caches (engine side).
+  be->cache_opt_ = opt.cache;
+  be->cache_.resize(views.size());
+  bool any_budget = false;
+  for (size_t li = 0; li < views.size(); ++li) {
+    const int64_t b = li < opt.cache.budget_bytes.size() ? opt.cache.budget_bytes[li] : 0;
+    be->cache_[li].budget = std::max<int64_t>(0, b);
+    be->cache_[li].rep.budget_bytes = be->cache_[li].budget;
+    be->cache_[li].rep.format = opt.cache.format;
+    any_budget = any_budget || b > 0;
+  }
+  if (!any_budget) {
+    for (auto& c : be->cache_) c.rep.note = "no cache (size 0 / off)";
+  } else if (be->fast_.empty()) {
+    for (auto& c : be->cache_)
+      c.rep.note = "no cache: it runs inside the fast path, which is off (" + be->fast_note_ + ")";
+  } else if (!opt.planner) {
+    for (auto& c : be->cache_) c.rep.note = "no cache: the planner is off (the hook runs the plain gather)";
+  } else {
+    if (!opt.cache.profile.empty() && opt.cache.profile.size() != views.size())
+      return bad("cache profile has " + std::to_string(opt.cache.profile.size()) + " layers, the table " +
+                 std::to_string(views.size()));
+    if (opt.cache.profile.empty() && opt.cache.warmup_steps < 1) return bad("cache warm-up window must be >= 1 step");
+    if (opt.cache.update_every < 0 || opt.cache.update_rows < 0) return bad("cache update every/rows must be >= 0");
+    be->cache_wanted_ = true;
+    const bool counting = opt.cache.profile.empty() || opt.cache.update_every > 0;
+    if (counting) {
+      plan::HotCountsOptions co = opt.cache.counts;
+      co.id_limit = views[0].rows;
+      for (const auto& v : views) co.id_limit = std::min(co.id_limit, v.rows);
+      co.pool_size = std::max<int64_t>(co.pool_size, 4 * opt.cache.update_rows);
+      be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, opt.cache.max_pending_ids);
+    }
+    if (!opt.cache.profile.empty()) ENGRAM_RETURN_IF_ERROR(be->create_caches(/*from_profile=*/true));
+    else
+      for (auto& c : be->cache_)
+        if (c.budget > 0) c.rep.state = "warming up";
+  }
   return std::move(be);  // C++17: no implicit move into Result<T>(T)
 }
 
 CudaBackend::~CudaBackend() {
   if (main_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(main_stream_));
+  counts_.reset();
+  equeue_.reset();
   queue_.reset();
   compute_.reset();
   for (auto& t : tables_) t.set_hook(nullptr);
@@ -129,6 +176,199 @@ Status CudaBackend::synchronize() {
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(queue_->prefetch_stream())),
                               "cuda backend: synchronize prefetch stream");
   return Status::ok();
+}
+
+// ---- hot-row cache, engine side ---------------------------------------------------------------------------
+
+class CudaBackend::EngineQueue final : public PrefetchQueue {
+ public:
+  explicit EngineQueue(CudaBackend* be) : be_(be) {}
+  void begin_step(int64_t step) override {
+    be_->step_ = step;
+    be_->queue_->begin_step(step);
+  }
+  Status prepare(int layer_index, const int64_t* ids, int64_t tokens) override {
+    ENGRAM_RETURN_IF_ERROR(be_->queue_->prepare(layer_index, ids, tokens));
+    be_->on_prepare(layer_index, ids, tokens);  // after the lookup is enqueued: off its critical path
+    return Status::ok();
+  }
+  Result<StagingView> consume(int layer_index) override { return be_->queue_->consume(layer_index); }
+  Status end_step() override {
+    ENGRAM_RETURN_IF_ERROR(be_->queue_->end_step());
+    return be_->on_end_step();
+  }
+  const Timeline& timeline() const override { return be_->queue_->timeline(); }
+  LookupStats totals() const override { return be_->queue_->totals(); }
+  const char* backend_name() const override { return be_->queue_->backend_name(); }
+
+ private:
+  CudaBackend* be_;
+};
+
+PrefetchQueue& CudaBackend::engine_queue() {
+  if (!equeue_) equeue_ = std::make_unique<EngineQueue>(this);
+  return *equeue_;
+}
+
+void CudaBackend::on_prepare(int li, const int64_t* ids, int64_t tokens) {
+  if (!counts_ || step_ < 0) return;  // no counting, or a harness warm-up step (numbered < 0): not traffic
+  if (caches_created_ && cache_opt_.update_every <= 0) return;
+  counts_->submit(li, ids, tokens * heads_);
+}
+
+Status CudaBackend::on_end_step() {
+  if (!cache_wanted_ || step_ < 0) return Status::ok();
+  ++counted_steps_;
+  if (!caches_created_) {
+    if (counted_steps_ >= cache_opt_.warmup_steps) return create_caches(/*from_profile=*/false);
+    return Status::ok();
+  }
+  if (cache_opt_.update_every > 0 && ++since_update_ >= cache_opt_.update_every) {
+    since_update_ = 0;
+    return update_caches();
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::create_caches(bool from_profile) {
+  using clock = std::chrono::steady_clock;
+  caches_created_ = true;
+  if (!from_profile && counts_) counts_->drain();  // the whole warm-up window is counted
+  // Cap: all budgets together within hbm_fraction of the free HBM now.
+  size_t free_b = 0, total_b = 0;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b), "hot cache: cudaMemGetInfo");
+  int64_t sum = 0;
+  for (const auto& c : cache_) sum += c.budget;
+  const double cap = cache_opt_.hbm_fraction * static_cast<double>(free_b);
+  const double scale = sum > 0 && static_cast<double>(sum) > cap ? cap / static_cast<double>(sum) : 1.0;
+  for (size_t li = 0; li < cache_.size(); ++li) {
+    CacheState& st = cache_[li];
+    if (st.budget <= 0) continue;
+    const auto t0 = clock::now();
+    const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(st.budget) * scale));
+    const TableView& v = tables_[li].host_view();
+    HotCacheOptions ho;
+    ho.budget_bytes = budget;
+    ho.format = cache_opt_.format;
+    // Slots this budget holds (as HotRowCache::create computes them): ask the counts for that many ids.
+    const int64_t row_b = cache_opt_.format == CacheFormat::kFp8 ? (v.d + v.d / 32 + 15) / 16 * 16 : 2 * int64_t{v.d};
+    const int64_t want = std::max<int64_t>(1, budget / (row_b + 24));
+    std::vector<int64_t> hot;
+    std::vector<std::pair<int64_t, int64_t>> counts_pairs;
+    double coverage = std::numeric_limits<double>::quiet_NaN();
+    if (from_profile) {
+      const auto& p = cache_opt_.profile[li];
+      hot.reserve(std::min<size_t>(p.size(), static_cast<size_t>(want)));
+      for (const auto& [id, n] : p) {
+        if (static_cast<int64_t>(hot.size()) >= want) break;
+        hot.push_back(id);
+      }
+      st.rep.source = cache_opt_.profile_source.empty() ? "profile" : cache_opt_.profile_source;
+    } else {
+      double total = 0, held = 0;
+      counts_->with(static_cast<int>(li), [&](plan::HotCounts& c) {
+        total = c.total();
+        for (const auto& [id, n] : c.hottest(want)) {
+          hot.push_back(id);
+          held += n;
+        }
+      });
+      if (total > 0) coverage = held / total;
+      st.rep.source = "warm-up window (counted steps 0.." + std::to_string(cache_opt_.warmup_steps - 1) +
+                      ", run without the cache)";
+    }
+    auto c = HotRowCache::create(v, hot, ho);
+    if (!c.is_ok()) {
+      if (c.status().code() == Code::kInvalidArgument) {  // budget too small for one row: say so, run without
+        st.rep.note = c.status().message();
+        st.rep.state = "off";
+        continue;
+      }
+      return c.status().with_context("hot-row cache of Engram layer " + std::to_string(li));
+    }
+    if (from_profile) coverage = (*c)->coverage_of(cache_opt_.profile[li]);
+    (*c)->set_profile_coverage(coverage);
+    st.rep.state = "on";
+    st.rep.budget_bytes = budget;
+    st.rep.slots = (*c)->slots();
+    st.rep.filled = (*c)->filled();
+    st.rep.hbm_bytes = (*c)->hbm_bytes();
+    st.rep.profile_coverage = coverage;
+    st.rep.created_after_step = from_profile ? -1 : step_;
+    if (scale < 1.0)
+      st.rep.note = "budget capped to " + std::to_string(static_cast<int>(100 * cache_opt_.hbm_fraction)) +
+                    "% of the free HBM (" + std::to_string(free_b >> 20) + " MiB free)";
+    if (counts_) {
+      const std::vector<int64_t> slot_ids = (*c)->slot_ids();
+      counts_->with(static_cast<int>(li), [&](plan::HotCounts& h) { h.set_slots(slot_ids); });
+    }
+    FastLookup* f = fast_[li].get();
+    f->set_cache(std::move(*c));
+    ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
+    st.rows_at_create = fs.rows;
+    st.hits_at_create = fs.cache_hits;
+    st.probes_at_create = fs.cache_probes;
+    st.rep.create_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::update_caches() {
+  using clock = std::chrono::steady_clock;
+  for (size_t li = 0; li < cache_.size(); ++li) {
+    CacheState& st = cache_[li];
+    HotRowCache* c = fast_[li] ? fast_[li]->cache() : nullptr;
+    if (!c || !counts_) continue;
+    const auto t0 = clock::now();
+    std::vector<plan::CacheSwap> swaps;
+    const bool got = counts_->try_with(static_cast<int>(li), [&](plan::HotCounts& h) { swaps = h.plan(cache_opt_.update_rows); });
+    if (!got) {
+      ++st.rep.updates_skipped_busy;
+      continue;
+    }
+    if (!swaps.empty()) {
+      std::vector<std::pair<int64_t, int64_t>> v;
+      v.reserve(swaps.size());
+      for (const auto& sw : swaps) v.emplace_back(sw.slot, sw.new_id);
+      auto r = c->replace(v, queue_->prefetch_stream());
+      if (!r.is_ok()) return r.status().with_context("online update of the hot-row cache of Engram layer " + std::to_string(li));
+      st.rep.rows_swapped += *r;
+    }
+    const double us = std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+    ++st.rep.updates;
+    st.update_host_us_sum += us;
+    st.rep.update_host_us_max = std::isfinite(st.rep.update_host_us_max) ? std::max(st.rep.update_host_us_max, us) : us;
+  }
+  return Status::ok();
+}
+
+Result<EngineCacheReport> CudaBackend::cache_report(int li) {
+  if (li < 0 || li >= static_cast<int>(cache_.size()))
+    return Status(Code::kInvalidArgument, "cache report: layer index " + std::to_string(li) + " out of range");
+  CacheState& st = cache_[static_cast<size_t>(li)];
+  EngineCacheReport r = st.rep;
+  if (counts_) {
+    r.counted_batches = counts_->counted_batches();
+    r.dropped_batches = counts_->dropped_batches();
+  }
+  if (r.updates > 0) r.update_host_us_mean = st.update_host_us_sum / static_cast<double>(r.updates);
+  FastLookup* f = fast_lookup(li);
+  HotRowCache* c = f ? f->cache() : nullptr;
+  if (!c) return r;
+  ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
+  r.filled = c->filled();
+  r.hbm_bytes = c->hbm_bytes();
+  r.map_rebuilds = c->map_rebuilds();
+  r.probes = fs.cache_probes - st.probes_at_create;
+  r.hits = fs.cache_hits - st.hits_at_create;
+  r.rows_since_create = fs.rows - st.rows_at_create;
+  if (r.probes > 0) r.hit_rate = static_cast<double>(r.hits) / static_cast<double>(r.probes);
+  r.link_bytes_avoided = r.hits * c->source_bytes_per_row();
+  const int heads = heads_;
+  if (r.rows_since_create > 0 && heads > 0)
+    r.link_bytes_avoided_per_token = static_cast<double>(r.link_bytes_avoided) /
+                                     (static_cast<double>(r.rows_since_create) / heads);
+  return r;
 }
 
 }  // namespace engram::cuda

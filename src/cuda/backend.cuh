@@ -13,11 +13,25 @@
 //   ENGRAM_ASSIGN_OR_RETURN(auto be, make_cuda_backend(o, views));
 //   run_decode_replay(layout, ids, be->queue(), *be->compute(), ...);
 // The HostTable (or other backing) must outlive the backend. No CUDA types in this header.
+//
+// Hot-row cache (issue #8): with fast_path and a non-zero cache budget, engine_queue() is queue() plus the cache's
+// host side: prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks,
+// drops and counts a batch when its backlog is full), and end_step() — after the step's host sync, so nothing of
+// the step is in flight — (a) closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it
+// creates each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) every
+// `update_every` steps swaps at most `update_rows` rows per layer (HotCounts::plan + HotRowCache::replace, enqueued
+// on the prefetch stream so that it is ordered before the next step's lookups). Planning runs only when the
+// counting thread is not writing the counts at that moment (else the update is skipped and counted), and
+// replace() waits only for the previous update's staging copy, which the step's host sync has already completed:
+// the host thread's cost per update is the planning plus filling <= update_rows rows (timed and reported).
+// queue() stays the bare CudaPrefetchQueue (graph capture, benches).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/compute.cuh"
@@ -27,8 +41,46 @@
 #include "cuda/prefetch.cuh"
 #include "cuda/registration.cuh"
 #include "engram/table.hpp"
+#include "plan/hot_counts.hpp"
+#include "sched/prefetch_queue.hpp"
 
 namespace engram::cuda {
+
+// The engine's hot-row caches (see the file comment). No cache when every budget is 0 or fast_path is off.
+struct EngineCacheOptions {
+  std::vector<int64_t> budget_bytes;  // per Engram layer (HBM for rows + map); empty or 0: no cache for it
+  CacheFormat format = CacheFormat::kFp8;
+  double hbm_fraction = 0.5;          // all budgets together are capped at this share of the free HBM
+  int warmup_steps = 4;               // warm-up window in counted steps (>= 1); unused with a profile
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> profile;  // per layer (id, count) hottest first; empty:
+                                                                  // fill from the warm-up window
+  std::string profile_source;         // report: where the profile came from
+  int update_every = 4;               // counted steps between online updates; 0 = none
+  int64_t update_rows = 256;          // most rows swapped per layer and update
+  plan::HotCountsOptions counts;      // decay, pool, sampled victims (id_limit is set per table)
+  int64_t max_pending_ids = int64_t{1} << 22;  // counting backlog before batches are dropped
+};
+
+// Per layer, what the cache did. Rates are of the probes since the cache was created (NaN: none).
+struct EngineCacheReport {
+  std::string state = "off";          // off | warming up | on
+  std::string note;                   // why off / how it was filled / budget capped
+  std::string source;                 // "warm-up window (steps 0..W-1)" or the profile's source
+  CacheFormat format = CacheFormat::kFp8;
+  int64_t budget_bytes = 0, slots = 0, filled = 0, hbm_bytes = 0;
+  int64_t created_after_step = -1;    // the cache serves lookups from step created_after_step + 1 on
+  double create_ms = std::numeric_limits<double>::quiet_NaN();
+  double profile_coverage = std::numeric_limits<double>::quiet_NaN();  // in-sample share of the profile's ids
+  int64_t probes = 0, hits = 0;
+  double hit_rate = std::numeric_limits<double>::quiet_NaN();
+  int64_t rows_since_create = 0;      // rows looked up by the layer since creation (all paths)
+  int64_t link_bytes_avoided = 0;     // hits x (d + d/32): PCIe reads the cache replaced
+  double link_bytes_avoided_per_token = std::numeric_limits<double>::quiet_NaN();
+  int64_t updates = 0, updates_skipped_busy = 0, rows_swapped = 0, map_rebuilds = 0;
+  double update_host_us_max = std::numeric_limits<double>::quiet_NaN();
+  double update_host_us_mean = std::numeric_limits<double>::quiet_NaN();
+  int64_t counted_batches = 0, dropped_batches = 0;  // of all layers (one counting thread)
+};
 
 struct CudaBackendOptions {
   int device = 0;                  // CUDA ordinal; made current on the calling thread
@@ -46,6 +98,7 @@ struct CudaBackendOptions {
   // Fast path (issue #8, fast_lookup.cuh): a FastLookup hook on every table, driven by the planner.
   bool fast_path = true;
   bool planner = true;             // false: the hook runs the plain gather (experiments)
+  EngineCacheOptions cache;        // hot-row caches (need fast_path)
 };
 
 struct CudaRegistrationReport {
@@ -75,10 +128,27 @@ class CudaBackend {
   const std::string& fast_path_note() const { return fast_note_; }
   Status synchronize();  // waits for the main and prefetch streams
 
+  // queue() plus the hot-row cache's counting, warm-up fill and online updates (file comment). Same contract as
+  // queue(); its end_step() may also return the cache's errors (creation, update).
+  PrefetchQueue& engine_queue();
+  // The layer's cache figures (synchronises the prefetch stream). kInvalidArgument for a bad layer index.
+  Result<EngineCacheReport> cache_report(int layer_index);
+
  private:
   friend Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&,
                                                                 const std::vector<TableView>&);
   CudaBackend() = default;
+  class EngineQueue;
+  struct CacheState {
+    EngineCacheReport rep;
+    int64_t budget = 0;
+    int64_t rows_at_create = 0, hits_at_create = 0, probes_at_create = 0;
+    double update_host_us_sum = 0;
+  };
+  void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
+  Status on_end_step();
+  Status create_caches(bool from_profile);
+  Status update_caches();
   DeviceInfo device_;
   void* main_stream_ = nullptr;
   bool owns_stream_ = false;
@@ -89,6 +159,14 @@ class CudaBackend {
   std::vector<std::unique_ptr<FastLookup>> fast_;
   std::string fast_note_;
   CudaRegistrationReport reg_report_;
+  // hot-row cache (engine side)
+  EngineCacheOptions cache_opt_;
+  std::vector<CacheState> cache_;
+  std::unique_ptr<plan::HotCountsWorker> counts_;
+  std::unique_ptr<EngineQueue> equeue_;
+  bool cache_wanted_ = false, caches_created_ = false;
+  int heads_ = 0;
+  int64_t step_ = 0, counted_steps_ = 0, since_update_ = 0;
 };
 
 // tables[i]: Engram layer i (layer_ids[i]); all with opt.heads heads and one d. Memory shared by several views is

@@ -158,6 +158,7 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
     ++c->filled_;
   }
   c->slot_ids_.resize(static_cast<size_t>(c->slots_), -1);
+  c->used_entries_ = c->filled_;
   auto alloc = [&](auto** p, int64_t bytes) -> Status {
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(p), static_cast<size_t>(bytes)),
                                 "hot cache: cudaMalloc " + format_bytes(bytes));
@@ -199,6 +200,7 @@ HotRowCache::~HotRowCache() {
     if (p) (void)cudaFree(p);
   if (pin_rows_) (void)cudaFreeHost(pin_rows_);
   if (pin_edits_) (void)cudaFreeHost(pin_edits_);
+  if (pin_map_) (void)cudaFreeHost(pin_map_);
   (void)cudaGetLastError();
 }
 
@@ -241,31 +243,7 @@ Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
                                     void* stream) {
   if (max_rows <= 0) return int64_t{0};
   const auto s = static_cast<cudaStream_t>(stream);
-  if (!ev_update_) {
-    cudaEvent_t e = nullptr;
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: update event");
-    ev_update_ = e;
-  } else {
-    // The previous update's staging must have been read before it is overwritten.
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait update");
-  }
-  if (pin_cap_ < max_rows) {
-    if (pin_rows_) (void)cudaFreeHost(pin_rows_);
-    if (pin_edits_) (void)cudaFreeHost(pin_edits_);
-    if (d_stage_rows_) (void)cudaFree(d_stage_rows_);
-    if (d_edits_) (void)cudaFree(d_edits_);
-    pin_rows_ = nullptr;
-    pin_edits_ = nullptr;
-    d_stage_rows_ = nullptr;
-    d_edits_ = nullptr;
-    pin_cap_ = 0;
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
-    // Edits: one admission entry plus up to one tombstone entry per row.
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_stage_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
-    pin_cap_ = max_rows;
-  }
+  ENGRAM_RETURN_IF_ERROR(ensure_staging(max_rows));
   // Victims: lowest score first among filled slots (empty slots first of all).
   std::unordered_map<int64_t, double> sc(score.begin(), score.end());
   std::vector<int64_t> order(static_cast<size_t>(slots_));
@@ -296,6 +274,7 @@ Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
     }
     uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
     while (h_keys_[h] != kEmptyKey && h_keys_[h] != kTombstone) h = (h + 1) & mask;
+    if (h_keys_[h] == kEmptyKey) ++used_entries_;
     h_keys_[h] = id;
     h_slots_[h] = static_cast<int32_t>(slot);
     slot_ids_[static_cast<size_t>(slot)] = id;
@@ -322,8 +301,127 @@ Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
     map_edit_kernel<<<1, 256, 0, s>>>(d_edits_ + 3 * admitted, n_tomb, d_keys_, d_slots_);
   map_edit_kernel<<<1, 256, 0, s>>>(d_edits_, admitted, d_keys_, d_slots_);
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache: update kernels");
+  swapped_rows_ += admitted;
+  ENGRAM_RETURN_IF_ERROR(maybe_rebuild_map(stream));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_update_), s), "hot cache: update event");
   return admitted;
+}
+
+Status HotRowCache::ensure_staging(int64_t max_rows) {
+  if (!ev_update_) {
+    cudaEvent_t e = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: update event");
+    ev_update_ = e;
+  } else {
+    // The previous update's staging must have been read before it is overwritten.
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait update");
+  }
+  if (pin_cap_ < max_rows) {
+    if (pin_rows_) (void)cudaFreeHost(pin_rows_);
+    if (pin_edits_) (void)cudaFreeHost(pin_edits_);
+    if (d_stage_rows_) (void)cudaFree(d_stage_rows_);
+    if (d_edits_) (void)cudaFree(d_edits_);
+    pin_rows_ = nullptr;
+    pin_edits_ = nullptr;
+    d_stage_rows_ = nullptr;
+    d_edits_ = nullptr;
+    pin_cap_ = 0;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
+    // Edits: one admission entry plus up to one tombstone entry per row.
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_stage_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
+    pin_cap_ = max_rows;
+  }
+  return Status::ok();
+}
+
+Status HotRowCache::maybe_rebuild_map(void* stream) {
+  if (4 * used_entries_ <= 3 * map_cap_) return Status::ok();
+  // Rebuild from the slots (no tombstones), then copy the whole map after the edits already enqueued.
+  const uint64_t mask = static_cast<uint64_t>(map_cap_ - 1);
+  std::fill(h_keys_.begin(), h_keys_.end(), kEmptyKey);
+  std::fill(h_slots_.begin(), h_slots_.end(), -1);
+  used_entries_ = 0;
+  for (int64_t slot = 0; slot < slots_; ++slot) {
+    const int64_t id = slot_ids_[static_cast<size_t>(slot)];
+    if (id < 0) continue;
+    uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
+    while (h_keys_[h] != kEmptyKey) h = (h + 1) & mask;
+    h_keys_[h] = id;
+    h_slots_[h] = static_cast<int32_t>(slot);
+    ++used_entries_;
+  }
+  if (!pin_map_)
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_map_, static_cast<size_t>(12 * map_cap_)), "hot cache: map staging");
+  std::memcpy(pin_map_, h_keys_.data(), static_cast<size_t>(8 * map_cap_));
+  std::memcpy(pin_map_ + 8 * map_cap_, h_slots_.data(), static_cast<size_t>(4 * map_cap_));
+  const auto s = static_cast<cudaStream_t>(stream);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_keys_, pin_map_, static_cast<size_t>(8 * map_cap_), cudaMemcpyHostToDevice, s),
+                              "hot cache: map rebuild keys");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_slots_, pin_map_ + 8 * map_cap_, static_cast<size_t>(4 * map_cap_),
+                                              cudaMemcpyHostToDevice, s), "hot cache: map rebuild slots");
+  ++map_rebuilds_;
+  return Status::ok();
+}
+
+Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stream) {
+  const int64_t n = static_cast<int64_t>(slot_id.size());
+  if (n == 0) return int64_t{0};
+  {
+    std::unordered_map<int64_t, int> seen_slot, seen_id;
+    for (const auto& [slot, id] : slot_id) {
+      if (slot < 0 || slot >= slots_ || seen_slot[slot]++)
+        return Status(Code::kInvalidArgument, "hot cache replace: slot " + std::to_string(slot) + " outside [0, " +
+                                                  std::to_string(slots_) + ") or given twice");
+      if (id < 0 || id >= view_.rows || seen_id[id]++ || contains(id))
+        return Status(Code::kInvalidArgument, "hot cache replace: id " + std::to_string(id) +
+                                                  " outside the table, given twice or already cached");
+    }
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  ENGRAM_RETURN_IF_ERROR(ensure_staging(n));
+  const uint64_t mask = static_cast<uint64_t>(map_cap_ - 1);
+  std::vector<int64_t> admit_edits, tomb_edits;
+  admit_edits.reserve(static_cast<size_t>(3 * n));
+  // Tombstones of every evicted id first (host mirror), so that admissions may reuse their entries.
+  for (const auto& [slot, id] : slot_id) {
+    const int64_t old = slot_ids_[static_cast<size_t>(slot)];
+    if (old < 0) continue;
+    const int64_t at = find_slot_index(old);
+    h_keys_[static_cast<size_t>(at)] = kTombstone;
+    tomb_edits.insert(tomb_edits.end(), {at, kTombstone, -1});
+  }
+  int64_t k = 0;
+  for (const auto& [slot, id] : slot_id) {
+    uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
+    while (h_keys_[h] != kEmptyKey && h_keys_[h] != kTombstone) h = (h + 1) & mask;
+    if (h_keys_[h] == kEmptyKey) ++used_entries_;
+    h_keys_[h] = id;
+    h_slots_[h] = static_cast<int32_t>(slot);
+    slot_ids_[static_cast<size_t>(slot)] = id;
+    fill_row(id, pin_rows_ + k * row_bytes_);
+    admit_edits.insert(admit_edits.end(), {static_cast<int64_t>(h), id, slot});
+    ++k;
+  }
+  filled_ = std::count_if(slot_ids_.begin(), slot_ids_.end(), [](int64_t x) { return x >= 0; });
+  std::memcpy(pin_edits_, admit_edits.data(), admit_edits.size() * 8);
+  std::memcpy(pin_edits_ + admit_edits.size(), tomb_edits.data(), tomb_edits.size() * 8);
+  const int64_t n_edits = static_cast<int64_t>(admit_edits.size() + tomb_edits.size()) / 3;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_stage_rows_, pin_rows_, static_cast<size_t>(n * row_bytes_),
+                                              cudaMemcpyHostToDevice, s), "hot cache: replace rows");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_edits_, pin_edits_, static_cast<size_t>(n_edits * 3 * 8),
+                                              cudaMemcpyHostToDevice, s), "hot cache: replace edits");
+  row_copy_kernel<<<static_cast<int>(std::min<int64_t>(n, 1024)), 128, 0, s>>>(d_stage_rows_, d_edits_, n, row_bytes_,
+                                                                              d_rows_);
+  const int64_t n_tomb = static_cast<int64_t>(tomb_edits.size()) / 3;
+  if (n_tomb > 0) map_edit_kernel<<<1, 256, 0, s>>>(d_edits_ + 3 * n, n_tomb, d_keys_, d_slots_);
+  map_edit_kernel<<<1, 256, 0, s>>>(d_edits_, n, d_keys_, d_slots_);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache: replace kernels");
+  swapped_rows_ += n;
+  ENGRAM_RETURN_IF_ERROR(maybe_rebuild_map(stream));
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_update_), s), "hot cache: replace event");
+  return n;
 }
 
 }  // namespace engram::cuda

@@ -11,7 +11,9 @@
 //
 // Online update (bounded rate, LFU by the caller's counts): update() swaps at most max_rows slots, enqueued on the
 // caller's stream as two small copies and one small kernel (map edits), so it is ordered with the lookups and never
-// stalls the prefetch queue by more than that bounded work; the host keeps a mirror of the map.
+// stalls the prefetch queue by more than that bounded work; the host keeps a mirror of the map. replace() is the
+// same update with the victims chosen by the caller (the engine's sampled LFU, src/plan/hot_counts.hpp). Evictions
+// leave tombstones; when keys + tombstones pass 3/4 of the map it is rebuilt on the host and copied whole.
 // Thread safety: one stream at a time. No CUDA types in this header.
 #pragma once
 
@@ -60,6 +62,20 @@ class HotRowCache {
   Result<int64_t> update(const std::vector<int64_t>& candidates, const std::vector<std::pair<int64_t, double>>& score,
                          int64_t max_rows, void* stream);
 
+  // Bounded online update with the victims chosen by the caller (plan::HotCounts::plan, a sampled LFU): each
+  // (slot, id) puts `id` into `slot`, evicting the id the slot held (or filling a free slot). Enqueued on `stream`
+  // exactly as update(): rows copied first, then tombstones, then admissions; the host waits only for the
+  // previous update's staging (normally long done). Returns the rows swapped (= slot_id.size()).
+  // kInvalidArgument (nothing enqueued) for a slot outside [0, slots()) or given twice, an id outside the table,
+  // an id given twice, or an id already cached.
+  Result<int64_t> replace(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stream);
+  // The id held by each slot (-1: free), the host mirror's view; what plan::HotCounts::set_slots takes.
+  const std::vector<int64_t>& slot_ids() const { return slot_ids_; }
+  int64_t swapped_rows() const { return swapped_rows_; }  // rows admitted by update()/replace() since create()
+  // Full map uploads so far: when keys + tombstones exceed 3/4 of the map, the map is rebuilt from the slots on the
+  // host and copied whole (12 B per map entry) instead of the edits, so probe chains stay short and always end.
+  int64_t map_rebuilds() const { return map_rebuilds_; }
+
   bool contains(int64_t id) const;  // host mirror
   // Share of the profile's lookups whose ids this cache holds (set by whoever owns the profile's counts; NaN =
   // unknown). FastLookup's planner uses it as the hit-rate prior until hits are measured. In-sample: optimistic
@@ -80,10 +96,14 @@ class HotRowCache {
   HotRowCache() = default;
   int64_t find_slot_index(int64_t id) const;  // map index or -1
   void fill_row(int64_t id, uint8_t* dst) const;
+  Status ensure_staging(int64_t max_rows);       // waits for the previous update; grows the staging
+  Status maybe_rebuild_map(void* stream);        // see map_rebuilds()
   TableView view_;
   CacheFormat format_ = CacheFormat::kFp8;
   double profile_coverage_ = std::numeric_limits<double>::quiet_NaN();
   int64_t slots_ = 0, filled_ = 0, map_cap_ = 0, row_bytes_ = 0, hbm_bytes_ = 0;
+  int64_t used_entries_ = 0;  // map entries that are not empty (keys + tombstones)
+  int64_t swapped_rows_ = 0, map_rebuilds_ = 0;
   std::vector<int64_t> h_keys_;   // host mirror: -1 empty, -2 tombstone
   std::vector<int32_t> h_slots_;
   std::vector<int64_t> slot_ids_; // id held by each slot
@@ -97,6 +117,7 @@ class HotRowCache {
   void* ev_update_ = nullptr;
   uint8_t* d_stage_rows_ = nullptr;
   int64_t* d_edits_ = nullptr;
+  uint8_t* pin_map_ = nullptr;  // full-map staging (keys then slots) of maybe_rebuild_map, pinned
 };
 
 }  // namespace engram::cuda

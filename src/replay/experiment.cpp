@@ -78,6 +78,9 @@ Result<std::unique_ptr<ServingRig>> make_serving_rig(const EngramLayout& layout,
     copt.grid_fraction = o.grid_fraction;
     copt.checked = o.checked;
     copt.layer_us = o.unit_us;
+    copt.fast_path = o.fast_path;
+    copt.planner = o.planner;
+    copt.cache = o.cache;
     ENGRAM_ASSIGN_OR_RETURN(rig->cuda, make_cuda_replay_backend(layout, views, copt));
     rig->queue = &rig->cuda->queue();
     rig->compute = &rig->cuda->compute();

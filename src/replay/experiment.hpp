@@ -50,6 +50,9 @@ struct RigOptions {
   int64_t max_tokens = 2048;    // largest step (token budget)
   double unit_us = 50;          // calibrated compute unit
   bool checked = false;
+  bool fast_path = true;        // CUDA: issue #8 fast path (planner); false: plain kernel
+  bool planner = true;          // CUDA: false = the fast-path hook runs the plain gather
+  EngineCacheConfig cache;      // CUDA: hot-row cache of each layer (cuda_backend_factory.hpp)
 };
 
 // A built table + prefetch queue + layer compute. Members are destroyed backend first, table last.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "fast_path_report.hpp"
 #include "host/conditions.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
@@ -57,6 +58,8 @@ int replay(const ReplayArgs& a) {
     rig = make_serving_rig(s.layout, s.rig);
   }
   if (!rig.is_ok()) return report_failure("replay", rig.status());
+  // Said once: in the report (text) or as config.cache_note (JSON).
+  const std::string cache_note = s.rig.backend == "cpu" ? cpu_cache_note(s.rig.cache) : std::string();
   say(std::string(from_file ? "replaying " + std::to_string(recorded.steps.size()) + " recorded steps" :
                               "serving " + std::to_string(s.requests.size()) + " requests live") + " ...");
   Result<ServingReport> rep = from_file
@@ -73,6 +76,8 @@ int replay(const ReplayArgs& a) {
     f << (*rig)->queue->timeline().to_chrome_trace().dump() << "\n";
   }
   const ServingReport& r = *rep;
+  // The backend's figures after the run (paths taken, cache hit rates); the rig's describe was taken before it.
+  const nlohmann::json details = (*rig)->cuda ? (*rig)->cuda->describe() : (*rig)->describe;
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
   nlohmann::json j = r.to_json();
   j["command"] = "replay";
@@ -81,7 +86,13 @@ int replay(const ReplayArgs& a) {
   for (const auto& c : (*rig)->censuses) j["census"].push_back(c.to_json());
   j["config"] = {{"backend", s.rig.backend},
                  {"backend_note", s.backend_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.backend_note)},
-                 {"backend_details", (*rig)->describe},
+                 {"backend_details", details},
+                 {"fast_path", a.s.fast_path},
+                 {"cache_requested", {{"size", a.s.cache.size}, {"format", a.s.cache.format},
+                                      {"profile", a.s.cache.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.s.cache.profile)},
+                                      {"warmup_steps", s.rig.cache.warmup_steps},
+                                      {"update_every", s.rig.cache.update_every}, {"update_rows", s.rig.cache.update_rows}}},
+                 {"cache_note", cache_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cache_note)},
                  {"table", {{"layout", s.layout.name}, {"bytes", s.layout.total_bytes()}, {"backing", s.rig.table.backing},
                             {"placement", s.rig.table.placement}}},
                  {"prefetch", prefetch_mode_name(s.serving.mode)},
@@ -110,6 +121,8 @@ int replay(const ReplayArgs& a) {
   std::printf("Config    %s backend, %s table %s, %s prefetch, ids %s\n", s.rig.backend.c_str(), s.layout.name.c_str(),
               format_bytes(s.layout.total_bytes()).c_str(), prefetch_mode_name(s.serving.mode), (*ids)->describe().c_str());
   std::printf("          model %s; schedule %s\n", s.serving.model.note.c_str(), j["config"]["schedule"].get<std::string>().c_str());
+  print_fast_path(details, a.s.fast_path);
+  if (!cache_note.empty()) std::printf("Cache     %s\n", cache_note.c_str());
   std::printf("\nClient    %lld requests: %lld completed, %lld rejected (%s), %lld met both SLOs (TTFT <= %.0f ms, mean ITL <= %.0f ms)\n",
               static_cast<long long>(r.requests), static_cast<long long>(r.completed), static_cast<long long>(r.rejected),
               fmt_num(100 * r.rejection_rate, "%.1f%%").c_str(), static_cast<long long>(r.good), a.s.slo_ttft_ms, a.s.slo_itl_ms);

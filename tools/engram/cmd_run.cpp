@@ -10,6 +10,8 @@
 
 #include "command.hpp"
 #include "core/units.hpp"
+#include "fast_path_report.hpp"
+#include "serving_args.hpp"
 #include "host/census.hpp"
 #include "host/checkpoint.hpp"
 #include "replay/cuda_backend_factory.hpp"
@@ -51,6 +53,7 @@ struct RunArgs {
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
   std::string fast_path = "planner";  // planner | plain | off (issue #8)
+  CacheArgs cache;                    // GPU hot-row cache (issue #8); warm-up window default: --warmup steps
 };
 
 nlohmann::json dist_json(const Distribution& d) {
@@ -96,6 +99,10 @@ int run(const RunArgs& a) {
   auto say = [&](const std::string& m) {
     if (!a.json) std::fprintf(stderr, "engram run: %s\n", m.c_str());
   };
+  // Cache options are checked (and a profile read) before the table is built. Warm-up window: the run's warm-up
+  // steps, so that the measured steps all run with the cache.
+  auto cache = resolve_cache(a.cache, *layout, a.warmup);
+  if (!cache.is_ok()) return report_failure("run", cache.status());
 
   // Ids first: a missing token file should fail before minutes of table building.
   std::unique_ptr<IdSource> source;
@@ -157,6 +164,7 @@ int run(const RunArgs& a) {
     copt.layer_us = a.layer_us;
     copt.fast_path = a.fast_path != "off";
     copt.planner = a.fast_path == "planner";
+    copt.cache = *cache;
     auto b = make_cuda_replay_backend(*layout, views, copt);
     if (b.is_ok()) {
       cuda_backend = std::move(*b);
@@ -167,6 +175,11 @@ int run(const RunArgs& a) {
       backend_note = "cuda not used: " + b.status().message();
       say(backend_note);
     }
+  }
+  std::string cache_note;
+  if (!cuda_backend) {
+    cache_note = cpu_cache_note(*cache);
+    // Said once: in the report (text) or as workload.cache_note (JSON).
   }
   std::unique_ptr<cpu::CpuPrefetchQueue> cpu_queue;
   std::unique_ptr<cpu::CpuLayerCompute> cpu_compute;
@@ -248,7 +261,13 @@ int run(const RunArgs& a) {
                    {"ids", source->describe()},
                    {"ids_requested", a.ids},
                    {"ids_note", ids_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(ids_note)},
-                   {"layer_us", a.layer_us}};
+                   {"layer_us", a.layer_us},
+                   {"fast_path", a.fast_path},
+                   {"cache_requested", {{"size", a.cache.size}, {"format", a.cache.format},
+                                        {"profile", a.cache.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.cache.profile)},
+                                        {"warmup_steps", cache->warmup_steps},
+                                        {"update_every", cache->update_every}, {"update_rows", cache->update_rows}}},
+                   {"cache_note", cache_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cache_note)}};
   j["lookup"] = {{"rows", r.rows_looked_up},
                  {"dead_rows", r.dead_rows},
                  {"invalid_ids", r.invalid_ids},
@@ -316,23 +335,8 @@ int run(const RunArgs& a) {
   std::printf("Workload  %s backend, batch %d, %d steps (+%d warm-up), %s prefetch, ids %s, %.0f us/layer x %s layers\n",
               backend_name.c_str(), a.batch, a.steps, a.warmup, prefetch_mode_name(mode), source->describe().c_str(), a.layer_us,
               j["workload"]["model_layers"].dump().c_str());
-  if (cuda_backend) {
-    const auto det = j["workload"]["backend_details"];
-    if (det.contains("fast_path") && !det["fast_path"].empty()) {
-      for (const auto& f : det["fast_path"]) {
-        std::string paths;
-        for (auto it = f["paths"].begin(); it != f["paths"].end(); ++it)
-          paths += (paths.empty() ? "" : ", ") + it.key() + " x" + std::to_string(it.value().get<int64_t>());
-        std::printf("Path      layer %d (--fast-path %s): %s; unique %s, cache hits %s\n", f["layer_index"].get<int>(),
-                    a.fast_path.c_str(), paths.c_str(),
-                    f["unique_fraction"].is_null() ? "n/a" : fmt_num(100 * f["unique_fraction"].get<double>(), "%.1f%%").c_str(),
-                    f["cache_hit_rate"].is_null() ? "n/a" : fmt_num(100 * f["cache_hit_rate"].get<double>(), "%.1f%%").c_str());
-        for (const auto& w : f["last_why"]) std::printf("          why: %s\n", w.get<std::string>().c_str());
-      }
-    } else if (det.contains("fast_path_note") && !det["fast_path_note"].is_null()) {
-      std::printf("Path      plain UVA gather: %s\n", det["fast_path_note"].get<std::string>().c_str());
-    }
-  }
+  if (cuda_backend) print_fast_path(j["workload"]["backend_details"], a.fast_path);
+  if (!cache_note.empty()) std::printf("Cache     %s\n", cache_note.c_str());
   std::printf("\nLookup    %s rows/s, source %s GB/s, staging %s GB/s (separate paths; not summed)\n",
               fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), fmt_num(r.source_gbps, "%.2f").c_str(),
               fmt_num(r.staging_gbps, "%.2f").c_str());
@@ -415,6 +419,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "CUDA lookup path (issue #8): planner (default: per batch, dedup / sort / hot-row cache / plain from "
                  "calibrated costs, printed with its reasons), plain (the hook runs the plain gather), off (no hook)")
       ->check(CLI::IsMember({"planner", "plain", "off"}));
+  add_cache_options(sub, a->cache, "the --warmup steps");
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(

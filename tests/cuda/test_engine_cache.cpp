@@ -1,0 +1,287 @@
+// Description: the engine's GPU hot-row cache (issue #8, CudaBackend::engine_queue): with the cache on — filled
+// from a warm-up window or a profile, then swapped online every step — every step's staging is bit-identical to
+// the same steps with the fast path off and to the CPU reference, on random non-zero tables (every byte random),
+// with the staging poisoned between steps so that a row the cache path forgot to write shows. The cache must
+// actually serve (hits > 0) and actually change (rows swapped > 0, including enough swaps to force a map rebuild).
+// HotRowCache::replace rejects bad swaps without enqueueing anything. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "cuda/backend.cuh"
+#include "cuda_test_support.hpp"
+
+namespace engram {
+namespace {
+
+constexpr int kModelLayers = 5;  // Engram layers at model layers 1 and 3
+constexpr int64_t kTokens = 64;
+
+struct CacheSetup {
+  bool fast_path = true;
+  bool force_cache = false;      // every batch probes the cache (else the planner decides)
+  int64_t budget_bytes = 0;      // per layer; 0 = no cache
+  int warmup_steps = 2;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> profile;
+  int update_every = 1;
+  int64_t update_rows = 64;
+};
+
+// Ids of one step: a hot window of `hot` ids per head that drifts with the step (so online updates have work),
+// plus uniform ids over the head's range and ~1/16 dead ids.
+std::vector<int64_t> drifting_ids(const EngramLayout& l, int li, int64_t step, std::mt19937_64& rng, int64_t hot = 40) {
+  const int heads = l.heads();
+  const auto& off = l.head_offsets.at(li);
+  std::vector<int64_t> ids(static_cast<size_t>(kTokens * heads));
+  for (int64_t t = 0; t < kTokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const int64_t span = off[h + 1] - off[h];
+      const uint64_t x = rng() % 16;
+      int64_t& id = ids[static_cast<size_t>(t * heads + h)];
+      if (x == 0) id = -1;
+      else if (x < 12) id = off[h] + (step * 7 + static_cast<int64_t>(rng() % hot)) % span;
+      else id = off[h] + static_cast<int64_t>(rng() % static_cast<uint64_t>(span));
+    }
+  return ids;
+}
+
+struct StepsRun {
+  std::vector<std::vector<std::vector<uint16_t>>> staging;  // [step][layer]
+  std::vector<cuda::EngineCacheReport> reports;             // per layer, after the run
+};
+
+// Builds a backend on `host` (registration is per backend: one at a time), runs the steps through engine_queue()
+// in the replay's call order, poisons each staging after copying it, and returns everything.
+StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup& s,
+              const std::vector<std::vector<std::vector<int64_t>>>& ids, cuda::CacheFormat format) {
+  StepsRun out;
+  cuda::CudaBackendOptions o;
+  o.layer_ids = layout.layer_ids;
+  o.heads = layout.heads();
+  o.max_tokens = kTokens;
+  o.fast_path = s.fast_path;
+  o.record_timeline = false;
+  if (s.budget_bytes > 0) o.cache.budget_bytes.assign(static_cast<size_t>(layout.n_layers()), s.budget_bytes);
+  o.cache.format = format;
+  o.cache.warmup_steps = s.warmup_steps;
+  o.cache.profile = s.profile;
+  o.cache.profile_source = "test profile";
+  o.cache.update_every = s.update_every;
+  o.cache.update_rows = s.update_rows;
+  o.cache.counts.half_life_batches = 2;  // fast decay: the drifting window's new ids beat the old ones
+  std::vector<TableView> views;
+  for (int li = 0; li < layout.n_layers(); ++li) views.push_back(host.view(li));
+  auto be = cuda::make_cuda_backend(o, views);
+  EXPECT_TRUE(be.is_ok()) << be.status().to_string();
+  if (!be.is_ok()) return out;
+  if (s.force_cache)
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      cuda::ForcedPlan fp;
+      fp.use = true;
+      fp.plan.cache = true;
+      (*be)->fast_lookup(li)->force(fp);
+    }
+  PrefetchQueue& q = (*be)->engine_queue();
+  for (size_t step = 0; step < ids.size(); ++step) {
+    q.begin_step(static_cast<int64_t>(step));
+    for (int li = 0; li < layout.n_layers(); ++li)
+      EXPECT_TRUE(q.prepare(li, ids[step][static_cast<size_t>(li)].data(), kTokens).is_ok());
+    std::vector<StagingView> sv(static_cast<size_t>(layout.n_layers()));
+    for (int layer = 0; layer < kModelLayers; ++layer) {
+      const int li = layout.layer_index(layer);
+      if (li < 0) continue;
+      auto v = q.consume(li);
+      EXPECT_TRUE(v.is_ok()) << v.status().to_string();
+      if (v.is_ok()) sv[static_cast<size_t>(li)] = *v;
+    }
+    const Status st = q.end_step();
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    std::vector<std::vector<uint16_t>> per_layer;
+    for (const auto& v : sv) {
+      std::vector<uint16_t> h(static_cast<size_t>(v.tokens * v.heads * v.d));
+      EXPECT_EQ(cudaMemcpy(h.data(), v.data, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      // Poison: the next step must write every row again (a hit the probe forgot would keep 0x7FC1 here).
+      EXPECT_EQ(cudaMemset(const_cast<uint16_t*>(v.data), 0x7F, h.size() * 2), cudaSuccess);
+      per_layer.push_back(std::move(h));
+    }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    out.staging.push_back(std::move(per_layer));
+  }
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    auto r = (*be)->cache_report(li);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    if (r.is_ok()) out.reports.push_back(*r);
+  }
+  return out;
+}
+
+struct Fixture {
+  EngramLayout layout;
+  std::unique_ptr<HostTable> host;
+  std::vector<std::vector<std::vector<int64_t>>> ids;  // [step][layer]
+  std::vector<std::vector<std::vector<uint16_t>>> ref;  // CPU reference [step][layer]
+};
+
+Fixture make_fixture(std::mt19937_64& rng, int steps) {
+  Fixture f;
+  f.layout = testing::make_layout(256, RowFormat::kFused, 24, 3000, {1, 3});
+  f.host = testing::random_host_table(f.layout, rng);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<int64_t>> per_layer;
+    std::vector<std::vector<uint16_t>> ref;
+    for (int li = 0; li < f.layout.n_layers(); ++li) {
+      per_layer.push_back(drifting_ids(f.layout, li, step, rng));
+      ref.push_back(testing::reference_staging(f.host->view(li), per_layer.back(), f.layout.heads()));
+    }
+    f.ids.push_back(std::move(per_layer));
+    f.ref.push_back(std::move(ref));
+  }
+  return f;
+}
+
+void expect_identical(const StepsRun& a, const StepsRun& b, const Fixture& f, const std::string& what) {
+  ASSERT_EQ(a.staging.size(), f.ids.size());
+  ASSERT_EQ(b.staging.size(), f.ids.size());
+  for (size_t step = 0; step < f.ids.size(); ++step)
+    for (size_t li = 0; li < f.ids[step].size(); ++li) {
+      EXPECT_EQ(testing::first_mismatch(b.staging[step][li], a.staging[step][li]), -1)
+          << what << " vs fast path off, step " << step << ", layer index " << li;
+      EXPECT_EQ(testing::first_mismatch(b.staging[step][li], f.ref[step][li]), -1)
+          << what << " vs CPU reference, step " << step << ", layer index " << li;
+    }
+}
+
+// ~200 cache slots per layer (fp8 records: 272 B + 24 B of map per slot).
+constexpr int64_t kSmallBudget = 200 * (272 + 24);
+
+class EngineCache : public ::testing::TestWithParam<cuda::CacheFormat> {};
+
+TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Fixture f = make_fixture(rng, 40);
+  CacheSetup off;
+  off.fast_path = false;
+  const StepsRun plain = run_steps(f.layout, *f.host, off, f.ids, GetParam());
+  CacheSetup on;
+  on.force_cache = true;
+  on.budget_bytes = kSmallBudget;
+  const StepsRun cached = run_steps(f.layout, *f.host, on, f.ids, GetParam());
+  expect_identical(plain, cached, f, "cache forced");
+  ASSERT_EQ(cached.reports.size(), 2u);
+  for (const auto& r : cached.reports) {
+    EXPECT_EQ(r.state, "on") << r.note;
+    EXPECT_EQ(r.created_after_step, 1);  // warm-up window: steps 0 and 1
+    EXPECT_GT(r.slots, 0);
+    EXPECT_GT(r.hits, 0);
+    EXPECT_GT(r.probes, r.hits);
+    EXPECT_TRUE(std::isfinite(r.hit_rate));
+    EXPECT_EQ(r.link_bytes_avoided, r.hits * (256 + 8));
+    EXPECT_GT(r.updates, 0);
+    EXPECT_GT(r.rows_swapped, 0);
+    EXPECT_GE(r.map_rebuilds, 1) << "~38 updates x 64 rows should fill 3/4 of a 1024-entry map with keys + tombstones";
+    EXPECT_EQ(r.dropped_batches, 0);
+    EXPECT_GT(r.hbm_bytes, 0);
+    EXPECT_TRUE(std::isfinite(r.update_host_us_max));
+  }
+  // The planner's own choices (cache or not, dedup...) on the same steps: also bit-identical.
+  on.force_cache = false;
+  const StepsRun planned = run_steps(f.layout, *f.host, on, f.ids, GetParam());
+  expect_identical(plain, planned, f, "planner with cache");
+}
+
+TEST_P(EngineCache, ProfileFillsAtStartUp) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Fixture f = make_fixture(rng, 6);
+  // Profile: the ids of all steps, counted (in-sample: every step hits).
+  CacheSetup on;
+  on.force_cache = true;
+  on.budget_bytes = kSmallBudget * 40;
+  on.update_every = 0;
+  for (int li = 0; li < f.layout.n_layers(); ++li) {
+    std::map<int64_t, int64_t> n;
+    for (const auto& step : f.ids)
+      for (int64_t id : step[static_cast<size_t>(li)])
+        if (id >= 0) ++n[id];
+    std::vector<std::pair<int64_t, int64_t>> p(n.begin(), n.end());
+    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+    on.profile.push_back(std::move(p));
+  }
+  CacheSetup off;
+  off.fast_path = false;
+  const StepsRun plain = run_steps(f.layout, *f.host, off, f.ids, GetParam());
+  const StepsRun cached = run_steps(f.layout, *f.host, on, f.ids, GetParam());
+  expect_identical(plain, cached, f, "profile cache");
+  for (const auto& r : cached.reports) {
+    EXPECT_EQ(r.state, "on") << r.note;
+    EXPECT_EQ(r.created_after_step, -1);
+    EXPECT_EQ(r.source, "test profile");
+    EXPECT_GT(r.hits, 0);
+    EXPECT_TRUE(std::isfinite(r.profile_coverage));
+    EXPECT_EQ(r.updates, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, EngineCache, ::testing::Values(cuda::CacheFormat::kFp8, cuda::CacheFormat::kBf16),
+                         [](const auto& i) { return std::string(cuda::cache_format_name(i.param)); });
+
+TEST(EngineCacheOff, ZeroBudgetAndFastPathOffSayWhy) {
+  ENGRAM_REQUIRE_GPU();
+  std::mt19937_64 rng(7);
+  Fixture f = make_fixture(rng, 3);
+  CacheSetup none;
+  const StepsRun a = run_steps(f.layout, *f.host, none, f.ids, cuda::CacheFormat::kFp8);
+  for (const auto& r : a.reports) {
+    EXPECT_EQ(r.state, "off");
+    EXPECT_FALSE(r.note.empty());
+    EXPECT_TRUE(std::isnan(r.hit_rate));  // n/a, never 0
+  }
+  CacheSetup off;
+  off.fast_path = false;
+  off.budget_bytes = kSmallBudget;
+  const StepsRun b = run_steps(f.layout, *f.host, off, f.ids, cuda::CacheFormat::kFp8);
+  for (const auto& r : b.reports) {
+    EXPECT_EQ(r.state, "off");
+    EXPECT_NE(r.note.find("fast path"), std::string::npos) << r.note;
+  }
+  expect_identical(a, b, f, "no cache");
+}
+
+TEST(HotRowCacheReplace, RejectsBadSwapsWithoutChangingTheCache) {
+  ENGRAM_REQUIRE_GPU();
+  std::mt19937_64 rng(11);
+  const EngramLayout l = testing::make_layout(256, RowFormat::kFused, 1, 5000, {0});
+  auto host = testing::random_host_table(l, rng);
+  ASSERT_TRUE(host);
+  cuda::HotCacheOptions o;
+  o.budget_bytes = 8 * (272 + 24);
+  auto c = cuda::HotRowCache::create(host->view(0), {1, 2, 3}, o);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  ASSERT_EQ((*c)->slots(), 8);
+  EXPECT_FALSE((*c)->replace({{8, 10}}, nullptr).is_ok());           // slot out of range
+  EXPECT_FALSE((*c)->replace({{4, 10}, {4, 11}}, nullptr).is_ok());  // slot twice
+  EXPECT_FALSE((*c)->replace({{4, 2}}, nullptr).is_ok());            // already cached
+  EXPECT_FALSE((*c)->replace({{4, 5000}}, nullptr).is_ok());         // outside the table
+  EXPECT_EQ((*c)->filled(), 3);
+  EXPECT_EQ((*c)->swapped_rows(), 0);
+  auto r = (*c)->replace({{0, 10}, {5, 11}}, nullptr);  // evict id 1 (slot 0), fill free slot 5
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(*r, 2);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_FALSE((*c)->contains(1));
+  EXPECT_TRUE((*c)->contains(10));
+  EXPECT_TRUE((*c)->contains(11));
+  EXPECT_EQ((*c)->filled(), 4);
+  EXPECT_EQ((*c)->slot_ids()[0], 10);
+  EXPECT_EQ((*c)->slot_ids()[5], 11);
+}
+
+}  // namespace
+}  // namespace engram
