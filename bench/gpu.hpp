@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,6 +19,7 @@
 
 namespace engram {
 class ThreadPool;
+class IdSource;
 }
 
 namespace engram::bench {
@@ -47,6 +49,39 @@ class GpuLookupSession {
 Result<std::unique_ptr<GpuLookupSession>> open_gpu_lookup(const TableView& view, int64_t table_bytes,
                                                           int64_t max_rows, int sets, int64_t tlb_scrub_rows,
                                                           uint64_t seed);
+
+// ---- Technique sections of `engram bench lookup` (issue #8; bench/lookup_fast.cu) --------------------------------
+// Each fast-path technique on and off on the same ids: start-up calibration (planner costs, sort threshold);
+// prefill (prefill_tokens x heads rows) plain / dedup-hash / dedup-sort / dedup+cache fp8 / bf16 / hybrid /
+// planner as rows/s and ratio to plain with each technique's ceiling; decode batches with the cache: link bytes
+// per token, time, hit rate; the sort-threshold sweep (hash vs sort dedup on all-unique rows). Variants run
+// interleaved per repetition (time_variants), repetition k uses id set k (fresh ids), CUDA-event times.
+inline const std::vector<std::string>& fast_techniques() {
+  static const std::vector<std::string> t{"plain", "dedup-hash", "dedup-sort", "cache-fp8", "cache-bf16", "hybrid", "planner"};
+  return t;
+}
+struct FastSectionOptions {
+  std::vector<std::string> sections{"calibration", "prefill", "decode", "sort-sweep"};
+  std::vector<std::string> techniques;        // subset of fast_techniques(); plain always runs (the baseline)
+  std::vector<std::string> ids{"text", "zipf", "uniform"};
+  int64_t prefill_tokens = 8192;
+  std::vector<int64_t> decode_tokens{64, 256, 512};
+  std::vector<int64_t> sort_sweep_tokens{128, 512, 1536, 4096, 8192};
+  int64_t cache_bytes = 0;                    // HBM per cache (rows + map); 0 = no cache variants
+  std::string cache_size_text;                // as given ("5%")
+  int warm_steps = 8;                         // warm-up window (prefill batches) of an in-sample profile
+  int host_threads = 0;                       // host-gather threads (0 = cores - 2, at least 1)
+  // Text ids' cache profile from a file (engram profile, layer 0 of this table): (id, count) hottest first and
+  // the profile's total lookups; empty = the warm-up window of the measured source (in-sample).
+  std::vector<std::pair<int64_t, int64_t>> text_profile;
+  int64_t text_profile_lookups = 0;
+  std::string text_profile_path;
+  // Id source of a distribution over the whole table ("text", "zipf", "uniform").
+  std::function<Result<std::unique_ptr<IdSource>>(const std::string& dist)> make_source;
+};
+// Appends the sections' tables, notes and data["fast"] to `rep`. kUnsupported without a usable GPU.
+Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, const FastSectionOptions& o,
+                         Context& ctx, Report& rep);
 
 Result<Report> run_copy_bench(Context& ctx);
 Result<Report> run_register_bench(Context& ctx);

@@ -11,13 +11,21 @@
 // random content with realistic scales, registered once; per case `warmup + reps` fresh id sets (set k is
 // used by every variant in repetition k; variants shuffled per repetition); each GPU launch translation-cold
 // (scrub) and L2-cold (flush), timed alone with events; CPU variants with steady_clock.
-// The sweep is reusable: sweep_case() times any set of variants over the id sets of one case, and
-// bench/lookup_fast* adds its own variants through it.
+// The sweep is reusable: sweep_case() times any set of variants over the id sets of one case.
+//
+// Technique sections (issue #8, CUDA builds with a GPU; bench/lookup_fast.cu): each fast-path technique on and off
+// on one fused table of --table-size: calibration, prefill, decode with a hot-row cache, sort-threshold sweep
+// (--sections picks, --techniques a subset of the variants). Text ids come from --tokens (e.g. the test part of
+// scripts/tokenize-corpus) and the text cache from --cache-profile (an `engram profile --layout bench` of other
+// text: held-out), else from a warm-up window of the measured text (in-sample). Without a GPU they are waived
+// with the reason (a note; the whole bench is waived when only they were asked for).
 #include "bench/lookup.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -32,6 +40,7 @@
 #include "host/census.hpp"
 #include "host/placement.hpp"
 #include "host/token_io.hpp"
+#include "replay/hot_profile.hpp"
 #include "replay/id_source.hpp"
 #include "replay/text_id_source.hpp"
 
@@ -78,11 +87,13 @@ void fill_table(const TableView& v, uint64_t seed, int threads) {
 }
 
 Result<std::unique_ptr<IdSource>> make_ids(const std::string& dist, const EngramLayout& span_layout, double alpha,
-                                           uint64_t seed, const std::string& data_dir) {
+                                           uint64_t seed, const std::string& data_dir, const std::string& tokens_path) {
   if (dist == "uniform") return make_uniform_id_source(span_layout, seed);
   if (dist == "zipf") return make_zipf_id_source(span_layout, alpha, seed);
   if (dist == "text") {
-    const std::string tok = data_dir.empty() ? default_token_file_path() : data_dir + "/common-licenses.tokens";
+    const std::string tok = !tokens_path.empty() ? tokens_path
+                            : data_dir.empty()   ? default_token_file_path()
+                                                 : data_dir + "/common-licenses.tokens";
     return make_text_id_source(span_layout, tok, "", static_cast<int64_t>(seed));
   }
   return Status(Code::kInvalidArgument, "ids '" + dist + "': expected uniform, zipf or text");
@@ -130,10 +141,113 @@ struct LookupOptions {
   std::string placement = "none";
   std::string backing = "memfd";
   int64_t tlb_scrub_rows = 131072;
+  std::string tokens;  // token file of the text ids ("" = the default text)
+  // Technique sections (issue #8).
+  std::vector<std::string> sections{"sweep", "fast"};
+  std::vector<std::string> techniques;
+  std::vector<std::string> fast_ids{"text", "zipf", "uniform"};
+  int64_t prefill_tokens = 8192;
+  std::vector<int64_t> decode{64, 256, 512};
+  std::vector<int64_t> sort_sweep{128, 512, 1536, 4096, 8192};
+  std::string cache_size = "5%";
+  std::string cache_profile;
+  int warm_steps = 8;
+  int host_threads = 0;
+  int64_t hash_seed = 0;
 };
 LookupOptions g_opt;
 
 double gib(int64_t b) { return static_cast<double>(b) / double(1ull << 30); }
+
+// The technique sections (bench/lookup_fast.cu) on one fused table of `table_bytes`: checks the options and the
+// cache profile (on every machine), then runs them; without a GPU they are waived (a note, or the whole report when
+// nothing else ran).
+Status run_fast(const LookupOptions& o, const std::vector<std::string>& sections, int64_t table_bytes, Context& ctx,
+                Report& rep, bool swept) {
+  const int d = o.d.empty() ? 256 : o.d.front();
+  const EngramLayout layout = bench_layout(table_bytes, RowFormat::kFused, d);
+  FastSectionOptions fo;
+  fo.sections.clear();
+  for (const auto& x : sections)
+    if (x != "sweep") fo.sections.push_back(x);
+  fo.techniques = o.techniques;
+  fo.ids = o.fast_ids;
+  fo.prefill_tokens = o.prefill_tokens;
+  fo.decode_tokens = o.decode;
+  fo.sort_sweep_tokens = o.sort_sweep;
+  fo.warm_steps = o.warm_steps;
+  fo.host_threads = o.host_threads;
+  fo.cache_size_text = o.cache_size;
+  if (o.cache_size == "0" || o.cache_size == "off") {
+    fo.cache_bytes = 0;
+  } else if (!o.cache_size.empty() && o.cache_size.back() == '%') {
+    char* end = nullptr;
+    const double p = std::strtod(o.cache_size.c_str(), &end);
+    if (end != o.cache_size.c_str() + o.cache_size.size() - 1 || !(p > 0 && p <= 100))
+      return Status(Code::kInvalidArgument, "--cache-size '" + o.cache_size + "': expected bytes (1GiB), a share (5%) or off");
+    fo.cache_bytes = static_cast<int64_t>(p / 100 * static_cast<double>(layout.table_bytes(0)));
+  } else {
+    ENGRAM_ASSIGN_OR_RETURN(fo.cache_bytes, parse_size_bytes(o.cache_size));
+  }
+  if (!o.cache_profile.empty()) {
+    auto read = replay::read_hot_profile(o.cache_profile);
+    if (!read.is_ok()) return read.status().with_context("--cache-profile");
+    replay::HotProfile p = std::move(*read);
+    const Status st = replay::check_hot_profile_layout(p, layout);
+    if (!st.is_ok())
+      return Status(Code::kInvalidArgument,
+                    "--cache-profile " + o.cache_profile + ": " + st.message() + "; make one for this table with: engram profile " +
+                        "--layout bench --table-size " + o.table_size + " --d " + std::to_string(d) + " --tokens TRAIN.tokens --out FILE");
+    if (p.seed != o.hash_seed)
+      return Status(Code::kInvalidArgument, "--cache-profile " + o.cache_profile + " was hashed with seed " + std::to_string(p.seed) +
+                                                ", the bench hashes text with --hash-seed " + std::to_string(o.hash_seed));
+    const std::string measured = o.tokens.empty() ? default_token_file_path() : o.tokens;
+    for (const auto& s : p.sources)
+      if (std::filesystem::path(s.path).filename() == std::filesystem::path(measured).filename())
+        rep.notes.push_back("--cache-profile " + o.cache_profile + " was counted on " + s.path +
+                            ", a file named like the measured text " + measured + ": the text hit rates may be in-sample");
+    fo.text_profile_lookups = p.layers[0].lookups;
+    fo.text_profile = std::move(p.layers[0].id_counts);
+    fo.text_profile_path = o.cache_profile;
+  }
+  // Options and the profile are checked first, so that a bad one is an error on every machine.
+  if (const auto gw = gpu_waiver()) {
+    rep.notes.push_back("technique sections (calibration, prefill, decode, sort-sweep) waived: " + *gw);
+    if (!swept) {
+      rep.waived = true;
+      rep.waived_reason = *gw;
+    }
+    return Status::ok();
+  }
+  const std::string tokens = o.tokens;
+  const double alpha = o.zipf_alpha;
+  const uint64_t seed = ctx.seed;
+  const int64_t hash_seed = o.hash_seed;
+  const std::string data_dir = ctx.data_dir;
+  fo.make_source = [layout, tokens, alpha, seed, hash_seed, data_dir](const std::string& dist) -> Result<std::unique_ptr<IdSource>> {
+    if (dist == "text") return make_ids(dist, layout, alpha, static_cast<uint64_t>(hash_seed), data_dir, tokens);
+    return make_ids(dist, layout, alpha, seed + (dist == "zipf" ? 3 : 5), data_dir, tokens);
+  };
+  TableOptions to;
+  to.backing = o.backing;
+  to.placement = o.placement;
+  ENGRAM_ASSIGN_OR_RETURN(auto table, HostTable::create(layout, to));
+  const TableView view = table->view(0);
+  const double t0 = now_ns();
+  fill_table(view, ctx.seed, ctx.threads);
+  rep.notes.push_back(fmt::format("technique sections: fused d={} table {:.2f} GiB ({} rows), filled in {:.1f} s; text ids {}, "
+                                  "hash seed {}; cache {} ({})",
+                                  d, gib(layout.table_bytes(0)), view.rows, (now_ns() - t0) * 1e-9,
+                                  tokens.empty() ? default_token_file_path() : tokens, hash_seed, o.cache_size,
+                                  o.cache_profile.empty() ? "text cache from a warm-up window: in-sample"
+                                                          : "text cache from " + o.cache_profile));
+  const Status st = run_fast_sections(view, layout.table_bytes(0), layout.heads(), fo, ctx, rep);
+  if (st.code() == Code::kUnsupported) {
+    rep.notes.push_back("technique sections waived: " + st.message());
+    return Status::ok();
+  }
+  return st;
+}
 
 Result<Report> run_lookup(Context& ctx) {
   LookupOptions o = g_opt;
@@ -144,7 +258,27 @@ Result<Report> run_lookup(Context& ctx) {
     o.sorted = {"no", "yes"};
     o.tlb_scrub_rows = 4096;
     o.d = {256};
+    o.prefill_tokens = 1024;
+    o.decode = {64};
+    o.sort_sweep = {64, 256};
+    o.warm_steps = 2;
   }
+  // --sections: "fast" stands for every technique section.
+  std::vector<std::string> sections;
+  for (const auto& x : o.sections) {
+    if (x == "fast") {
+      for (const char* y : {"calibration", "prefill", "decode", "sort-sweep"}) sections.push_back(y);
+    } else if (x == "sweep" || x == "calibration" || x == "prefill" || x == "decode" || x == "sort-sweep") {
+      sections.push_back(x);
+    } else {
+      return Status(Code::kInvalidArgument, "--sections '" + x + "': expected sweep, fast, calibration, prefill, decode or sort-sweep");
+    }
+  }
+  for (const auto& t : o.techniques)
+    if (std::find(fast_techniques().begin(), fast_techniques().end(), t) == fast_techniques().end())
+      return Status(Code::kInvalidArgument, "--techniques '" + t + "': expected plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid or planner");
+  const bool want_sweep = std::find(sections.begin(), sections.end(), "sweep") != sections.end();
+  const bool want_fast = std::any_of(sections.begin(), sections.end(), [](const std::string& x) { return x != "sweep"; });
   ENGRAM_ASSIGN_OR_RETURN(const int64_t table_bytes_req, parse_size_bytes(o.table_size));
   std::vector<int64_t> spans;
   for (const auto& s : o.spans) {
@@ -193,7 +327,7 @@ Result<Report> run_lookup(Context& ctx) {
   nlohmann::json tables = nlohmann::json::array();
   std::vector<plot::Figure> figs;
 
-  for (const auto& lname : o.layouts) {
+  for (const auto& lname : want_sweep ? o.layouts : std::vector<std::string>{}) {
     ENGRAM_ASSIGN_OR_RETURN(const RowFormat fmt, parse_row_format(lname));
     for (int d : o.d) {
       if (d <= 0 || d % 32 != 0) return Status(Code::kInvalidArgument, "--d " + std::to_string(d) + ": expected a multiple of 32");
@@ -243,7 +377,7 @@ Result<Report> run_lookup(Context& ctx) {
             std::map<std::string, plot::Series> series;
             bool dist_ok = true;
             for (int64_t tokens : o.batches) {
-              auto src = make_ids(dist, span_layout, o.zipf_alpha, ctx.seed + 17, ctx.data_dir);
+              auto src = make_ids(dist, span_layout, o.zipf_alpha, ctx.seed + 17, ctx.data_dir, o.tokens);
               if (!src.is_ok()) {
                 rep.notes.push_back("ids " + dist + ": n/a: " + src.status().to_string());
                 dist_ok = false;
@@ -339,8 +473,9 @@ Result<Report> run_lookup(Context& ctx) {
       }
     }
   }
-  rep.tables.push_back(std::move(tb));
+  if (want_sweep) rep.tables.push_back(std::move(tb));
   rep.figures = std::move(figs);
+  if (want_fast) ENGRAM_RETURN_IF_ERROR(run_fast(o, sections, table_bytes_req, ctx, rep, want_sweep));
   rep.method = {{"warmup", std::max(ctx.warmup, 1)},
                 {"reps", ctx.reps},
                 {"fresh_ids_per_rep", true},
@@ -352,6 +487,7 @@ Result<Report> run_lookup(Context& ctx) {
                 {"sorted", "ids of one call sorted ascending (staging order changes)"},
                 {"tlb_scrub_rows", o.tlb_scrub_rows}};
   rep.setup = {{"tables", tables},
+               {"sections", sections},
                {"backends", {{"cuda", use_cuda}, {"cpu", use_cpu}, {"host_dma", use_dma}}},
                {"threads", pool.size()},
                {"table_size_requested", o.table_size}};
@@ -379,6 +515,22 @@ ENGRAM_BENCH(lookup, {.key = "lookup",
                             s.add_option("--placement", g_opt.placement, "Table placement policy (host/placement.hpp)");
                             s.add_option("--backing", g_opt.backing, "Table backing: memfd, shm, hugetlb, anon-thp");
                             s.add_option("--tlb-scrub-rows", g_opt.tlb_scrub_rows, "Rows of the GPU translation scrub (0 = none)");
+                            s.add_option("--tokens", g_opt.tokens, "Token file of the text ids (default: the default text)");
+                            s.add_option("--sections", g_opt.sections,
+                                         "sweep, fast (= calibration,prefill,decode,sort-sweep) or any of those")->delimiter(',');
+                            s.add_option("--techniques", g_opt.techniques,
+                                         "Technique variants: plain,dedup-hash,dedup-sort,cache-fp8,cache-bf16,hybrid,planner "
+                                         "(default all; plain always runs)")->delimiter(',');
+                            s.add_option("--fast-ids", g_opt.fast_ids, "Id distributions of the technique sections")->delimiter(',');
+                            s.add_option("--prefill-tokens", g_opt.prefill_tokens, "Prefill batch of the technique sections (x 24 heads)");
+                            s.add_option("--decode", g_opt.decode, "Decode batches of the technique sections (tokens)")->delimiter(',');
+                            s.add_option("--sort-sweep", g_opt.sort_sweep, "Batches (tokens) of the sort-threshold sweep")->delimiter(',');
+                            s.add_option("--cache-size", g_opt.cache_size, "GPU hot-row cache: bytes (1GiB), share of the table (5%) or off");
+                            s.add_option("--cache-profile", g_opt.cache_profile,
+                                         "Hot-row profile for the text cache (engram profile --layout bench --table-size SAME)");
+                            s.add_option("--warm-steps", g_opt.warm_steps, "Warm-up window (prefill batches) of in-sample cache profiles");
+                            s.add_option("--host-threads", g_opt.host_threads, "Host-gather threads (0 = cores - 2)");
+                            s.add_option("--hash-seed", g_opt.hash_seed, "Hash seed of the technique sections' text ids");
                           },
                       .filter = nullptr,
                       .run = run_lookup,

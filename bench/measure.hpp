@@ -1,6 +1,6 @@
-// Measurement helpers shared by the benches (and by bench/lookup_fast*): interleaved A/B repetitions in a
-// shuffled order, the lookup accounting of design.md (rows/s, source GB/s and staging GB/s kept apart, % of the
-// link and of the plain-gather ceiling), and NaN-safe JSON/cell conversions.
+// Measurement helpers shared by the benches (the lookup sweep and its technique sections included): interleaved
+// A/B repetitions in a shuffled order, the lookup accounting of design.md (rows/s, source GB/s and staging GB/s kept
+// apart, % of the link and of the plain-gather ceiling), and NaN-safe JSON/cell conversions.
 //
 // time_variants() is the one timing loop: for every repetition (warm-ups first, untimed) it runs each variant
 // once, in an order shuffled per repetition from ctx.rng, so drift, thermal state and cache warm-up hit all
