@@ -148,7 +148,7 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
       slot_of_.erase(sw.old_id);
       pool_.insert(sw.old_id);  // an evicted id may come back when it heats up again
     } else {
-      free_.erase(std::find(free_.begin(), free_.end(), slot));
+      free_.pop_back();  // free victims come first, taken from the back of free_ in order: this is `slot`
     }
     slot_ids_[static_cast<size_t>(slot)] = id;
     slot_of_[id] = slot;

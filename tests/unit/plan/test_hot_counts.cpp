@@ -93,6 +93,8 @@ TEST(HotCounts, PlanFillsFreeSlotsWithHottestUncachedFirst) {
   ASSERT_EQ(sw.size(), 2u);
   EXPECT_EQ(sw[0].new_id, 1);
   EXPECT_EQ(sw[1].new_id, 2);
+  EXPECT_EQ(sw[0].slot, 0);  // free slots lowest first
+  EXPECT_EQ(sw[1].slot, 1);
   for (const auto& s : sw) {
     EXPECT_EQ(s.old_id, -1);
     EXPECT_NE(s.slot, 2);  // slot 2 holds 100 and there were free slots
@@ -104,6 +106,7 @@ TEST(HotCounts, PlanFillsFreeSlotsWithHottestUncachedFirst) {
   const auto sw2 = c.plan(8);
   ASSERT_EQ(sw2.size(), 1u);  // only 3 is left uncached; one free slot
   EXPECT_EQ(sw2[0].new_id, 3);
+  EXPECT_EQ(sw2[0].slot, 3);
   EXPECT_EQ(c.free_slots(), 0);
   EXPECT_TRUE(c.plan(8).empty());  // nothing uncached left
 }
