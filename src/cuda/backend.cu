@@ -145,7 +145,8 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
       plan::HotCountsOptions co = opt.cache.counts;
       co.id_limit = views[0].rows;
       for (const auto& v : views) co.id_limit = std::min(co.id_limit, v.rows);
-      co.pool_size = std::max<int64_t>(co.pool_size, 4 * opt.cache.update_rows);
+      // Candidates kept: 4x the rows one update may swap (planning cost O(pool + window) on the serving thread).
+      co.pool_size = std::max<int64_t>(256, 4 * opt.cache.update_rows);
       be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, opt.cache.max_pending_ids);
     }
     if (!opt.cache.profile.empty()) ENGRAM_RETURN_IF_ERROR(be->create_caches(/*from_profile=*/true));
