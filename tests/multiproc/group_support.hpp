@@ -197,6 +197,12 @@ inline nlohmann::json run_peer(const GroupSetup& g, const PeerPlan& plan) {
     uint8_t* p = (*group)->segments()[0].backing.data();
     const int pid = fork();
     if (pid == 0) {
+      // A sanitizer runtime (ASan, TSan) installs its own SIGSEGV handler, which turns the fault into
+      // a report and exit(1); the probe restores the default action so that the fault, and only a
+      // fault, ends the child by SIGSEGV (a write that succeeds still exits 0).
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGSEGV, &dfl, nullptr);
       static_cast<volatile uint8_t*>(p)[0] = 1;
       _exit(0);
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -15,6 +16,13 @@ struct CliResult {
 };
 
 enum class CliStderr { kDiscard, kMerge };
+
+// Empty when the CLI binary exists; otherwise the reason a test that drives it must skip (GTEST_SKIP() << it).
+// The CLI is missing in a build that makes only the test executables, e.g. `scripts/sanitize asan`.
+inline std::string cli_missing() {
+  if (::access(ENGRAM_CLI_PATH, X_OK) == 0) return "";
+  return std::string("the engram CLI is not built (") + ENGRAM_CLI_PATH + ")";
+}
 
 inline CliResult run_engram(const std::string& args, CliStderr err = CliStderr::kDiscard) {
   const std::string cmd =

@@ -25,6 +25,7 @@ std::string run_cli(const std::string& args, int* rc) {
 }  // namespace
 
 TEST(CensusCli, BuildsAPlacedTableAndCountsEveryPage) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   const int node = sys::memory_nodes().front();
   int rc = -1;
   const std::string out = run_cli("census --table-size 4MiB --placement bind:" + std::to_string(node) + " --json", &rc);
@@ -42,6 +43,7 @@ TEST(CensusCli, BuildsAPlacedTableAndCountsEveryPage) {
 }
 
 TEST(CensusCli, BadPlacementAndBadPidAreBadInput) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   int rc = -1;
   std::string out = run_cli("census --table-size 4MiB --placement scatter:0", &rc);
   EXPECT_EQ(rc, 2) << out;
@@ -54,6 +56,7 @@ TEST(CensusCli, BadPlacementAndBadPidAreBadInput) {
 }
 
 TEST(CensusCli, ReadsARunningProcessesTables) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   auto layout = make_preset_layout("tiny");
   ASSERT_TRUE(layout.is_ok());
   TableOptions opts;

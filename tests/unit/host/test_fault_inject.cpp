@@ -81,7 +81,8 @@ void run_matrix(const std::string& what, const std::function<Status()>& op, cons
       }
       EXPECT_EQ(after.fds, base.fds) << where << ": descriptor leaked; " << after.to_string();
       EXPECT_EQ(after.engram_maps, base.engram_maps) << where << ": mapping of a table object leaked";
-      EXPECT_EQ(after.big_maps, base.big_maps) << where << ": table-sized anonymous mapping leaked";
+      EXPECT_EQ(after.big_maps, base.big_maps)
+          << where << ": table-sized anonymous mapping leaked; new:" << after.new_big_maps(base);
       EXPECT_EQ(after.shm_files, base.shm_files) << where << ": named file left in " << shm_dir;
       outcomes->push_back({calls[i], err, s.is_ok(), s.code(), s.message()});
     }

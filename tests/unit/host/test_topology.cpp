@@ -78,6 +78,7 @@ TEST(Topology, ThpChoiceIsTheBracketedOne) {
 }
 
 TEST(TopologyCli, TopoJsonAndText) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   int rc = -1;
   const std::string out = run_cli("topo --json", &rc);
   ASSERT_EQ(rc, 0) << out;
