@@ -103,9 +103,12 @@ class [[nodiscard]] Result {
   } while (0)
 
 // `ENGRAM_ASSIGN_OR_RETURN(auto x, make_x());` binds the value or returns the Status.
+// NOLINTBEGIN(bugprone-macro-parentheses): `tmp` is a name being declared and `lhs` a declaration
+// ("auto x"); neither can be parenthesized.
 #define ENGRAM_ASSIGN_OR_RETURN(lhs, expr) \
   ENGRAM_ASSIGN_OR_RETURN_IMPL_(ENGRAM_CONCAT_(engram_result_, __LINE__), lhs, expr)
 #define ENGRAM_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                   \
   if (!tmp.is_ok()) return tmp.status();               \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -383,7 +383,7 @@ int run_soak(const SoakArgs& a) {
     // The last round takes what is left (at least 2 s, so that every round does work).
     Millis len = std::min(*round_len, std::chrono::duration_cast<Millis>(end_at - now));
     len = std::max(len, Millis(2000));
-    const std::string placement = placements[rng() % placements.size()];
+    const std::string& placement = placements[rng() % placements.size()];
     const std::string backing = a.backings[rng() % a.backings.size()];
     const std::string row_layout = rng() % 2 ? "fused" : "split";
     if (!a.json_out)
