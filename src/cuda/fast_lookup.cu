@@ -316,8 +316,13 @@ Status FastLookup::calibrate(void* stream) {
   std::sort(sorted.begin(), sorted.end());
   int64_t* d_ids = nullptr;
   uint16_t* d_out = nullptr;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_ids, 8 * n_big), "calibrate: ids");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_out, 2 * static_cast<size_t>(v.d) * n_big), "calibrate: out");
+  // Curve sizes: decode-sized to prefill-sized batches (the rate is not constant across them).
+  std::vector<int64_t> curve_rows;
+  for (int64_t r : {int64_t{512}, int64_t{2048}, int64_t{8192}, int64_t{32768}, int64_t{131072}, opt_.max_rows})
+    if (r <= opt_.max_rows && r <= 196608 && (curve_rows.empty() || r > curve_rows.back())) curve_rows.push_back(r);
+  const int64_t n_alloc = std::max(n_big, curve_rows.empty() ? int64_t{0} : curve_rows.back());
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_ids, 8 * n_alloc), "calibrate: ids");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_out, 2 * static_cast<size_t>(v.d) * n_alloc), "calibrate: out");
   auto time_us = [&](const std::vector<int64_t>& host_ids, int64_t n, const plan::Plan& p) -> Result<double> {
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s), "calibrate: copy");
     LookupArgs a;
@@ -338,6 +343,31 @@ Status FastLookup::calibrate(void* stream) {
       best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     return best;
+  };
+  // Median of 3 repetitions, each on fresh random ids (a repeated id set could be served from the GPU's L2).
+  auto time_fresh_us = [&](int64_t n, const plan::Plan& p) -> Result<double> {
+    std::vector<double> t;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<int64_t> fresh(static_cast<size_t>(n));
+      for (auto& x : fresh) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, fresh.data(), 8 * n, cudaMemcpyHostToDevice, s), "calibrate: copy");
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+      LookupArgs a;
+      a.table = table_;
+      a.ids = d_ids;
+      a.ids_host = fresh.data();
+      a.tokens = n;
+      a.heads = 1;
+      a.out = d_out;
+      a.grid_fraction = 1.0;
+      const auto t0 = std::chrono::steady_clock::now();
+      ENGRAM_ASSIGN_OR_RETURN(LaunchInfo li, launch_plan(a, p, stream));
+      (void)li;
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+      t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[1];
   };
   plan::Plan plain, hash, sort, host;
   hash.dedup = true;
@@ -381,8 +411,19 @@ Status FastLookup::calibrate(void* stream) {
       k.host_rows_per_s = dn / std::max(1e-3, host_big - host_small) * 1e6;
       k.host_fixed_us = std::max(0.0, host_small - n_small / k.host_rows_per_s * 1e6);
     }
+    k.uva_curve.clear();
+    k.host_curve.clear();
+    for (int64_t r : curve_rows) {
+      ENGRAM_ASSIGN_OR_RETURN(double t_uva, time_fresh_us(r, plain));
+      k.uva_curve.emplace_back(static_cast<double>(r), t_uva);
+      if (host_) {
+        ENGRAM_ASSIGN_OR_RETURN(double t_host, time_fresh_us(r, host));
+        k.host_curve.emplace_back(static_cast<double>(r), t_host);
+      }
+    }
     k.source = "start-up calibration on this table (" + std::to_string(n_big) + " and " + std::to_string(n_small) +
-               " random rows, best of 3)";
+               " random rows, best of 3; plain and host-gather times at " + std::to_string(curve_rows.size()) +
+               " batch sizes, median of 3 on fresh ids)";
     return Status::ok();
   };
   const FastLookupStats saved = totals_;

@@ -43,8 +43,17 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
     pre += k.cache_fixed_us + gathered * k.cache_probe_ns_per_row * 1e-3;
     misses = gathered * (1 - h);
   }
-  const double uva_us = k.uva_fixed_us + misses * (1 - c.host_share) / rate * 1e6;
-  const double host_us = c.host_share > 0 ? k.host_fixed_us + misses * c.host_share / k.host_rows_per_s * 1e6 : 0;
+  const double uva_rows = misses * (1 - c.host_share);
+  double uva_us = k.uva_fixed_us + uva_rows / rate * 1e6;
+  if (!k.uva_curve.empty()) {
+    uva_us = curve_us(k.uva_curve, uva_rows);  // measured by size; sorted rows scaled by the large-batch ratio
+    if (c.dedup == Dedup::kSort && k.uva_sorted_rows_per_s > 0 && k.uva_rows_per_s > 0)
+      uva_us *= k.uva_rows_per_s / k.uva_sorted_rows_per_s;
+  }
+  double host_us = 0;
+  if (c.host_share > 0)
+    host_us = k.host_curve.empty() ? k.host_fixed_us + misses * c.host_share / k.host_rows_per_s * 1e6
+                                   : curve_us(k.host_curve, misses * c.host_share);
   return pre + std::max(uva_us, host_us);
 }
 
@@ -55,6 +64,19 @@ const char* dedup_name(Dedup d) { return d == Dedup::kOff ? "off" : d == Dedup::
 double balanced_host_share(double uva_rows_per_s, double host_rows_per_s) {
   if (!(host_rows_per_s > 0) || !(uva_rows_per_s > 0)) return 0;
   return host_rows_per_s / (host_rows_per_s + uva_rows_per_s);
+}
+
+double curve_us(const std::vector<std::pair<double, double>>& c, double rows) {
+  if (c.empty()) return kUnknown;
+  if (rows <= c.front().first || c.size() == 1)
+    return rows <= c.front().first ? c.front().second : c.front().second * rows / c.front().first;
+  size_t i = 1;
+  while (i + 1 < c.size() && rows > c[i].first) ++i;
+  const auto& [x0, y0] = c[i - 1];
+  const auto& [x1, y1] = c[i];
+  const double slope = x1 > x0 ? (y1 - y0) / (x1 - x0) : 0;
+  if (rows > x1) return y1 + std::max(0.0, slope) * (rows - x1);  // past the last point
+  return y0 + slope * (rows - x0);
 }
 
 std::string Plan::path_name() const {
@@ -94,8 +116,20 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
     p.why.push_back("empty batch: nothing to plan");
     return p;
   }
-  const double share = std::isfinite(o.host_share_override) ? std::clamp(o.host_share_override, 0.0, 1.0)
-                                                            : balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
+  double share = std::isfinite(o.host_share_override) ? std::clamp(o.host_share_override, 0.0, 1.0)
+                                                      : balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
+  if (!std::isfinite(o.host_share_override) && !k.uva_curve.empty() && !k.host_curve.empty() && k.host_rows_per_s > 0) {
+    // Measured curves: the share where the two paths' predicted times balance best, in steps of 5%.
+    double best_us = 1e300;
+    for (int i = 1; i < 20; ++i) {
+      const double s = 0.05 * i;
+      const double us = predict_us(Candidate{Dedup::kOff, false, s, 0}, n, u, h, k);
+      if (us < best_us) {
+        best_us = us;
+        share = s;
+      }
+    }
+  }
   const bool can_hybrid = o.allow_hybrid && k.host_rows_per_s > 0 && share > 0;
   const bool can_sort = o.allow_dedup && o.allow_sort && k.sort_min_unique_rows > 0 &&
                         n * u >= static_cast<double>(k.sort_min_unique_rows);

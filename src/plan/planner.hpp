@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace engram::plan {
@@ -42,6 +43,12 @@ struct Costs {
   double host_rows_per_s = 0;          // host-gather + DMA path; 0 = unavailable
   double host_fixed_us = 30;           // wake the gather threads + one DMA round trip
   int64_t sort_min_unique_rows = 0;    // sort the unique ids at or above this many; 0 = never (not measured)
+  // Measured times by batch size, (rows, us) with rows ascending, of the plain UVA gather and of the host-gather
+  // path alone (start-up calibration). When present they replace fixed + rows / rate, which does not hold on the
+  // H200: a 6 K-row batch ran at ~94 M rows/s, a 196 K-row batch at 28-40 M rows/s (H200 run 2026-12-01), so a
+  // rate fitted on large batches over-predicts small ones and made the planner pick a slower hybrid in decode.
+  std::vector<std::pair<double, double>> uva_curve;
+  std::vector<std::pair<double, double>> host_curve;
   std::string source = "defaults";     // where these figures come from (calibration, file, defaults)
 };
 
@@ -87,5 +94,10 @@ Plan choose(const BatchStats& batch, const Costs& costs, const PlannerOptions& o
 // Best host share of the hybrid: the split where both paths finish together, s = R_host / (R_host + R_uva)
 // (fixed costs ignored); 0 when the host path is unavailable.
 double balanced_host_share(double uva_rows_per_s, double host_rows_per_s);
+
+// Time in us of `rows` rows on a measured curve ((rows, us) ascending): linear between points, the first point's
+// time below it (a batch smaller than the smallest measured one is taken as fixed-cost bound), the last segment's
+// slope (>= 0) above the last point. NaN when the curve is empty.
+double curve_us(const std::vector<std::pair<double, double>>& curve, double rows);
 
 }  // namespace engram::plan

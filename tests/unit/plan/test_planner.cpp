@@ -3,6 +3,8 @@
 // and every plan carries its reasons.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "plan/planner.hpp"
 
 namespace engram::plan {
@@ -140,6 +142,46 @@ TEST(Planner, HybridSplitsAtTheBalancedShare) {
   EXPECT_EQ(choose({196608, 1.0, kUnknown}, k, off).host_share, 0);
   // Tiny batch: the host path's fixed cost does not pay.
   EXPECT_EQ(choose({1536, 1.0, kUnknown}, k, {}).host_share, 0);
+}
+
+TEST(PlannerCurve, InterpolatesClampsBelowAndExtrapolatesAbove) {
+  const std::vector<std::pair<double, double>> c{{512, 15}, {8192, 65}, {196608, 6900}};
+  EXPECT_TRUE(std::isnan(curve_us({}, 100)));
+  EXPECT_DOUBLE_EQ(curve_us(c, 100), 15);   // below the first point: its time (fixed-cost bound)
+  EXPECT_DOUBLE_EQ(curve_us(c, 512), 15);
+  EXPECT_DOUBLE_EQ(curve_us(c, 4352), 40);  // halfway between 512 and 8192
+  EXPECT_DOUBLE_EQ(curve_us(c, 8192), 65);
+  EXPECT_DOUBLE_EQ(curve_us(c, 196608), 6900);
+  const double slope = (6900.0 - 65) / (196608 - 8192);
+  EXPECT_NEAR(curve_us(c, 296608), 6900 + slope * 100000, 1e-9);
+  EXPECT_DOUBLE_EQ(curve_us({{1000, 10}}, 3000), 30);  // one point: proportional above it
+}
+
+// The H200 case of 2026-12-01: a rate fitted on 65 K-row batches (41.8 M rows/s) predicted a 6 K-row uniform decode
+// batch at 147 us, so a hybrid with a 51 us host fixed cost looked 17% faster; measured, plain took 65 us and the
+// hybrid 205 us. With the measured curves the small batch stays plain and the large one still takes the hybrid.
+TEST(PlannerCurve, MeasuredCurvesKeepSmallUniformBatchesPlainAndSplitLargeOnes) {
+  Costs k = costs();
+  k.uva_rows_per_s = 41.8e6;
+  k.uva_fixed_us = 0;
+  k.host_rows_per_s = 44.8e6;
+  k.host_fixed_us = 50.8;
+  PlannerOptions o;
+  const Plan linear = choose({6144, 1.0, kUnknown}, k, o);
+  EXPECT_GT(linear.host_share, 0) << "precondition: the linear model picks the hybrid";
+  k.uva_curve = {{512, 14}, {2048, 22}, {8192, 85}, {32768, 700}, {131072, 3300}, {196608, 6900}};
+  k.host_curve = {{512, 60}, {2048, 90}, {8192, 230}, {32768, 780}, {131072, 2980}, {196608, 4450}};
+  const Plan small = choose({6144, 1.0, kUnknown}, k, o);
+  EXPECT_EQ(small.host_share, 0);
+  EXPECT_FALSE(small.dedup);
+  EXPECT_NEAR(small.plain_us, curve_us(k.uva_curve, 6144), 1e-9);
+  const Plan large = choose({196608, 1.0, kUnknown}, k, o);
+  EXPECT_GT(large.host_share, 0.2);
+  EXPECT_LT(large.host_share, 0.8);
+  EXPECT_LT(large.predicted_us, large.plain_us * 0.95);
+  // The prediction at the chosen share is the slower of the two measured paths.
+  EXPECT_NEAR(std::max(curve_us(k.uva_curve, 196608 * (1 - large.host_share)), curve_us(k.host_curve, 196608 * large.host_share)),
+              large.predicted_us, 1e-6);
 }
 
 TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
