@@ -257,7 +257,9 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                       {"dedup_hash_ns_per_row", jnum(k.dedup_hash_ns_per_row)}, {"dedup_sort_fixed_us", jnum(k.dedup_sort_fixed_us)},
                       {"dedup_sort_ns_per_row", jnum(k.dedup_sort_ns_per_row)}, {"scatter_ns_per_row", jnum(k.scatter_ns_per_row)},
                       {"host_rows_per_s", jnum(k.host_rows_per_s)}, {"host_fixed_us", jnum(k.host_fixed_us)},
-                      {"sort_min_unique_rows", k.sort_min_unique_rows}, {"source", k.source}};
+                      {"sort_min_unique_rows", k.sort_min_unique_rows}, {"source", k.source},
+                      {"uva_curve_rows_us", k.uva_curve}, {"host_curve_rows_us", k.host_curve},
+                      {"hybrid_curve_rows_us", k.hybrid_curve}, {"hybrid_share", k.hybrid_share}};
   if (has(o.sections, "calibration")) {
     Table t;
     t.key = "lookup_fast_calibration";
@@ -277,6 +279,12 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
     row("sort threshold (sort at >= unique rows)", k.sort_min_unique_rows > 0 ? static_cast<double>(k.sort_min_unique_rows) : kNaN, "rows");
     row("hybrid host share (balanced)", pct(plan::balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s)), "%");
     t.notes.push_back(fmt::format("source: {}; host-gather threads {}; registration {:.1f} s", k.source, host_threads, reg_s));
+    // The measured curves the planner prices with (rows: plain / host / hybrid us).
+    for (size_t i = 0; i < k.uva_curve.size(); ++i)
+      t.notes.push_back(fmt::format("curve {:>7.0f} rows: plain {:8.1f} us, host {:8.1f} us, hybrid (host {:.0f}%) {:8.1f} us",
+                                    k.uva_curve[i].first, k.uva_curve[i].second,
+                                    i < k.host_curve.size() ? k.host_curve[i].second : kNaN, 100 * k.hybrid_share,
+                                    i < k.hybrid_curve.size() ? k.hybrid_curve[i].second : kNaN));
     rep.tables.push_back(std::move(t));
   }
 

@@ -100,6 +100,17 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
       t.set_hook(f->get());
       be->fast_.push_back(std::move(*f));
     }
+    // Start-up calibration (issue #8: the planner prices paths with costs measured on this machine and table, not
+    // the defaults): once, on the first layer's table, copied to the others (same host memory, same registration
+    // kind); up to the batch size this engine was created for. A failure keeps the defaults and says so.
+    if (opt.planner && !be->fast_.empty()) {
+      const Status cs = be->fast_[0]->calibrate(be->main_stream_);
+      if (cs.is_ok()) {
+        for (size_t i = 1; i < be->fast_.size(); ++i) be->fast_[i]->costs() = be->fast_[0]->costs();
+      } else {
+        be->fast_note_ = "start-up calibration failed, planner uses default costs: " + cs.to_string();
+      }
+    }
   } else {
     be->fast_note_ = "fast path off (requested)";
   }
@@ -322,10 +333,12 @@ Status CudaBackend::update_caches() {
     if (!c || !counts_) continue;
     const auto t0 = clock::now();
     std::vector<plan::CacheSwap> swaps;
-    const bool got = counts_->try_with(static_cast<int>(li), [&](plan::HotCounts& h) { swaps = h.plan(cache_opt_.update_rows); });
-    if (!got) {
-      ++st.rep.updates_skipped_busy;
-      continue;
+    // Planning waits for the chunk being counted, if any (bounded: one chunk of one batch). Skipping instead, as a
+    // first version did, skipped most updates on the H200 (14 of 18), because the counting thread is usually busy
+    // with the step that was just prepared.
+    if (!counts_->try_with(static_cast<int>(li), [&](plan::HotCounts& h) { swaps = h.plan(cache_opt_.update_rows); })) {
+      ++st.rep.updates_waited_counter;
+      counts_->with(static_cast<int>(li), [&](plan::HotCounts& h) { swaps = h.plan(cache_opt_.update_rows); });
     }
     if (!swaps.empty()) {
       std::vector<std::pair<int64_t, int64_t>> v;

@@ -413,12 +413,20 @@ Status FastLookup::calibrate(void* stream) {
     }
     k.uva_curve.clear();
     k.host_curve.clear();
+    k.hybrid_curve.clear();
+    k.hybrid_share = host_ ? plan::balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s) : 0;
+    plan::Plan hybrid;
+    hybrid.host_share = k.hybrid_share;
     for (int64_t r : curve_rows) {
       ENGRAM_ASSIGN_OR_RETURN(double t_uva, time_fresh_us(r, plain));
       k.uva_curve.emplace_back(static_cast<double>(r), t_uva);
       if (host_) {
         ENGRAM_ASSIGN_OR_RETURN(double t_host, time_fresh_us(r, host));
         k.host_curve.emplace_back(static_cast<double>(r), t_host);
+        if (k.hybrid_share > 0) {
+          ENGRAM_ASSIGN_OR_RETURN(double t_hyb, time_fresh_us(r, hybrid));
+          k.hybrid_curve.emplace_back(static_cast<double>(r), t_hyb);
+        }
       }
     }
     k.source = "start-up calibration on this table (" + std::to_string(n_big) + " and " + std::to_string(n_small) +

@@ -50,6 +50,8 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
     if (c.dedup == Dedup::kSort && k.uva_sorted_rows_per_s > 0 && k.uva_rows_per_s > 0)
       uva_us *= k.uva_rows_per_s / k.uva_sorted_rows_per_s;
   }
+  if (c.host_share > 0 && !k.hybrid_curve.empty() && c.host_share == k.hybrid_share)
+    return pre + curve_us(k.hybrid_curve, misses);  // measured as a whole
   double host_us = 0;
   if (c.host_share > 0)
     host_us = k.host_curve.empty() ? k.host_fixed_us + misses * c.host_share / k.host_rows_per_s * 1e6
@@ -118,7 +120,10 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   }
   double share = std::isfinite(o.host_share_override) ? std::clamp(o.host_share_override, 0.0, 1.0)
                                                       : balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
-  if (!std::isfinite(o.host_share_override) && !k.uva_curve.empty() && !k.host_curve.empty() && k.host_rows_per_s > 0) {
+  if (!std::isfinite(o.host_share_override) && !k.hybrid_curve.empty() && k.hybrid_share > 0) {
+    share = k.hybrid_share;  // the share the hybrid was measured at
+  } else if (!std::isfinite(o.host_share_override) && !k.uva_curve.empty() && !k.host_curve.empty() &&
+             k.host_rows_per_s > 0) {
     // Measured curves: the share where the two paths' predicted times balance best, in steps of 5%.
     double best_us = 1e300;
     for (int i = 1; i < 20; ++i) {

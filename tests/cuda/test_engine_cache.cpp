@@ -183,7 +183,8 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
     EXPECT_EQ(r.link_bytes_avoided, r.hits * (256 + 8));
     EXPECT_GT(r.updates, 0);
     EXPECT_GT(r.rows_swapped, 0);
-    EXPECT_GE(r.map_rebuilds, 1) << "~38 updates x 64 rows should fill 3/4 of a 1024-entry map with keys + tombstones";
+    // Map rebuilds are not asserted: inserts reuse the tombstones on their probe path, so whether keys + tombstones
+    // reach 3/4 of the map depends on the ids (H200 2026-12-01: fp8 and bf16 runs ended with 0 rebuilds).
     EXPECT_EQ(r.dropped_batches, 0);
     EXPECT_GT(r.hbm_bytes, 0);
     EXPECT_TRUE(std::isfinite(r.update_host_us_max));
@@ -268,7 +269,8 @@ TEST(HotRowCacheReplace, RejectsBadSwapsWithoutChangingTheCache) {
   EXPECT_FALSE((*c)->replace({{8, 10}}, nullptr).is_ok());           // slot out of range
   EXPECT_FALSE((*c)->replace({{4, 10}, {4, 11}}, nullptr).is_ok());  // slot twice
   EXPECT_FALSE((*c)->replace({{4, 2}}, nullptr).is_ok());            // already cached
-  EXPECT_FALSE((*c)->replace({{4, 5000}}, nullptr).is_ok());         // outside the table
+  const int64_t past_end = host->view(0).rows;                        // the layout rounds rows per head up
+  EXPECT_FALSE((*c)->replace({{4, past_end}}, nullptr).is_ok());     // outside the table
   EXPECT_EQ((*c)->filled(), 3);
   EXPECT_EQ((*c)->swapped_rows(), 0);
   auto r = (*c)->replace({{0, 10}, {5, 11}}, nullptr);  // evict id 1 (slot 0), fill free slot 5

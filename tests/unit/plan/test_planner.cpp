@@ -184,6 +184,25 @@ TEST(PlannerCurve, MeasuredCurvesKeepSmallUniformBatchesPlainAndSplitLargeOnes) 
               large.predicted_us, 1e-6);
 }
 
+// A measured hybrid curve overrides max(UVA part, host part): at 6 K rows the split measured 181 us (plain 79 us), at
+// 196 K rows 3100 us (plain 7000 us).
+TEST(PlannerCurve, MeasuredHybridCurvePricesTheSplitAsAWhole) {
+  Costs k = costs();
+  k.uva_rows_per_s = 41.8e6;
+  k.host_rows_per_s = 44.8e6;
+  k.uva_curve = {{512, 14}, {2048, 22}, {8192, 95}, {32768, 700}, {131072, 3300}, {196608, 7000}};
+  k.host_curve = {{512, 30}, {2048, 40}, {8192, 80}, {32768, 700}, {131072, 2900}, {196608, 4400}};
+  const Plan parts = choose({6144, 1.0, kUnknown}, k, {});
+  EXPECT_GT(parts.host_share, 0) << "precondition: the parts alone make the split look faster";
+  k.hybrid_share = 0.55;
+  k.hybrid_curve = {{512, 70}, {2048, 90}, {8192, 230}, {32768, 900}, {131072, 2400}, {196608, 3100}};
+  const Plan small = choose({6144, 1.0, kUnknown}, k, {});
+  EXPECT_EQ(small.host_share, 0);
+  const Plan large = choose({196608, 1.0, kUnknown}, k, {});
+  EXPECT_DOUBLE_EQ(large.host_share, 0.55);
+  EXPECT_DOUBLE_EQ(large.predicted_us, 3100);
+}
+
 TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
   PlannerOptions o;
   o.overlap_budget_us = 100;
