@@ -102,6 +102,8 @@ struct Acc {
   }
 };
 
+constexpr int kMaxFastVariants = 7;  // plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid, planner
+
 struct FastVariant {
   std::string name;       // technique name (fast_techniques())
   plan::Plan plan;
@@ -133,12 +135,20 @@ std::vector<FastVariant> variants(const std::vector<std::string>& techniques, co
   return v;
 }
 
-// Times `vars` over id sets `sets` (uploaded to the device here) of `tokens` x heads rows.
+// Times `vars` over id sets `sets` (uploaded to the device here) of `tokens` x heads rows. Every (repetition, variant)
+// call gets its own set (index rep * vars.size() + variant), so no call reads rows a previous call just brought into
+// the GPU's L2 or TLBs: with one set per repetition shared by all variants (the first version), the variant that ran
+// first in a repetition paid the cold misses and the others did not (H200 2026-12-01: plain decode batches of 1536
+// rows took 20 us warm, 53-65 us cold; the calibration, on fresh ids, measured 35 us for 512 and 92 us for 2048).
 Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVariant>& vars,
                                             const std::vector<std::vector<int64_t>>& sets, int64_t tokens, int heads,
                                             int warmup, int reps, std::mt19937_64& rng, std::vector<Acc>& acc) {
   const int64_t rows = tokens * heads;
-  for (size_t k = 0; k < sets.size(); ++k)
+  if (sets.size() < static_cast<size_t>(warmup + reps) * vars.size())
+    return Status(Code::kInternal, "lookup-fast: " + std::to_string(sets.size()) + " id sets for " +
+                                       std::to_string(warmup + reps) + " repetitions x " + std::to_string(vars.size()) +
+                                       " variants");
+  for (size_t k = 0; k < sets.size() && k < static_cast<size_t>(g.sets); ++k)
     FAST_CK(cudaMemcpyAsync(g.d_ids + static_cast<int64_t>(k) * g.max_rows, sets[k].data(), 8 * static_cast<size_t>(rows),
                             cudaMemcpyHostToDevice, g.s));
   FAST_CK(cudaStreamSynchronize(g.s));
@@ -151,8 +161,9 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     ENGRAM_ASSIGN_OR_RETURN(const cuda::FastLookupStats before, fl.stats(g.s));
                     cuda::LookupArgs la;
                     la.table = g.uva.get();
-                    la.ids = g.d_ids + static_cast<int64_t>(rep) * g.max_rows;
-                    la.ids_host = sets[static_cast<size_t>(rep)].data();
+                    const size_t set = static_cast<size_t>(rep) * vars.size() + i;  // own ids (see above)
+                    la.ids = g.d_ids + static_cast<int64_t>(set) * g.max_rows;
+                    la.ids_host = sets[set].data();
                     la.tokens = tokens;
                     la.heads = heads;
                     la.out = g.d_out;
@@ -214,7 +225,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
   if (auto w = gpu_waiver()) return Status(Code::kUnsupported, *w);
   const int warmup = std::max(ctx.warmup, 1), reps = ctx.reps;
   Gpu g;
-  g.sets = warmup + reps;
+  g.sets = (warmup + reps) * kMaxFastVariants;  // fresh ids for every (repetition, variant) call
   g.max_rows = o.prefill_tokens * heads;
   for (int64_t t : o.decode_tokens) g.max_rows = std::max(g.max_rows, t * heads);
   for (int64_t t : o.sort_sweep_tokens) g.max_rows = std::max(g.max_rows, t * heads);

@@ -317,6 +317,9 @@ Status HotRowCache::ensure_staging(int64_t max_rows) {
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait update");
   }
   if (pin_cap_ < max_rows) {
+    // Grow geometrically (at least 256 rows): pinned allocations cost milliseconds, so the staging should be
+    // allocated once, not at every larger update.
+    max_rows = std::max<int64_t>({max_rows, 2 * pin_cap_, 256});
     if (pin_rows_) (void)cudaFreeHost(pin_rows_);
     if (pin_edits_) (void)cudaFreeHost(pin_edits_);
     if (d_stage_rows_) (void)cudaFree(d_stage_rows_);
@@ -387,7 +390,10 @@ Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_
   // Tombstones of every evicted id first (host mirror), so that admissions may reuse their entries.
   for (const auto& [slot, id] : slot_id) {
     const int64_t old = slot_ids_[static_cast<size_t>(slot)];
-    if (old < 0) continue;
+    if (old < 0) {
+      ++filled_;  // a free slot gets a row (kept incrementally: a count over every slot cost ~1 ms per update)
+      continue;
+    }
     const int64_t at = find_slot_index(old);
     h_keys_[static_cast<size_t>(at)] = kTombstone;
     tomb_edits.insert(tomb_edits.end(), {at, kTombstone, -1});
@@ -404,7 +410,6 @@ Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_
     admit_edits.insert(admit_edits.end(), {static_cast<int64_t>(h), id, slot});
     ++k;
   }
-  filled_ = std::count_if(slot_ids_.begin(), slot_ids_.end(), [](int64_t x) { return x >= 0; });
   std::memcpy(pin_edits_, admit_edits.data(), admit_edits.size() * 8);
   std::memcpy(pin_edits_ + admit_edits.size(), tomb_edits.data(), tomb_edits.size() * 8);
   const int64_t n_edits = static_cast<int64_t>(admit_edits.size() + tomb_edits.size()) / 3;
