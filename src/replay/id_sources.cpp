@@ -36,7 +36,8 @@ int64_t ZipfSampler::sample(uint64_t& rng_state) const {
   for (;;) {
     const double u = h_n_ + u01_from(rng_state) * (h_x1_ - h_n_);
     const double x = h_inv(u);
-    int64_t k = static_cast<int64_t>(x + 0.5);
+    // x >= 1 here, so truncating x + 0.5 rounds to nearest; kept as is: it is the reference sampler's rounding.
+    int64_t k = static_cast<int64_t>(x + 0.5);  // NOLINT(bugprone-incorrect-roundings)
     if (k < 1) k = 1;
     if (k > n_) k = n_;
     if (static_cast<double>(k) - x <= s_ || u >= h(static_cast<double>(k) + 0.5) - std::exp(-alpha_ * std::log(static_cast<double>(k))))

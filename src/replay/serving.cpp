@@ -308,9 +308,9 @@ class ZipfServingIds final : public ServingIdSource {
       for (int64_t i = 0; i < n; ++i)
         for (int h = 0; h < heads; ++h) {
           uint64_t s = mix_seed(seed_, static_cast<uint64_t>(r.id) << 24 ^ static_cast<uint64_t>(pos + i),
-                                static_cast<uint64_t>(li * heads + h));
+                                static_cast<uint64_t>(li) * static_cast<uint64_t>(heads) + static_cast<uint64_t>(h));
           const int64_t p = layout_.head_rows[li][h];
-          const int64_t rank = samplers_[static_cast<size_t>(li * heads + h)].sample(s);
+          const int64_t rank = samplers_[static_cast<size_t>(li) * static_cast<size_t>(heads) + static_cast<size_t>(h)].sample(s);
           // Scatter ranks over the head's rows (p is prime: k -> k*a mod p is a permutation).
           const auto row = static_cast<int64_t>((static_cast<unsigned __int128>(rank - 1) * 0x9E3779B1u) % static_cast<uint64_t>(p));
           out[static_cast<size_t>(li)].push_back(layout_.head_offsets[li][h] + row);
