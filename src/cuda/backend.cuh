@@ -20,8 +20,9 @@
 // the step is in flight — (a) closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it
 // creates each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) every
 // `update_every` steps swaps at most `update_rows` rows per layer (HotCounts::plan + HotRowCache::replace, enqueued
-// on the prefetch stream so that it is ordered before the next step's lookups). Planning takes the counts
-// lock, waiting for the chunk of ids being counted when there is one (bounded; such waits are counted), and
+// on the prefetch stream so that it is ordered before the next step's lookups). Planning needs the counts
+// lock: while the counting thread holds it the layer's update is deferred to the next step (counted), and only
+// after kMaxUpdateDeferrals deferrals in a row does the serving thread wait for it (counted as a wait), and
 // replace() waits only for the previous update's staging copy, which the step's host sync has already completed:
 // the host thread's cost per update is the planning plus filling <= update_rows rows (timed and reported).
 // queue() stays the bare CudaPrefetchQueue (graph capture, benches).
@@ -76,7 +77,7 @@ struct EngineCacheReport {
   int64_t rows_since_create = 0;      // rows looked up by the layer since creation (all paths)
   int64_t link_bytes_avoided = 0;     // hits x (d + d/32): PCIe reads the cache replaced
   double link_bytes_avoided_per_token = std::numeric_limits<double>::quiet_NaN();
-  int64_t updates = 0, updates_waited_counter = 0, rows_swapped = 0, map_rebuilds = 0;
+  int64_t updates = 0, updates_waited_counter = 0, updates_deferred = 0, rows_swapped = 0, map_rebuilds = 0;
   double update_host_us_max = std::numeric_limits<double>::quiet_NaN();
   double update_host_us_mean = std::numeric_limits<double>::quiet_NaN();
   int64_t counted_batches = 0, dropped_batches = 0;  // of all layers (one counting thread)
@@ -144,6 +145,8 @@ class CudaBackend {
     int64_t budget = 0;
     int64_t rows_at_create = 0, hits_at_create = 0, probes_at_create = 0;
     double update_host_us_sum = 0;
+    bool update_pending = false;  // an update is due and has not run yet (deferred while the counter was busy)
+    int deferred_in_a_row = 0;
   };
   void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
   Status on_end_step();

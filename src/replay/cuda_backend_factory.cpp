@@ -140,7 +140,7 @@ class CudaReplayBackend final : public ReplayBackend {
             {"link_bytes_avoided", c.link_bytes_avoided},
             {"link_bytes_avoided_per_token", num(c.link_bytes_avoided_per_token)},
             {"updates", c.updates},
-            {"updates_waited_counter", c.updates_waited_counter},
+            {"updates_waited_counter", c.updates_waited_counter}, {"updates_deferred", c.updates_deferred},
             {"rows_swapped", c.rows_swapped},
             {"map_rebuilds", c.map_rebuilds},
             {"update_host_us_max", num(c.update_host_us_max)},

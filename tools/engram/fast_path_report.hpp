@@ -49,9 +49,10 @@ inline void print_cache_line(const nlohmann::json& c, int layer_index) {
               json_pct(c["profile_coverage"]).c_str(), format_bytes(c.value("link_bytes_avoided", int64_t{0})).c_str(),
               per_tok.is_number() ? (fmt_num(per_tok.get<double>(), "%.0f") + " B").c_str() : "n/a");
   auto us = [](const nlohmann::json& v) { return v.is_number() ? fmt_num(v.get<double>(), "%.0f") : std::string("n/a"); };
-  std::printf("          online updates %lld (%lld waited for the counting thread), %lld rows swapped, %lld map rebuilds; host "
-              "time per update %s us mean, %s us max; %lld batches counted, %lld dropped\n",
+  std::printf("          online updates %lld (%lld deferred a step, %lld waited for the counting thread), %lld rows swapped, "
+              "%lld map rebuilds; host time per update %s us mean, %s us max; %lld batches counted, %lld dropped\n",
               static_cast<long long>(c.value("updates", int64_t{0})),
+              static_cast<long long>(c.value("updates_deferred", int64_t{0})),
               static_cast<long long>(c.value("updates_waited_counter", int64_t{0})),
               static_cast<long long>(c.value("rows_swapped", int64_t{0})),
               static_cast<long long>(c.value("map_rebuilds", int64_t{0})), us(c["update_host_us_mean"]).c_str(),
