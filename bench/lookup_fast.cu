@@ -301,7 +301,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
 
   Table pre, dec, cache_t;
   pre.key = "lookup_fast_prefill";
-  pre.title = fmt::format("Fast path, prefill {} tokens x {} heads: each technique vs plain on the same ids (median "
+  pre.title = fmt::format("Fast path, prefill {} tokens x {} heads: each technique vs plain, fresh ids of the same source for every call (median "
                           "[p5, p95] us; ratio = plain median / variant median; ceiling = what the technique could "
                           "reach: 1/unique, 1/(unique x (1 - hit)), (R_uva + R_host)/R_uva)", o.prefill_tokens, heads);
   pre.columns = {{"ids", 0},         {"variant", 0},     {"path", 0},         {"med [us]", 1},    {"p5 [us]", 1},
