@@ -112,17 +112,7 @@ __global__ void row_copy_kernel(const uint8_t* __restrict__ src, const int64_t* 
 const char* cache_format_name(CacheFormat f) { return f == CacheFormat::kFp8 ? "fp8" : "bf16"; }
 
 Result<int64_t> parse_cache_size(const std::string& text, int64_t table_bytes) {
-  if (text.empty() || text == "0" || text == "off") return int64_t{0};
-  if (text.back() == '%') {
-    char* end = nullptr;
-    const double pct = std::strtod(text.c_str(), &end);
-    if (end != text.c_str() + text.size() - 1 || !(pct >= 0 && pct <= 100))
-      return Status(Code::kInvalidArgument, "cache size '" + text + "': a percentage must be in [0, 100]");
-    return static_cast<int64_t>(std::floor(pct / 100.0 * static_cast<double>(table_bytes)));
-  }
-  auto b = parse_size_bytes(text);
-  if (!b.is_ok()) return b.status().with_context("cache size (bytes like 256MiB, or a share of the table like 5%)");
-  return *b;
+  return parse_cache_size_text(text, table_bytes);
 }
 
 Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, const std::vector<int64_t>& hot_first,
@@ -242,9 +232,7 @@ Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
                                     const std::vector<std::pair<int64_t, double>>& score, int64_t max_rows,
                                     void* stream) {
   if (max_rows <= 0) return int64_t{0};
-  const auto s = static_cast<cudaStream_t>(stream);
-  ENGRAM_RETURN_IF_ERROR(ensure_staging(max_rows));
-  // Victims: lowest score first among filled slots (empty slots first of all).
+  // Victims: lowest score first among filled slots (empty slots first of all); the swaps themselves are replace()'s.
   std::unordered_map<int64_t, double> sc(score.begin(), score.end());
   std::vector<int64_t> order(static_cast<size_t>(slots_));
   for (int64_t i = 0; i < slots_; ++i) order[static_cast<size_t>(i)] = i;
@@ -256,55 +244,19 @@ Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
   };
   std::partial_sort(order.begin(), order.begin() + std::min<int64_t>(max_rows, slots_), order.end(),
                     [&](int64_t a, int64_t b) { return slot_score(a) < slot_score(b); });
-  const uint64_t mask = static_cast<uint64_t>(map_cap_ - 1);
-  int64_t admitted = 0, n_edits = 0, victim = 0;
-  std::vector<int64_t> admit_edits, tomb_edits;
+  std::vector<std::pair<int64_t, int64_t>> swaps;  // (slot, new id)
+  std::unordered_map<int64_t, int> taken;          // a candidate listed twice is admitted once
+  int64_t victim = 0;
   for (int64_t id : candidates) {
-    if (admitted >= max_rows || victim >= slots_) break;
-    if (id < 0 || id >= view_.rows || contains(id)) continue;
+    if (static_cast<int64_t>(swaps.size()) >= max_rows || victim >= slots_) break;
+    if (id < 0 || id >= view_.rows || contains(id) || taken[id]++) continue;
     const int64_t slot = order[static_cast<size_t>(victim)];
     const double cand_score = sc.count(id) ? sc[id] : 0.0;
     if (slot_ids_[static_cast<size_t>(slot)] >= 0 && cand_score <= slot_score(slot)) break;  // LFU: no gain
     ++victim;
-    const int64_t old = slot_ids_[static_cast<size_t>(slot)];
-    if (old >= 0) {
-      const int64_t at = find_slot_index(old);
-      h_keys_[static_cast<size_t>(at)] = kTombstone;
-      tomb_edits.insert(tomb_edits.end(), {at, kTombstone, -1});
-    }
-    uint64_t h = hash_slot(static_cast<uint64_t>(id), mask);
-    while (h_keys_[h] != kEmptyKey && h_keys_[h] != kTombstone) h = (h + 1) & mask;
-    if (h_keys_[h] == kEmptyKey) ++used_entries_;
-    h_keys_[h] = id;
-    h_slots_[h] = static_cast<int32_t>(slot);
-    slot_ids_[static_cast<size_t>(slot)] = id;
-    fill_row(id, pin_rows_ + admitted * row_bytes_);
-    admit_edits.insert(admit_edits.end(), {static_cast<int64_t>(h), id, slot});
-    ++admitted;
+    swaps.emplace_back(slot, id);
   }
-  if (admitted == 0) return int64_t{0};
-  filled_ = std::count_if(slot_ids_.begin(), slot_ids_.end(), [](int64_t x) { return x >= 0; });
-  // Order on the device: rows first (slots being replaced are already unreachable once the tombstones land, and
-  // the stream orders everything after the lookups enqueued before), then tombstones, then admissions.
-  std::memcpy(pin_edits_, admit_edits.data(), admit_edits.size() * 8);
-  std::memcpy(pin_edits_ + admit_edits.size(), tomb_edits.data(), tomb_edits.size() * 8);
-  n_edits = static_cast<int64_t>(admit_edits.size() + tomb_edits.size()) / 3;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_stage_rows_, pin_rows_, static_cast<size_t>(admitted * row_bytes_),
-                                              cudaMemcpyHostToDevice, s), "hot cache: update rows");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_edits_, pin_edits_, static_cast<size_t>(n_edits * 3 * 8),
-                                              cudaMemcpyHostToDevice, s), "hot cache: update edits");
-  row_copy_kernel<<<static_cast<int>(std::min<int64_t>(admitted, 1024)), 128, 0, s>>>(d_stage_rows_, d_edits_, admitted,
-                                                                                     row_bytes_, d_rows_);
-  // Tombstones before admissions: an admission may reuse a tombstoned index.
-  const int64_t n_tomb = static_cast<int64_t>(tomb_edits.size()) / 3;
-  if (n_tomb > 0)
-    map_edit_kernel<<<1, 256, 0, s>>>(d_edits_ + 3 * admitted, n_tomb, d_keys_, d_slots_);
-  map_edit_kernel<<<1, 256, 0, s>>>(d_edits_, admitted, d_keys_, d_slots_);
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache: update kernels");
-  swapped_rows_ += admitted;
-  ENGRAM_RETURN_IF_ERROR(maybe_rebuild_map(stream));
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_update_), s), "hot cache: update event");
-  return admitted;
+  return replace(swaps, stream);
 }
 
 Status HotRowCache::ensure_staging(int64_t max_rows) {

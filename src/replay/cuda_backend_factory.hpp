@@ -43,9 +43,7 @@ struct EngineCacheConfig {
   bool off() const { return size == "0" || size == "off" || size.empty(); }
 };
 
-// Cache size in bytes for a table of `table_bytes`: bytes ("256MiB", "1.5GB"), a share ("5%"), or "0"/"off" = 0.
-// The same rules as cuda::parse_cache_size, CUDA-free. kInvalidArgument otherwise.
-Result<int64_t> parse_cache_size_text(const std::string& text, int64_t table_bytes);
+// Cache sizes are parsed by parse_cache_size_text (core/units.hpp).
 
 // "every=K,rows=M" or "off" (K >= 1, M >= 1; either key may be left out and keeps its value).
 Status parse_cache_update(const std::string& text, EngineCacheConfig& config);
