@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace engram::testing {
@@ -35,6 +38,29 @@ inline CliResult run_engram(const std::string& args, CliStderr err = CliStderr::
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   const int st = pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Exit code, stdout and stderr apart (stderr goes through `dir`/stderr.txt, which is overwritten).
+struct CliSplitResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline CliSplitResult run_engram_split(const std::string& args, const std::filesystem::path& dir) {
+  const std::filesystem::path err = dir / "stderr.txt";
+  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>" + err.string();
+  CliSplitResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream ef(err);
+  r.err.assign(std::istreambuf_iterator<char>(ef), std::istreambuf_iterator<char>());
   return r;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/ngram_hash.hpp"
+#include "support/cli.hpp"
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"
 #include "replay/hot_profile.hpp"
@@ -25,25 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Out {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Out run_cli(const std::string& args, const fs::path& dir) {
-  const fs::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>" + err.string();
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = pclose(p);
-  std::ifstream ef(err);
-  std::string e((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s, e};
-}
+using Out = testing::CliSplitResult;
+Out run_cli(const std::string& args, const fs::path& dir) { return testing::run_engram_split(args, dir); }
 
 class EngramProfile : public ::testing::Test {
  protected:
