@@ -40,7 +40,7 @@
 #include "host/census.hpp"
 #include "host/placement.hpp"
 #include "host/token_io.hpp"
-#include "replay/hot_profile.hpp"
+#include "host/hot_profile.hpp"
 #include "replay/id_source.hpp"
 #include "replay/text_id_source.hpp"
 
@@ -190,10 +190,10 @@ Status run_fast(const LookupOptions& o, const std::vector<std::string>& sections
     ENGRAM_ASSIGN_OR_RETURN(fo.cache_bytes, parse_size_bytes(o.cache_size));
   }
   if (!o.cache_profile.empty()) {
-    auto read = replay::read_hot_profile(o.cache_profile);
+    auto read = host::read_hot_profile(o.cache_profile);
     if (!read.is_ok()) return read.status().with_context("--cache-profile");
-    replay::HotProfile p = std::move(*read);
-    const Status st = replay::check_hot_profile_layout(p, layout);
+    host::HotProfile p = std::move(*read);
+    const Status st = host::check_hot_profile_layout(p, layout);
     if (!st.is_ok())
       return Status(Code::kInvalidArgument,
                     "--cache-profile " + o.cache_profile + ": " + st.message() + "; make one for this table with: engram profile " +
@@ -229,8 +229,8 @@ Status run_fast(const LookupOptions& o, const std::vector<std::string>& sections
     return make_ids(dist, layout, alpha, seed + (dist == "zipf" ? 3 : 5), data_dir, tokens);
   };
   TableOptions to;
-  to.backing = o.backing;
-  to.placement = o.placement;
+  ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--backing", o.backing));
+  ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--placement", o.placement));
   ENGRAM_ASSIGN_OR_RETURN(auto table, HostTable::create(layout, to));
   const TableView view = table->view(0);
   const double t0 = now_ns();
@@ -333,8 +333,8 @@ Result<Report> run_lookup(Context& ctx) {
       if (d <= 0 || d % 32 != 0) return Status(Code::kInvalidArgument, "--d " + std::to_string(d) + ": expected a multiple of 32");
       const EngramLayout layout = bench_layout(table_bytes_req, fmt, d);
       TableOptions to;
-      to.backing = o.backing;
-      to.placement = o.placement;
+      ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--backing", o.backing));
+      ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--placement", o.placement));
       const double tc0 = now_ns();
       ENGRAM_ASSIGN_OR_RETURN(auto table, HostTable::create(layout, to));
       const TableView view = table->view(0);

@@ -61,6 +61,12 @@ struct EngramLayout {
   Status finalize();
 };
 
+// The layout as JSON text (name, layer ids, orders, heads per order, vocab sizes, d, row format, and the head rows
+// the prime walk gave), and back: the reader recomputes the prime walk and refuses a text whose head rows differ
+// (another build's walk would address other rows). kInvalidArgument naming the field otherwise.
+std::string layout_to_json(const EngramLayout& layout);
+Result<EngramLayout> layout_from_json(const std::string& text);
+
 // Presets:
 //  "v41-flash"      DeepSeek-V4.1-Flash shape: d=256, orders 2/3/4 x 8 heads, layers 1 and 14,
 //                   ~16.0 M rows per head (~101 GB per layer in split bytes).

@@ -11,11 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engram/layout.hpp"
+#include "engram/options.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
@@ -78,11 +81,11 @@ struct PageCensus;
 enum class CensusPoint;
 }  // namespace host
 
-// How HostTable::create lays a table out in host memory (design.md: backing, placement policy).
+// How HostTable::create lays a table out in host memory (design.md: backing, placement policy). Typed values:
+// text is parsed at the edge (engram/options.hpp: parse_backing, parse_placement; parse_head_shards above).
 struct TableOptions {
-  std::string backing = "memfd";     // memfd | shm | hugetlb | hugetlb-1g | anon-thp (host/backing.hpp)
-  std::string placement = "none";    // none | local | bind:N | preferred:N | interleave:N,M|all |
-                                     // weighted-interleave:N=w,... | replica-per-node (host/placement.hpp)
+  BackingSpec backing;               // memfd (default) | shm | hugetlb | hugetlb-1g | anon-thp (host/backing.hpp)
+  PlacementPolicy placement;         // applied before the first page exists (host/placement.hpp); none by default
   std::string shm_dir = "/dev/shm";  // shm backing: directory of the named files
   std::string group;                 // shared-group name, carried in backing names and censuses
   bool prefault = true;              // allocate every page at creation (fallocate / node-bound touch)
@@ -90,13 +93,40 @@ struct TableOptions {
   bool allow_fallback = false;       // placement refused: keep the default policy (reported) vs fail
   int home_node = -1;                // replica-per-node: node whose replica view() returns
                                      // (-1: the calling thread's node at creation)
-  // Head-range shards (tensor parallelism): parse_head_shards text; "" = one backing per layer. Each
-  // shard of a layer is its own backing with its own placement and its own census line, mapped into
-  // one reserved address range so the layer is still one contiguous table (global ids work unchanged).
-  // Shard boundaries are rounded up to the backing's page: the at most one page that two neighbouring
-  // head ranges share belongs to the lower shard's backing. Needs fused rows; not with replica-per-node.
-  std::string head_shards;
-  std::string shard_placements;      // ";"-separated placement per shard ("bind:0;bind:1"); "" = placement
+  // Head-range shards (tensor parallelism): empty or one range = one backing per layer. Each shard of a layer is
+  // its own backing with its own placement and its own census line, mapped into one reserved address range so the
+  // layer is still one contiguous table (global ids work unchanged). Shard boundaries are rounded up to the
+  // backing's page: the at most one page that two neighbouring head ranges share belongs to the lower shard's
+  // backing. Needs fused rows; not with replica-per-node.
+  std::vector<HeadRange> head_shards;
+  std::vector<PlacementPolicy> shard_placements;  // one per shard; empty = `placement` for every shard
+};
+
+// Sets one TableOptions field from text: backing, placement, shm_dir, group, prefault, prefault_threads,
+// allow_fallback, home_node, head_shards (parse_head_shards: needs the layout's `heads`; 0 refuses it),
+// shard_placements. `key` may be written with '-' or '_' and a leading "--". kInvalidArgument naming the option for a
+// malformed value; kNotFound for a key that is not a table option (set_engine_option tries its own keys then).
+Status set_table_option(TableOptions& options, std::string_view key, const std::string& value, int heads = 0);
+
+// One backing of a shared table as a peer receives it from the leader's description (host/group.hpp): what to
+// map, where it sits in its layer's table, and the placement the leader applied (as text, for reports).
+struct AttachSpec {
+  BackingKind kind = BackingKind::kMemfd;
+  std::string name;           // memfd name, or the named file's path
+  std::string path;           // named file (kShmFile); "" for a descriptor
+  int fd = -1;                // memfd / hugetlb: the received descriptor; HostTable::attach owns it from the call on
+  uint64_t size_bytes = 0;    // logical bytes of the backing
+  uint64_t inode = 0, device = 0;  // what the leader created: a path that now names another file is refused
+  int layer_index = 0;
+  int replica_node = -1;      // replica-per-node: the node this copy is bound to
+  HeadRange heads;            // head range held (a tensor-parallel shard), {0, 0} = all heads
+  uint64_t offset_bytes = 0;  // where the backing starts in its layer's table (shards: the page-rounded edge)
+  std::string placement_requested, placement_resolved, placement_obtained, prefault;
+};
+
+struct AttachOptions {
+  bool read_only = false;  // map, then mprotect(PROT_READ): a stray write faults instead of corrupting the others'
+  int gpu_node = -1;       // replica-per-node: take the replica on this node (-1: this CPU's node)
 };
 
 class HostTable {
@@ -105,17 +135,27 @@ class HostTable {
   static Result<std::unique_ptr<HostTable>> allocate(const EngramLayout& layout);
   // Creates one backing per Engram layer (per layer and node for replica-per-node) as `options`
   // says: size check, create, placement before first touch, prefault. Names each backing
-  // "engram:layer=<L>:heads=0-<H>[:group=<g>]". Errors: kInvalidArgument (bad option text, node
-  // that does not exist or is outside Mems_allowed), kNoSpace (does not fit: names size, mount,
+  // "engram:layer=<L>:heads=0-<H>[:group=<g>]". Errors: kInvalidArgument (shards that do not tile the heads,
+  // a node that does not exist or is outside Mems_allowed), kNoSpace (does not fit: names size, mount,
   // free space), kPermission (policy refused: EPERM/seccomp), kUnsupported (weighted interleave
   // before Linux 6.9, no hugetlb pool). Nothing is left behind on failure.
   static Result<std::unique_ptr<HostTable>> create(const EngramLayout& layout, const TableOptions& options);
+  // A peer's view of a leader's table: maps every part (one replica with replica-per-node: the one on
+  // options.gpu_node, else this CPU's node; shards side by side in one reserved range, as create() lays them), so
+  // that view/span/census work as on the leader. Every descriptor in `parts` is owned from the call on (closed on
+  // failure too). kInvalidArgument (parts that do not cover every layer, a part smaller than its share of the
+  // layer, a descriptor announced and not given), kPermission (a path naming another inode than the leader's),
+  // kNotFound (a named file already unlinked: this peer joined late).
+  static Result<std::unique_ptr<HostTable>> attach(const EngramLayout& layout, std::vector<AttachSpec> parts,
+                                                   const AttachOptions& options);
   ~HostTable();
   HostTable(const HostTable&) = delete;
   HostTable& operator=(const HostTable&) = delete;
 
   const EngramLayout& layout() const { return layout_; }
   int n_layers() const { return layout_.n_layers(); }
+  // True for a table mapped read-only (a group peer's attach with read_only): writers fail, registration reads.
+  bool read_only() const { return read_only_; }
   TableView view(int layer_index) const { return spans_.at(layer_index).view(); }
   TableSpan span(int layer_index) const { return spans_.at(layer_index); }
   // Fills every row with synth_row(seed, ...) using `threads` threads (0 = hardware concurrency);
@@ -139,6 +179,17 @@ class HostTable {
   // Census (move_pages) of every backing at a named point (one line per layer, replica and shard, each
   // naming its head range); an `allocate`d table is censused as its anonymous mappings. Complete types in host/census.hpp. `max_samples`: exact up to that many pages.
   std::vector<host::PageCensus> census(host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
+  // Every backing of the table, replica and shard (create/attach; empty for allocate()), with where it sits.
+  struct Part {
+    int layer_index = 0;
+    int replica = 0;   // replica index (0 unless replica-per-node)
+    int shard = 0;     // head shard index (0 unless sharded)
+    const host::PlacedBacking* backing = nullptr;
+  };
+  std::vector<Part> parts() const;
+  // Unlinks the path of every named file this table created (mappings and descriptors stay valid); calls
+  // `on_unlinked(path)` for each. Idempotent. Returns the first failure after trying all.
+  Status unlink_named_files(const std::function<void(const std::string&)>& on_unlinked = {});
 
  private:
   HostTable();
@@ -150,6 +201,7 @@ class HostTable {
   std::vector<HeadRange> shard_heads_;              // [shard]
   std::vector<std::pair<void*, size_t>> reservations_;  // sharded create(): one address range per layer
   int home_replica_ = 0;
+  bool read_only_ = false;
   std::vector<std::pair<void*, size_t>> mappings_;  // allocate(): private anonymous mappings
   std::unique_ptr<Storage> storage_;                // create(): backings
 };

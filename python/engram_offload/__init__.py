@@ -34,12 +34,14 @@ e.g. ``'invalid_argument'``), ``.message`` and ``.sys_error`` (errno behind it, 
 import numpy as _np
 
 from . import _engram
-from ._engram import (DeviceArray, EngramError, Layout, Sequence, SharedTable, UnixGroupChannel, UnixGroupListener,
-                      code_names, cuda_backend_built, decode_rows, default_compression_table_path, synth_rows)
+from ._engram import (DeviceArray, EngramError, InvalidArgumentError, Layout, Sequence, SharedTable, UnixGroupChannel,
+                      UnixGroupListener, code_names, cuda_backend_built, decode_rows, default_compression_table_path,
+                      engine_option_keys, synth_rows)
 from ._group import GroupChannel, TorchGroupChannel
 
 __all__ = [
-    "EngramError", "Layout", "SharedTable", "Hasher", "Sequence", "Prefetcher", "lookup", "decode_rows",
+    "EngramError", "InvalidArgumentError", "Layout", "SharedTable", "Engine", "Hasher", "Sequence", "Prefetcher",
+    "lookup", "decode_rows", "engine_option_keys",
     "synth_rows", "code_names", "cuda_backend_built", "timeline_summary", "DEAD_ID", "DeviceArray",
     "GroupChannel", "TorchGroupChannel", "UnixGroupChannel", "UnixGroupListener",
 ]
@@ -48,8 +50,9 @@ DEAD_ID = -1  # an id that gives a zero row (padding / dead positions)
 
 
 def _error(code, message):
-    """An EngramError as the C++ side builds it (code name, message, sys_error 0)."""
-    e = EngramError(f"{code}: {message}")
+    """An EngramError as the C++ side builds it (code name, message, sys_error 0); invalid_argument is also a
+    ValueError (InvalidArgumentError)."""
+    e = (InvalidArgumentError if code == "invalid_argument" else EngramError)(f"{code}: {message}")
     e.code = code
     e.message = message
     e.sys_error = 0
@@ -129,10 +132,14 @@ def lookup(table, layer_index, ids, out=None, checked=False, threads=0, return_s
     """
     if _is_cuda_array(ids) or _is_cuda_array(out):
         return _lookup_cuda(table, layer_index, ids, out, checked, stream, grid_cap, return_stats)
+    return _lookup_host(lambda i, o: _engram.lookup(table, layer_index, i, o, checked, threads), ids, out, return_stats)
+
+
+def _lookup_host(run, ids, out, return_stats):
+    """A host lookup `run(ids_numpy, out_numpy_or_None) -> (out, stats)` with NumPy or torch CPU arrays in and
+    the same kind out (a torch.bfloat16 tensor sharing the memory when ids or out were torch tensors)."""
     torch_io = _is_torch_tensor(ids) or _is_torch_tensor(out)
-    ids_np = _as_numpy(ids, "ids")
-    out_np = _out_numpy(out)
-    res, stats = _engram.lookup(table, layer_index, ids_np, out_np, checked, threads)
+    res, stats = run(_as_numpy(ids, "ids"), _out_numpy(out))
     if torch_io:
         t = _torch()
         res = out if _is_torch_tensor(out) else t.from_numpy(res.view(_np.int16)).view(t.bfloat16)
@@ -275,7 +282,12 @@ def _lookup_cuda(table, layer_index, ids, out, checked, stream, grid_cap, return
     if tuple(out_shape) != (tokens, lay.heads, lay.d):
         raise _error("invalid_argument", f"lookup: out must have shape [{tokens}, {lay.heads}, {lay.d}], got {list(out_shape)}")
     fraction, blocks = _grid_arg(grid_cap, 1.0)
-    info = _engram._cuda_lookup(table, layer_index, ids_ptr, tokens, out_ptr, device, s, fraction, blocks, checked)
+    if isinstance(table, Engine):
+        if table.device != device:
+            raise _error("invalid_argument", f"lookup: ids on cuda:{device}, the engine on cuda:{table.device}")
+        info = table._e._device_lookup(layer_index, ids_ptr, tokens, out_ptr, s, fraction, blocks, checked)
+    else:
+        info = _engram._cuda_lookup(table, layer_index, ids_ptr, tokens, out_ptr, device, s, fraction, blocks, checked)
     _record_on(ids, s, device)
     _record_on(out, s, device)
     return (out, info) if return_stats else out
@@ -346,45 +358,153 @@ class Hasher:
         return _engram._hash_chunk(sequence, _as_numpy(tokens, "tokens"), global_ids)
 
 
-class Prefetcher:
-    """A rank's serial prefetch queue (design.md "Prefetch") on the CPU backend or on a CUDA device.
+class Engine:
+    """The library's engine: a table, its backend, the registration and the prefetch queue with the lookup path
+    behind it (CUDA: the planner's fast path -- dedup, sort, hot-row cache with online updates, host-gather
+    hybrid), assembled exactly as `engram run` assembles it.
 
-    table: SharedTable (kept alive). layers: table layer indices served (None = all); prepare/consume take the
-    table's layer index. device: 'cpu' (default: worker threads) or 'cuda' / 'cuda:N' / N (one prefetch stream,
-    lookups read the table over UVA; the table is registered with register_cuda(N) if it is not yet).
-    mode: 'early' (prepare() submits the lookup at once, overlapping with whatever the caller does next) or
+    Engine(layout, **options): a table of this process (created, placed, filled: seed=N synthetic rows,
+      checkpoint=PATH, content='zero'). Engine(table, **options): over an existing SharedTable. Engine(layout,
+      group=channel, **options): the leader (channel rank 0) or a peer (rank >= 1; layout may be None: it comes
+      from the leader) of a shared group; the protocol's register step registers this rank's memory with its
+      backend. options: engine_option_keys() -- backend ('auto', 'cpu', 'cuda'), device, backing, placement,
+      fast_path, cache_size, cache_format, cache_update, cache_warmup, cache_profile, grid_fraction, lookup_threads,
+      checked, max_tokens, layer_us, ... stream: CUDA main stream to adopt (torch.cuda.Stream or raw handle).
+    Use it through Prefetcher(engine) and engine.lookup(); engine.describe() / describe_lines() report the paths,
+    reasons and cache figures. Errors raise EngramError (InvalidArgumentError for bad option text).
+    """
+
+    def __init__(self, layout_or_table, group=None, job="", stream=None, **options):
+        opts = _option_text(options)
+        handle = 0
+        if stream is not None:
+            dev = _device_index(opts.get("device", "cuda"))
+            handle = _stream_handle(stream, max(dev, 0))
+            self._stream = stream
+        if isinstance(layout_or_table, SharedTable):
+            if group is not None:
+                raise _error("invalid_argument", "Engine(table, group=...): a group engine makes its own table")
+            self._e = _engram._Engine.over_table(layout_or_table, opts, handle)
+        elif group is not None:
+            ch = _channel_arg(group)
+            if ch is None:
+                raise _error("invalid_argument", "group: expected a GroupChannel (UnixGroupChannel, TorchGroupChannel)")
+            if ch.rank == 0:
+                if layout_or_table is None:
+                    raise _error("invalid_argument", "Engine(group=...): the leader (rank 0) needs the layout")
+                self._e = _engram._Engine.lead(layout_or_table, ch, job, opts, handle)
+            else:
+                self._e = _engram._Engine.join(ch, opts, handle)
+        else:
+            self._e = _engram._Engine.create(layout_or_table, opts, handle)
+        self.table = self._e.table
+        self.layout = self._e.layout
+
+    backend = property(lambda self: self._e.backend, doc="'cpu' or 'cuda'.")
+    backend_note = property(lambda self: self._e.backend_note, doc="Why auto did not take an earlier backend.")
+    device = property(lambda self: self._e.device, doc="CUDA ordinal; -1 on the cpu backend.")
+    streams = property(lambda self: self._e.streams, doc="(main, prefetch) cudaStream_t handles; None on the CPU.")
+    group_rank = property(lambda self: self._e.group_rank, doc="Rank in the shared group; -1 outside one.")
+    group_world_size = property(lambda self: self._e.group_world_size)
+    group_job = property(lambda self: self._e.group_job, doc="The leader's job text.")
+
+    def describe(self):
+        """Backend, device, registration and per layer the lookup path (paths taken, why, cache figures)."""
+        return self._e.describe()
+
+    def describe_lines(self):
+        """The Path / Cache lines `engram run` prints."""
+        return self._e.describe_lines()
+
+    def census(self, point="on_demand", max_samples=1 << 20):
+        """Page census of every backing now (PageCensus dicts)."""
+        return self._e.census(point, max_samples)
+
+    def censuses(self):
+        """The censuses taken while the engine was built (after placement, registration, load)."""
+        return self._e.censuses()
+
+    def synchronize(self):
+        """Waits for everything the engine enqueued."""
+        self._e.synchronize()
+
+    def lookup(self, layer_index, ids, out=None, checked=False, return_stats=False, stream=None, grid_cap=None):
+        """One lookup through the engine's lookup path (CUDA: the planner's fast path), outside the queue.
+        Host arrays on the cpu backend, CUDA arrays (torch or __dlpack__) on the cuda backend; see lookup()."""
+        if _is_cuda_array(ids) or _is_cuda_array(out):
+            return _lookup_cuda(self, layer_index, ids, out, checked, stream, grid_cap, return_stats)
+        return _lookup_host(lambda i, o: self._e._host_lookup(layer_index, i, o, checked), ids, out, return_stats)
+
+
+def _option_text(options):
+    """Engine keyword arguments as the text set_engine_option parses (None values left out)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+class Prefetcher:
+    """A rank's serial prefetch queue (design.md "Prefetch"): the queue of an Engine, on the CPU or a CUDA device.
+
+    source: an Engine (its queue: the lookup path, planner and cache it was built with), or a SharedTable (an engine
+    is built over it for this prefetcher, kept alive with the table). layers: table layer indices served (None =
+    all); prepare/consume take the table's layer index. device (table only): 'cpu' (default: worker threads) or
+    'cuda' / 'cuda:N' / N (one prefetch stream, lookups read the table over UVA; the memory is registered once per
+    table). mode: 'early' (prepare() submits the lookup at once, overlapping with whatever the caller does next) or
     'on_demand' (prepare() only records the ids; consume() submits and waits: the B1 baseline, same lookup and
-    staging). threads (CPU): gather threads (0 = CPUs - 1). checked: validate ids (host-side pass).
-    rank: carried in the timeline. clock_ns (CPU): optional callable returning ns (default: steady clock).
+    staging). threads (CPU): gather threads (0 = CPUs - 1). checked: validate ids (host-side pass). rank: carried
+    in the timeline. clock_ns (CPU): optional callable returning ns (default: steady clock).
     CUDA only: stream: the consumer's main stream (torch.cuda.Stream or raw handle; default torch's current
-    stream), fixed for the Prefetcher's life -- to capture steps with torch.cuda.graph, give the stream the
-    graph captures on (torch.cuda.graph(g, stream=s)). max_tokens: per-layer id/staging capacity.
-    grid_cap: fraction of the SMs (default 0.5: the lookups run in the background) or an int of blocks.
-    record_timeline: CUDA timeline events on/off.
+    stream), fixed for the Prefetcher's life -- to capture steps with torch.cuda.graph, give the stream the graph
+    captures on (torch.cuda.graph(g, stream=s)). max_tokens: per-layer id/staging capacity. grid_cap: fraction of
+    the SMs (default 0.5: the lookups run in the background) or an int of blocks. record_timeline: CUDA timeline
+    events on/off. Other keyword arguments are engine options (engine_option_keys()): fast_path ('planner',
+    'plain', 'off'), cache_size ('5%', '256MiB', 'off'), cache_update, cache_warmup, cache_profile, ...
 
     Per step: begin_step(step); for each Engram layer prepare(layer_index, ids) as soon as ids are ready,
     consume(layer_index) where the layer needs them; end_step() (CUDA: the step's one host synchronisation;
-    not while capturing). Errors raise EngramError.
+    not while capturing). describe_lines() gives the Path / Cache lines `engram run` prints. Errors raise
+    EngramError.
     """
 
-    def __init__(self, table, layers=None, device="cpu", mode="early", threads=0, checked=False, rank=0,
-                 clock_ns=None, stream=None, max_tokens=8192, grid_cap=None, record_timeline=True):
-        self.table = table
-        layers = list(range(table.n_layers)) if layers is None else [int(x) for x in layers]
-        self.device = _device_index(device)
+    def __init__(self, source, layers=None, device="cpu", mode="early", threads=0, checked=False, rank=0,
+                 clock_ns=None, stream=None, max_tokens=8192, grid_cap=None, record_timeline=True, **options):
         self._keep = {}
-        if self.device < 0:
-            self._q = _engram._Prefetcher(table, layers, mode, threads, checked, rank, clock_ns)
-            self._stream = None
+        self._stream = None
+        if isinstance(source, Engine):
+            if options or device != "cpu" or stream is not None or clock_ns is not None:
+                raise _error("invalid_argument", "Prefetcher(engine): the engine's options were fixed when it was made; "
+                                                 "give only layers and mode")
+            self.table = source.table
+            layers = list(range(self.table.n_layers)) if layers is None else [int(x) for x in layers]
+            self._q = _engram._Prefetcher.of_engine(source._e, layers, mode)
+            self._engine = source
         else:
-            self._stream = stream  # the queue adopts the handle: keep the object alive
-            s = _stream_handle(stream, self.device)
-            fraction, blocks = _grid_arg(grid_cap, 0.5)
-            self._q = _engram._Prefetcher.cuda(table, layers, mode, self.device, s, max_tokens, fraction, blocks,
-                                               checked, rank, record_timeline)
+            self.table = source
+            layers = list(range(source.n_layers)) if layers is None else [int(x) for x in layers]
+            dev = _device_index(device)
+            opts = {"rank": rank, "checked": checked, "record_timeline": record_timeline, **_option_text(options)}
+            handle = 0
+            if dev < 0:
+                opts.update({"backend": "cpu", "lookup_threads": threads})
+            else:
+                self._stream = stream  # the engine adopts the handle: keep the object alive
+                handle = _stream_handle(stream, dev)
+                fraction, blocks = _grid_arg(grid_cap, 0.5)
+                opts.update({"backend": "cuda", "device": dev, "max_tokens": max_tokens,
+                             "grid_fraction": fraction, "grid_blocks": blocks})
+            self._q = _engram._Prefetcher.over_table(source, layers, mode, opts, handle, clock_ns)
+        self.device = self._q.device
         self.mode = self._q.mode
         self.layers = self._q.layers
         self.backend = self._q.backend
+
+    def describe(self):
+        """The engine's report: backend, device, registration, per layer the paths the planner took, the last
+        plan's reasons, costs and the hot-row cache (state, hit rate, link bytes avoided, online updates)."""
+        return self._q.describe()
+
+    def describe_lines(self):
+        """The Path / Cache lines `engram run` prints for the same engine (after the run: they synchronise)."""
+        return self._q.describe_lines()
 
     @property
     def streams(self):
@@ -475,7 +595,8 @@ def _channel_arg(group):
 
 
 def _create(layout, backing="memfd", placement="none", group="", prefault=True, allow_fallback=False, home_node=-1,
-            seed=None, checkpoint=None, group_name="", shm_dir="/dev/shm", step_timeout_s=30.0, load_timeout_s=600.0):
+            seed=None, checkpoint=None, group_name="", shm_dir="/dev/shm", step_timeout_s=30.0, load_timeout_s=600.0,
+            **options):
     """Creates the table's host memory: one shared backing per Engram layer (see the C++ docstring below).
 
     group: '' or a name (carried in backing names), or a channel (UnixGroupChannel from UnixGroupListener.accept,
@@ -483,20 +604,29 @@ def _create(layout, backing="memfd", placement="none", group="", prefault=True, 
     creates and places the backings, loads them (seed: synthetic rows; checkpoint: a safetensors file; neither:
     zero, fill later), and runs the protocol with the channel's other ranks, which call SharedTable.attach(channel)
     at the same time. memfd backings need a channel that passes descriptors; shm (named file, unlinked as soon as
-    every peer attached) works over any channel.
+    every peer attached) works over any channel. Engine options as keyword arguments (backend='cuda', device=N,
+    ...) make the protocol's register step register this rank's memory for that device.
     """
     ch = _channel_arg(group)
     if ch is None:
+        if options:
+            raise _error("invalid_argument", f"SharedTable.create: {sorted(options)} apply to a group table only")
         return _create_host_table(layout, backing, placement, group, prefault, allow_fallback, home_node)
     return _engram._create_shared(layout, ch, backing, placement, group_name, shm_dir, seed, checkpoint,
-                                  step_timeout_s, load_timeout_s)
+                                  step_timeout_s, load_timeout_s, _option_text(options))
 
 
-def _attach(channel, read_only=True, step_timeout_s=30.0, load_timeout_s=600.0):
-    """A peer's side of the shared-table protocol: receives the description (and memfds), maps every backing
-    (read-only by default: a stray write faults instead of corrupting the other ranks' table), waits for the
-    leader's load and returns the SharedTable over the SAME pages. Errors name the protocol step and rank."""
-    return _engram._attach_shared(channel, read_only, step_timeout_s, load_timeout_s)
+def _attach(channel, read_only=True, step_timeout_s=30.0, load_timeout_s=600.0, **options):
+    """A peer's side of the shared-table protocol: receives the description (layout and backings; memfds over the
+    socket), maps every backing (read-only by default: a stray write faults instead of corrupting the other ranks'
+    table), waits for the leader's load and returns the SharedTable over the SAME pages. The leader may be another
+    process's SharedTable.create(group=...), an Engine, or `engram serve-table` (connect with
+    UnixGroupChannel.connect(socket, group)). Engine options (backend='cuda', device=N) register this rank's memory
+    at the protocol's register step. Errors name the protocol step and rank."""
+    ch = _channel_arg(channel)
+    if ch is None:
+        raise _error("invalid_argument", "attach: expected a GroupChannel (UnixGroupChannel, TorchGroupChannel)")
+    return _engram._attach_shared(ch, read_only, step_timeout_s, load_timeout_s, _option_text(options))
 
 
 def _shared(layout, channel, **kwargs):
@@ -504,8 +634,10 @@ def _shared(layout, channel, **kwargs):
     read_only = kwargs.pop("read_only", True)
     if channel.rank == 0:
         return _create(layout, group=channel, **kwargs)
-    timeouts = {k: kwargs[k] for k in ("step_timeout_s", "load_timeout_s") if k in kwargs}
-    return _attach(channel, read_only=read_only, **timeouts)
+    leader_only = ("backing", "placement", "seed", "checkpoint", "group_name", "shm_dir", "prefault",
+                   "allow_fallback", "home_node", "group")
+    peer = {k: v for k, v in kwargs.items() if k not in leader_only}
+    return _attach(channel, read_only=read_only, **peer)
 
 
 _create.__doc__ += "\n" + (_create_host_table.__doc__ or "")

@@ -14,7 +14,9 @@ With --device cuda (a CUDA build, torch with a GPU): the table is registered for
 the lookups run on the Prefetcher's CUDA prefetch stream while the matmuls run on the main stream, and staging
 is consumed as torch.bfloat16 CUDA tensors in place. --graph (with --device cuda) also captures one decode step
 (prepare of both layers from static device ids, every layer, consume) with torch.cuda.graph and replays it per
-step with new ids; it must reach the same hidden state as the eager loop.
+step with new ids; it must reach the same hidden state as the eager loop. The CUDA prefetcher is the library's
+engine: the planner's fast path and the GPU hot-row cache (--fast-path, --cache-size, --cache-update) run behind
+the same prepare/consume calls, and the early run ends with the Path / Cache lines `engram run` prints.
 
 Run: PYTHONPATH=build/python /usr/bin/python3 python/examples/decode_loop.py [--steps 20] [--batch 64]
      PYTHONPATH=build/python python3 python/examples/decode_loop.py --device cuda --graph
@@ -40,6 +42,9 @@ def main():
     ap.add_argument("--trace", help="write the early run's Chrome trace here")
     ap.add_argument("--device", default="cpu", help="cpu (CPU prefetch queue) or cuda (CUDA prefetch stream, UVA)")
     ap.add_argument("--graph", action="store_true", help="--device cuda: also replay a torch.cuda.graph of each step")
+    ap.add_argument("--fast-path", default="planner", help="CUDA lookup path: planner (default), plain, off")
+    ap.add_argument("--cache-size", default="5%", help="CUDA hot-row cache per layer (5%% default, 256MiB, off)")
+    ap.add_argument("--cache-update", default="every=4,rows=256", help="online cache updates, or off")
     args = ap.parse_args()
 
     torch = None
@@ -86,7 +91,9 @@ def main():
     main_stream = torch.cuda.Stream() if cuda_lookups else None
     for mode in ("on_demand", "early"):
         if cuda_lookups:
-            pf = eo.Prefetcher(table, device="cuda", mode=mode, stream=main_stream, max_tokens=args.batch)
+            pf = eo.Prefetcher(table, device="cuda", mode=mode, stream=main_stream, max_tokens=args.batch,
+                               fast_path=args.fast_path, cache_size=args.cache_size, cache_update=args.cache_update,
+                               cache_warmup=2)
         else:
             pf = eo.Prefetcher(table, mode=mode, threads=args.threads)
         seqs = [hasher.begin_sequence() for _ in range(args.batch)]
@@ -144,6 +151,10 @@ def main():
                   f"exposed {s['total_exposed_wait_us']:.1f} us total")
     same = results["early"][2] == results["on_demand"][2]
     print(f"\nearly and on_demand give the same hidden state: {same}")
+    if cuda_lookups:
+        print("\nthe early run's engine (the lines engram run prints):")
+        for line in results["early"][0].describe_lines():
+            print("  " + line)
     if args.graph and cuda_lookups:
         g_checksum, g_step_s = run_graph(args, torch, layout, table, hasher, prompt, step_tokens, x0, w_t, proj_t,
                                          engram_at, main_stream)

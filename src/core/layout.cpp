@@ -4,6 +4,8 @@
 #include <limits>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 namespace engram {
 
 const char* row_format_name(RowFormat f) noexcept {
@@ -175,6 +177,39 @@ Result<EngramLayout> make_preset_layout(const std::string& name, int64_t table_s
   }
   ENGRAM_RETURN_IF_ERROR(l.finalize());
   return l;
+}
+
+std::string layout_to_json(const EngramLayout& l) {
+  const nlohmann::json j = {{"name", l.name},
+                            {"layer_ids", l.layer_ids},
+                            {"max_ngram", l.max_ngram},
+                            {"heads_per_order", l.heads_per_order},
+                            {"vocab_size_per_order", l.vocab_size_per_order},
+                            {"d", l.d},
+                            {"format", row_format_name(l.format)},
+                            {"head_rows", l.head_rows}};
+  return j.dump();
+}
+
+Result<EngramLayout> layout_from_json(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status(Code::kInvalidArgument, "layout: not a JSON object");
+  try {
+    EngramLayout l;
+    l.name = j.at("name").get<std::string>();
+    l.layer_ids = j.at("layer_ids").get<std::vector<int>>();
+    l.max_ngram = j.at("max_ngram").get<int>();
+    l.heads_per_order = j.at("heads_per_order").get<int>();
+    l.vocab_size_per_order = j.at("vocab_size_per_order").get<std::vector<int64_t>>();
+    l.d = j.at("d").get<int>();
+    ENGRAM_ASSIGN_OR_RETURN(l.format, parse_row_format(j.at("format").get<std::string>()));
+    ENGRAM_RETURN_IF_ERROR(l.finalize().with_context("layout"));
+    if (l.head_rows != j.at("head_rows").get<std::vector<std::vector<int64_t>>>())
+      return Status(Code::kInvalidArgument, "layout: the given head rows differ from the prime walk of this build");
+    return l;
+  } catch (const nlohmann::json::exception& e) {
+    return Status(Code::kInvalidArgument, std::string("layout: ") + e.what());
+  }
 }
 
 }  // namespace engram

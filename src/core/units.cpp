@@ -123,18 +123,4 @@ std::string format_gbps(double bytes, double seconds) {
   return buf;
 }
 
-Result<int64_t> parse_cache_size_text(const std::string& text, int64_t table_bytes) {
-  if (text.empty() || text == "0" || text == "off") return int64_t{0};
-  if (text.back() == '%') {
-    char* end = nullptr;
-    const double pct = std::strtod(text.c_str(), &end);
-    if (end != text.c_str() + text.size() - 1 || !(pct >= 0 && pct <= 100))
-      return Status(Code::kInvalidArgument, "cache size '" + text + "': a percentage must be in [0, 100]");
-    return static_cast<int64_t>(std::floor(pct / 100.0 * static_cast<double>(table_bytes)));
-  }
-  auto b = parse_size_bytes(text);
-  if (!b.is_ok()) return b.status().with_context("cache size (bytes like 256MiB, a share of the table like 5%, or off)");
-  return *b;
-}
-
 }  // namespace engram

@@ -20,11 +20,6 @@ namespace engram {
 // not a whole number of bytes, or one above INT64_MAX.
 Result<int64_t> parse_size_bytes(const std::string& text);
 
-// A GPU hot-row cache size for a table of `table_bytes`: bytes ("256MiB", "1.5GB"), a share of the table ("5%"),
-// or "0"/"off" = 0. kInvalidArgument for a share outside [0, 100] or a malformed size. Used by `--cache-size`
-// (engram run/replay/bench) and cuda::parse_cache_size.
-Result<int64_t> parse_cache_size_text(const std::string& text, int64_t table_bytes);
-
 // Human size with binary units and one decimal: "512 B", "1.0 KiB", "512.0 MiB", "1.5 GiB".
 // Values under 1 KiB print as exact bytes; negative values keep their sign.
 std::string format_bytes(int64_t bytes);

@@ -1,6 +1,7 @@
-// make_cuda_backend (see backend.cuh). Destruction runs in reverse dependency order: the counting thread and the
-// engine queue, the queue (its kernels read the tables and its events live on the streams), the compute, the UVA
-// tables, the registrations, the stream. The hot-row cache's engine side (warm-up window, online updates) is at
+// TableRegistration and make_cuda_backend (see backend.cuh). Destruction runs in reverse dependency order: the
+// counting thread and the engine queue, the queue (its kernels read the tables and its events live on the streams),
+// the compute, the fast paths, the UVA tables, the registration (when this backend holds the last reference), the
+// stream. The hot-row cache's engine side (warm-up window, online updates) is at
 // the end of this file.
 #include <cuda_runtime.h>
 
@@ -29,6 +30,54 @@ std::vector<HostRange> host_ranges_of(const TableView& v) {
   return out;
 }
 
+Result<std::shared_ptr<TableRegistration>> TableRegistration::create(int device, const std::vector<TableView>& views,
+                                                                      const std::vector<int>& layer_ids,
+                                                                      const RegistrationOptions& options) {
+  if (views.empty()) return Status(Code::kInvalidArgument, "cuda registration: no table");
+  ENGRAM_ASSIGN_OR_RETURN(DeviceInfo info, device_info(device));
+  (void)info;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cuda registration: cudaSetDevice(" + std::to_string(device) + ")");
+  auto reg = std::make_shared<TableRegistration>();
+  reg->device_ = device;
+  for (size_t li = 0; li < views.size(); ++li) {
+    for (const HostRange& r : host_ranges_of(views[li])) {
+      bool done = false;
+      for (const auto& x : reg->regs_) done = done || x.covers(r.ptr, r.bytes);
+      if (done) continue;
+      RegistrationOptions ro = options;
+      ro.boundary_bytes = r.boundary_bytes;
+      auto hr = HostRegistration::register_range(r.ptr, r.bytes, ro);
+      if (!hr.is_ok()) {
+        const int id = li < layer_ids.size() ? layer_ids[li] : static_cast<int>(li);
+        return hr.status().with_context("table of Engram layer " + std::to_string(id));
+      }
+      auto& rep = reg->report_;
+      rep.bytes += hr->bytes();
+      rep.chunks += static_cast<int>(hr->chunks().size());
+      rep.prefault_ns += hr->prefault_ns();
+      rep.register_ns += hr->register_ns();
+      rep.device_equals_host = rep.device_equals_host && hr->device_equals_host();
+      reg->regs_.push_back(std::move(*hr));
+    }
+  }
+  return reg;
+}
+
+std::vector<const HostRegistration*> TableRegistration::ranges() const {
+  std::vector<const HostRegistration*> out;
+  for (const auto& r : regs_) out.push_back(&r);
+  return out;
+}
+
+bool TableRegistration::covers(const TableView& view) const {
+  for (const HostRange& r : host_ranges_of(view)) {
+    bool in = false;
+    for (const auto& x : regs_) in = in || x.covers(r.ptr, r.bytes);
+    if (!in) return false;
+  }
+  return true;
+}
+
 Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions& opt,
                                                        const std::vector<TableView>& views) {
   auto bad = [](const std::string& m) { return Status(Code::kInvalidArgument, "cuda backend: " + m); };
@@ -45,6 +94,18 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = info;
   be->heads_ = opt.heads;
+  if (opt.registered) {
+    if (opt.registered->device() != opt.device && !opt.registered->report().device_equals_host)
+      return bad("the tables were registered for device " + std::to_string(opt.registered->device()) +
+                 " with device addresses that differ from host addresses; device " + std::to_string(opt.device) +
+                 " cannot reuse them");
+    for (const TableView& v : views)
+      if (!opt.registered->covers(v)) return bad("the given registration does not cover every table");
+    be->registered_ = opt.registered;
+  } else {
+    ENGRAM_ASSIGN_OR_RETURN(be->registered_,
+                            TableRegistration::create(opt.device, views, opt.layer_ids, opt.registration));
+  }
   if (opt.main_stream) {
     be->main_stream_ = opt.main_stream;
   } else {
@@ -53,29 +114,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
     be->main_stream_ = s;
     be->owns_stream_ = true;
   }
-
-  // Register every distinct host range once.
-  for (size_t li = 0; li < views.size(); ++li) {
-    for (const HostRange& r : host_ranges_of(views[li])) {
-      bool done = false;
-      for (const auto& reg : be->regs_) done = done || reg.covers(r.ptr, r.bytes);
-      if (done) continue;
-      RegistrationOptions ro = opt.registration;
-      ro.boundary_bytes = r.boundary_bytes;
-      auto reg = HostRegistration::register_range(r.ptr, r.bytes, ro);
-      if (!reg.is_ok())
-        return reg.status().with_context("table of Engram layer " + std::to_string(opt.layer_ids[li]));
-      auto& rep = be->reg_report_;
-      rep.bytes += reg->bytes();
-      rep.chunks += static_cast<int>(reg->chunks().size());
-      rep.prefault_ns += reg->prefault_ns();
-      rep.register_ns += reg->register_ns();
-      rep.device_equals_host = rep.device_equals_host && reg->device_equals_host();
-      be->regs_.push_back(std::move(*reg));
-    }
-  }
-  std::vector<const HostRegistration*> regs;
-  for (const auto& r : be->regs_) regs.push_back(&r);
+  const std::vector<const HostRegistration*> regs = be->registered_->ranges();
   for (size_t li = 0; li < views.size(); ++li) {
     auto t = UvaTable::make(views[li], regs, opt.force_segment_translation);
     if (!t.is_ok()) return t.status().with_context("table of Engram layer " + std::to_string(opt.layer_ids[li]));
@@ -94,15 +133,13 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
         if (f.status().code() != Code::kUnsupported) return f.status().with_context("fast path");
         be->fast_note_ = f.status().message();
         be->fast_.clear();
-        for (auto& u : be->tables_) u.set_hook(nullptr);
         break;
       }
-      t.set_hook(f->get());
       be->fast_.push_back(std::move(*f));
     }
-    // Start-up calibration (issue #8: the planner prices paths with costs measured on this machine and table, not
-    // the defaults): once, on the first layer's table, copied to the others (same host memory, same registration
-    // kind); up to the batch size this engine was created for. A failure keeps the defaults and says so.
+    // Start-up calibration: the planner prices paths with costs measured on this machine and table, not the
+    // defaults; once, on the first layer's table, copied to the others (same host memory, same registration
+    // kind); up to the batch size this backend was created for. A failure keeps the defaults and says so.
     if (opt.planner && !be->fast_.empty()) {
       const Status cs = be->fast_[0]->calibrate(be->main_stream_);
       if (cs.is_ok()) {
@@ -121,6 +158,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   qo.grid_fraction = opt.grid_fraction;
   qo.record_timeline = opt.record_timeline;
   qo.checked = opt.checked;
+  for (auto& f : be->fast_) qo.fast_paths.push_back(f.get());
   ENGRAM_ASSIGN_OR_RETURN(be->queue_, CudaPrefetchQueue::create(tables, opt.layer_ids, opt.heads, be->main_stream_, qo));
   if (opt.layer_us > 0) {
     ENGRAM_ASSIGN_OR_RETURN(be->compute_, CudaLayerCompute::create(be->main_stream_, opt.layer_us));
@@ -143,7 +181,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
     for (auto& c : be->cache_)
       c.rep.note = "no cache: it runs inside the fast path, which is off (" + be->fast_note_ + ")";
   } else if (!opt.planner) {
-    for (auto& c : be->cache_) c.rep.note = "no cache: the planner is off (the hook runs the plain gather)";
+    for (auto& c : be->cache_) c.rep.note = "no cache: the planner is off (the fast path runs the plain gather)";
   } else {
     if (!opt.cache.profile.empty() && opt.cache.profile.size() != views.size())
       return bad("cache profile has " + std::to_string(opt.cache.profile.size()) + " layers, the table " +
@@ -174,10 +212,9 @@ CudaBackend::~CudaBackend() {
   equeue_.reset();
   queue_.reset();
   compute_.reset();
-  for (auto& t : tables_) t.set_hook(nullptr);
   fast_.clear();
   tables_.clear();
-  regs_.clear();
+  registered_.reset();
   if (owns_stream_ && main_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(main_stream_));
   (void)cudaGetLastError();
 }
@@ -194,18 +231,25 @@ Status CudaBackend::synchronize() {
 
 class CudaBackend::EngineQueue final : public PrefetchQueue {
  public:
+  // Every call runs with the backend's device current (a caller such as PyTorch may have another one current).
   explicit EngineQueue(CudaBackend* be) : be_(be) {}
   void begin_step(int64_t step) override {
+    ScopedDevice scoped(be_->device_.ordinal);
     be_->step_ = step;
     be_->queue_->begin_step(step);
   }
   Status prepare(int layer_index, const int64_t* ids, int64_t tokens) override {
+    ScopedDevice scoped(be_->device_.ordinal);
     ENGRAM_RETURN_IF_ERROR(be_->queue_->prepare(layer_index, ids, tokens));
     be_->on_prepare(layer_index, ids, tokens);  // after the lookup is enqueued: off its critical path
     return Status::ok();
   }
-  Result<StagingView> consume(int layer_index) override { return be_->queue_->consume(layer_index); }
+  Result<StagingView> consume(int layer_index) override {
+    ScopedDevice scoped(be_->device_.ordinal);
+    return be_->queue_->consume(layer_index);
+  }
   Status end_step() override {
+    ScopedDevice scoped(be_->device_.ordinal);
     ENGRAM_RETURN_IF_ERROR(be_->queue_->end_step());
     return be_->on_end_step();
   }

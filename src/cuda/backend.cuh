@@ -1,31 +1,26 @@
-// CudaBackend: everything a rank needs to serve Engram lookups from host memory on one GPU, made in one call.
+// CudaBackend: everything a rank needs to serve Engram lookups from host memory on one GPU.
 //
-// make_cuda_backend() selects the device, creates (or adopts) the consumer's main stream, registers the tables'
-// host memory for UVA (chunked, prefaulted, rolled back on failure: registration.cuh), describes each Engram
-// layer's table to the kernel (UvaTable), and creates the serial prefetch queue (CudaPrefetchQueue) and, when
-// layer_us > 0, the calibrated GEMM layer compute on the main stream (CudaLayerCompute). The queue and compute
-// implement the backend-neutral PrefetchQueue / LayerCompute, so the decode replay drives them as it drives the
-// CPU backend. The table memory is never copied to the device.
+// Two steps, because the shared-table protocol registers the memory before the rank's queue exists:
+//  1. TableRegistration::create() registers every distinct host range of the rank's tables for UVA (chunked,
+//     prefaulted, rolled back on failure: registration.cuh) on one device: the protocol's "register" step.
+//  2. make_cuda_backend() selects the device, creates (or adopts) the consumer's main stream, describes each
+//     Engram layer's table to the kernel (UvaTable), builds each layer's lookup path (FastLookup with the planner,
+//     or the plain kernel), and creates the serial prefetch queue (CudaPrefetchQueue) with those paths and, when
+//     layer_us > 0, the calibrated GEMM layer compute on the main stream (CudaLayerCompute).
+// The queue and compute implement the backend-neutral PrefetchQueue / LayerCompute. The table memory is never
+// copied to the device. src/engine/ is the only caller: consumers get a backend through the Engine.
 //
-// Usage:
-//   CudaBackendOptions o; o.layer_ids = layout.layer_ids; o.heads = layout.heads(); o.layer_us = 200;
-//   std::vector<TableView> views; for (int i = 0; i < table.n_layers(); ++i) views.push_back(table.view(i));
-//   ENGRAM_ASSIGN_OR_RETURN(auto be, make_cuda_backend(o, views));
-//   run_decode_replay(layout, ids, be->queue(), *be->compute(), ...);
-// The HostTable (or other backing) must outlive the backend. No CUDA types in this header.
-//
-// Hot-row cache (issue #8): with fast_path and a non-zero cache budget, engine_queue() is queue() plus the cache's
-// host side: prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks,
-// drops and counts a batch when its backlog is full), and end_step() — after the step's host sync, so nothing of
-// the step is in flight — (a) closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it
+// Hot-row cache: with a fast path and a non-zero cache budget, engine_queue() is queue() plus the cache's host
+// side: prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks, drops
+// and counts a batch when its backlog is full), and end_step() — after the step's host sync, so nothing of the
+// step is in flight — (a) closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it
 // creates each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) every
-// `update_every` steps swaps at most `update_rows` rows per layer (HotCounts::plan + HotRowCache::replace, enqueued
-// on the prefetch stream so that it is ordered before the next step's lookups). Planning needs the counts
-// lock: while the counting thread holds it the layer's update is deferred to the next step (counted), and only
-// after kMaxUpdateDeferrals deferrals in a row does the serving thread wait for it (counted as a wait), and
-// replace() waits only for the previous update's staging copy, which the step's host sync has already completed:
-// the host thread's cost per update is the planning plus filling <= update_rows rows (timed and reported).
-// queue() stays the bare CudaPrefetchQueue (graph capture, benches).
+// `update_every` steps swaps at most `update_rows` rows per layer (HotCounts::plan + HotRowCache::replace,
+// enqueued on the prefetch stream so that it is ordered before the next step's lookups). Planning needs the
+// counts lock: while the counting thread holds it the layer's update is deferred to the next step (counted), and
+// only after kMaxUpdateDeferrals deferrals in a row does the serving thread wait for it (counted as a wait); the
+// host thread's cost per update is the planning plus filling <= update_rows rows (timed and reported).
+// queue() stays the bare CudaPrefetchQueue (graph capture, benches). No CUDA types in this header.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +78,35 @@ struct EngineCacheReport {
   int64_t counted_batches = 0, dropped_batches = 0;  // of all layers (one counting thread)
 };
 
+struct CudaRegistrationReport {
+  int64_t bytes = 0;        // registered (whole pages)
+  int chunks = 0;
+  double prefault_ns = 0;
+  double register_ns = 0;   // cudaHostRegister + cudaHostGetDevicePointer, all chunks
+  bool device_equals_host = true;
+};
+
+// The host memory of a rank's tables registered for one device (see the file comment). Every distinct host range
+// of `views` is registered once. Shared by the backends built over it (several queues of one process).
+class TableRegistration {
+ public:
+  // Errors: kUnsupported (no GPU / driver), kInvalidArgument (empty views), registration's errors naming the
+  // chunk and the table of `layer_ids[i]`.
+  static Result<std::shared_ptr<TableRegistration>> create(int device, const std::vector<TableView>& views,
+                                                           const std::vector<int>& layer_ids,
+                                                           const RegistrationOptions& options);
+  int device() const { return device_; }
+  const CudaRegistrationReport& report() const { return report_; }
+  std::vector<const HostRegistration*> ranges() const;
+  // Whether every host range of `view` lies inside this registration.
+  bool covers(const TableView& view) const;
+
+ private:
+  int device_ = 0;
+  std::vector<HostRegistration> regs_;
+  CudaRegistrationReport report_;
+};
+
 struct CudaBackendOptions {
   int device = 0;                  // CUDA ordinal; made current on the calling thread
   int rank = 0;                    // timeline rank
@@ -93,21 +117,14 @@ struct CudaBackendOptions {
   bool record_timeline = true;
   bool checked = false;            // reject out-of-range ids in prepare() (host-side pass)
   double layer_us = 0;             // > 0: create a CudaLayerCompute calibrated to this many microseconds
-  RegistrationOptions registration;  // boundary_bytes is set per table (row stride)
+  RegistrationOptions registration;  // boundary_bytes is set per table (row stride); used when `registered` is null
+  std::shared_ptr<TableRegistration> registered;  // the tables' registration (protocol step); null: register here
   bool force_segment_translation = false;  // tests: per-chunk address translation even when not needed
   void* main_stream = nullptr;     // adopt this cudaStream_t as the main stream; nullptr: create one
-  // Fast path (issue #8, fast_lookup.cuh): a FastLookup hook on every table, driven by the planner.
+  // Fast path (fast_lookup.cuh): each layer's queue slot runs a FastLookup driven by the planner.
   bool fast_path = true;
-  bool planner = true;             // false: the hook runs the plain gather (experiments)
+  bool planner = true;             // false: the FastLookup runs the plain gather (experiments)
   EngineCacheOptions cache;        // hot-row caches (need fast_path)
-};
-
-struct CudaRegistrationReport {
-  int64_t bytes = 0;        // registered (whole pages)
-  int chunks = 0;
-  double prefault_ns = 0;
-  double register_ns = 0;   // cudaHostRegister + cudaHostGetDevicePointer, all chunks
-  bool device_equals_host = true;
 };
 
 class CudaBackend {
@@ -121,7 +138,7 @@ class CudaBackend {
   void* main_stream() const { return main_stream_; }     // cudaStream_t
   const DeviceInfo& device() const { return device_; }
   const UvaTable& table(int layer_index) const { return tables_.at(layer_index); }
-  const CudaRegistrationReport& registration() const { return reg_report_; }
+  const CudaRegistrationReport& registration() const { return registered_->report(); }
   // The layer's fast-path engine; nullptr when fast_path is off or the table is not eligible (fast_path_note()).
   FastLookup* fast_lookup(int layer_index) const {
     return layer_index < static_cast<int>(fast_.size()) ? fast_[layer_index].get() : nullptr;
@@ -155,13 +172,12 @@ class CudaBackend {
   DeviceInfo device_;
   void* main_stream_ = nullptr;
   bool owns_stream_ = false;
-  std::vector<HostRegistration> regs_;
+  std::shared_ptr<TableRegistration> registered_;
   std::vector<UvaTable> tables_;
   std::unique_ptr<CudaPrefetchQueue> queue_;
   std::unique_ptr<CudaLayerCompute> compute_;
   std::vector<std::unique_ptr<FastLookup>> fast_;
   std::string fast_note_;
-  CudaRegistrationReport reg_report_;
   // hot-row cache (engine side)
   EngineCacheOptions cache_opt_;
   std::vector<CacheState> cache_;
@@ -173,8 +189,9 @@ class CudaBackend {
 };
 
 // tables[i]: Engram layer i (layer_ids[i]); all with opt.heads heads and one d. Memory shared by several views is
-// registered once. Errors: kUnsupported (no GPU / driver: the reason), kInvalidArgument (options, views),
-// registration's errors (naming the chunk), kOutOfMemory / kCuda.
+// registered once (or taken from opt.registered, which must cover every view and be for opt.device).
+// Errors: kUnsupported (no GPU / driver: the reason), kInvalidArgument (options, views, a registration that does
+// not cover them), registration's errors (naming the chunk), kOutOfMemory / kCuda.
 Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions& opt,
                                                        const std::vector<TableView>& tables);
 

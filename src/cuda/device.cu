@@ -1,6 +1,7 @@
 // Device discovery for the CUDA backend (see device.cuh).
 #include <cuda_runtime.h>
 
+#include "cuda/cuda_status.cuh"
 #include "cuda/device.cuh"
 
 namespace engram::cuda {
@@ -15,6 +16,56 @@ int device_count() {
 }
 
 void clear_pending_error() { (void)cudaGetLastError(); }
+
+int current_device() {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+Status set_current_device(int device) {
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  return Status::ok();
+}
+
+namespace {
+cudaStream_t canonical(void* s) {
+  // DLPack / CUDA array interface numbers: 1 is the legacy default stream, 2 the per-thread one.
+  return reinterpret_cast<uintptr_t>(s) == 1 ? nullptr : static_cast<cudaStream_t>(s);
+}
+
+}  // namespace
+
+ScopedDevice::ScopedDevice(int device) : prev_(current_device()) {
+  if (prev_ != device && cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (prev_ >= 0 && current_device() != prev_ && cudaSetDevice(prev_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+Status stream_wait_event(void* stream, void* event, int device) {
+  if (!event) return Status(Code::kInvalidArgument, "stream wait: the event was never recorded (null handle)");
+  ScopedDevice scoped(device);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(canonical(stream), static_cast<cudaEvent_t>(event), 0),
+                              "cudaStreamWaitEvent");
+  return Status::ok();
+}
+
+Status stream_wait_stream(void* consumer, void* producer, int device) {
+  if (canonical(consumer) == canonical(producer)) return Status::ok();
+  ScopedDevice scoped(device);
+  cudaEvent_t ev = nullptr;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "stream ordering: cudaEventCreate");
+  cudaError_t e = cudaEventRecord(ev, canonical(producer));
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(canonical(consumer), ev, 0);
+  (void)cudaEventDestroy(ev);  // released once the wait is resolved
+  ENGRAM_CUDA_RETURN_IF_ERROR(e, "stream ordering: record/wait");
+  return Status::ok();
+}
 
 Result<DeviceInfo> device_info(int ordinal) {
   int n = 0;

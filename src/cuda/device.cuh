@@ -28,5 +28,25 @@ Result<DeviceInfo> device_info(int ordinal = 0);
 int device_count();
 // Clears CUDA's pending (non-sticky) error after a recoverable failure.
 void clear_pending_error();
+// The calling thread's current device (-1 when none can be read), and making `device` current.
+int current_device();
+Status set_current_device(int device);
+// On device `device`: `stream` waits on the GPU for `event` (a cudaEvent_t); `consumer` waits for what was
+// enqueued on `producer` so far (nothing when they are the same stream; 1 = the legacy default stream, as in
+// DLPack). Streams are cudaStream_t; nothing blocks the host.
+Status stream_wait_event(void* stream, void* event, int device);
+Status stream_wait_stream(void* consumer, void* producer, int device);
+
+// Makes `device` current for a scope and restores the caller's device after (PyTorch keeps its own).
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int prev_;
+};
 
 }  // namespace engram::cuda

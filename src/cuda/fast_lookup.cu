@@ -140,6 +140,7 @@ Status FastLookup::snapshot(void* stream) {
 }
 
 Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
+  if (a.checked) return launch_lookup(a, stream);  // validation needs the plain kernel's pre-pass
   const auto s = static_cast<cudaStream_t>(stream);
   const bool cap = capturing(s);
   if (!cap) read_snapshot();
@@ -159,8 +160,8 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
     if (!p.dedup && po.allow_dedup && p.host_share == 0 && ++since_dedup_ >= opt_.explore_every) {
       p.dedup = true;
       p.sort = false;
-      p.why.push_back("exploring: one hash-dedup batch every " + std::to_string(opt_.explore_every) +
-                      " measures the unique fraction");
+      p.notes |= plan::kNoteExploreDedup;
+      p.explore_every = opt_.explore_every;
     }
     // Cache: probe at once while no hit rate is known (neither measured nor a prior), else one batch in
     // explore_every, which also interrupts a hybrid plan (the hybrid never probes, so it would never learn that
@@ -170,7 +171,7 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
         ((hit_unknown && p.host_share == 0) || ++since_cache_ >= opt_.explore_every)) {
       p.cache = true;
       p.host_share = 0;
-      p.why.push_back("exploring: cache probe measures the hit rate");
+      p.notes |= plan::kNoteExploreCache;
     }
   }
   if (p.dedup) since_dedup_ = 0;
@@ -189,25 +190,24 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
                                               std::to_string(opt_.max_rows));
   if (p.cache && !cache_) {
     p.cache = false;
-    p.why.push_back("cache requested but none attached: off");
+    p.notes |= plan::kNoteCacheMissing;
   }
   if (p.host_share > 0 && (!host_ || !a.ids_host)) {
     p.host_share = 0;
-    p.why.push_back("hybrid requested but no host-gather path or no host ids: UVA only");
+    p.notes |= plan::kNoteHybridNoHost;
   }
   const bool cap = capturing(s);
   if (!cap) read_snapshot();  // forced plans' batches are observations too
   if (p.host_share > 0 && cap) {
     p.host_share = 0;
-    p.why.push_back("hybrid cannot be captured (host threads): UVA only");
+    p.notes |= plan::kNoteHybridCaptured;
   }
   last_plan_ = p;
   totals_.batches += 1;
   totals_.rows += n;
-  totals_.paths[p.path_name()] += 1;
+  ++path_batches_[p.path_key()];
 
   LookupArgs plain = a;
-  plain.use_hook = false;
   plain.grid_fraction = p.grid_fraction;
   if (n == 0 || (!p.dedup && !p.cache && p.host_share == 0)) return launch_lookup(plain, stream);
 
@@ -300,6 +300,7 @@ Result<FastLookupStats> FastLookup::stats(void* stream) {
   st.unique_rows = static_cast<int64_t>(h[0]);
   st.cache_hits = static_cast<int64_t>(h[1]);
   st.cache_probes = static_cast<int64_t>(h[2]) + host_probes_;
+  for (const auto& [key, n] : path_batches_) st.paths[plan::path_name_of_key(key)] += n;
   return st;
 }
 

@@ -1,5 +1,5 @@
-// FastLookup: the lookup beyond the request-bound ceiling (issue #8), as a LookupHook on a UvaTable so that every
-// caller of launch_lookup (the prefetch queue, `engram run`, the benches) takes it without changes.
+// FastLookup: the lookup beyond the request-bound ceiling. It is a lookup path chosen when a prefetch queue (or a
+// caller) is built: the queue holds one per layer and calls launch() instead of the plain kernel.
 //
 // Per batch the planner (src/plan/planner.hpp) picks, from calibrated costs and the id statistics of earlier
 // batches: the plain kernel; in-batch de-duplication (hash, or sort = unique ids in address order) with a
@@ -44,7 +44,7 @@ struct FastLookupStats {
   int64_t dedup_batches = 0, dedup_rows = 0, unique_rows = 0;  // unique rows of the dedup batches
   int64_t cache_probes = 0, cache_hits = 0;
   int64_t host_rows = 0;                                        // rows gathered by host threads
-  std::map<std::string, int64_t> paths;                         // batches per path name
+  std::map<std::string, int64_t> paths;                         // batches per path name (filled by stats())
   double unique_fraction() const;  // NaN when no dedup batch ran
   double cache_hit_rate() const;   // of probed rows; NaN when none
 };
@@ -55,11 +55,11 @@ struct ForcedPlan {
   plan::Plan plan;
 };
 
-class FastLookup final : public LookupHook {
+class FastLookup final {
  public:
   // table must use one device offset (UvaTable::uniform()); kUnsupported otherwise (the plain kernel stays).
   static Result<std::unique_ptr<FastLookup>> create(const UvaTable* table, const FastLookupOptions& options);
-  ~FastLookup() override;
+  ~FastLookup();
 
   // Attaches (or detaches, nullptr) the cache. The measured hit rate restarts: until a batch has probed the new
   // cache, the planner prices it with cache->profile_coverage() (NaN there = worst case, 0 hits).
@@ -67,8 +67,9 @@ class FastLookup final : public LookupHook {
   HotRowCache* cache() const { return cache_.get(); }
   HostGather* host_gather() const { return host_.get(); }
 
-  // LookupHook: plan, then run. kInvalidArgument when the batch exceeds max_rows.
-  Result<LaunchInfo> launch(const LookupArgs& args, void* stream) override;
+  // Plans the batch, then runs the plan. kInvalidArgument when the batch exceeds max_rows. A checked lookup
+  // (args.checked) runs the plain kernel's checked launch.
+  Result<LaunchInfo> launch(const LookupArgs& args, void* stream);
   // Runs a given plan (benches, tests). The hybrid needs args.ids_host (else it runs on UVA alone).
   Result<LaunchInfo> launch_plan(const LookupArgs& args, const plan::Plan& p, void* stream);
   void force(const ForcedPlan& f) { forced_ = f; }
@@ -107,6 +108,7 @@ class FastLookup final : public LookupHook {
   bool discard_snapshot_hits_ = false;  // the pending snapshot's hits belong to a detached cache
   // Host totals at the time of the pending snapshot, and at the last one consumed.
   FastLookupStats totals_;               // host-known totals (rows, batches, dedup_rows, host probes...)
+  std::map<uint32_t, int64_t> path_batches_;  // batches per Plan::path_key()
   int64_t snap_dedup_rows_ = 0, snap_probes_host_ = 0;
   int64_t used_dedup_rows_ = 0, used_unique_ = 0, used_probes_ = 0, used_hits_ = 0;
   int64_t host_probes_ = 0;             // probes counted on the host (no-dedup batches)

@@ -109,12 +109,6 @@ __global__ void row_copy_kernel(const uint8_t* __restrict__ src, const int64_t* 
 
 }  // namespace
 
-const char* cache_format_name(CacheFormat f) { return f == CacheFormat::kFp8 ? "fp8" : "bf16"; }
-
-Result<int64_t> parse_cache_size(const std::string& text, int64_t table_bytes) {
-  return parse_cache_size_text(text, table_bytes);
-}
-
 Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, const std::vector<int64_t>& hot_first,
                                                          const HotCacheOptions& o) {
   if (!v.data || v.rows <= 0 || v.d <= 0 || v.d % 32 != 0)

@@ -24,21 +24,19 @@
 #include <utility>
 #include <vector>
 
+#include "engram/options.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 
 namespace engram::cuda {
 
-enum class CacheFormat { kFp8, kBf16 };
-const char* cache_format_name(CacheFormat f);
+using engram::cache_format_name;
+using engram::CacheFormat;
 
 struct HotCacheOptions {
   int64_t budget_bytes = 0;          // HBM for rows + map; slots = budget / (row bytes + map bytes per slot)
   CacheFormat format = CacheFormat::kFp8;
 };
-
-// Parses "--cache-size": bytes ("256MiB", "1.5GB"), a share of the table ("5%"), or "0"/"off".
-Result<int64_t> parse_cache_size(const std::string& text, int64_t table_bytes);
 
 class HotRowCache {
  public:

@@ -492,7 +492,6 @@ Result<IdCheck> check_ids(const UvaTable& table, const int64_t* ids, int64_t n, 
 
 Result<LaunchInfo> launch_lookup(const LookupArgs& a, void* stream) {
   ENGRAM_RETURN_IF_ERROR(can_launch(a));
-  if (a.use_hook && !a.checked && a.table->hook() != nullptr) return a.table->hook()->launch(a, stream);
   ENGRAM_ASSIGN_OR_RETURN(int sm, resolve_sm_count(a.sm_count));
   const TableView& v = a.table->host_view();
   LaunchInfo li = plan_launch(a.tokens * a.heads, v.d, a.grid_fraction, sm);

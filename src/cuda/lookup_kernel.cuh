@@ -30,18 +30,6 @@
 
 namespace engram::cuda {
 
-struct LookupArgs;
-struct LaunchInfo;
-
-// A lookup path that replaces the plain kernel for one table (issue #8: FastLookup in fast_lookup.cuh, with
-// de-duplication, a hot-row cache and host gather). launch_lookup() hands every unchecked call on a table with a
-// hook to it, so every caller (the prefetch queue included) takes the fast path without changes.
-class LookupHook {
- public:
-  virtual ~LookupHook() = default;
-  virtual Result<LaunchInfo> launch(const LookupArgs& args, void* stream) = 0;
-};
-
 // Host range [host_begin, host_end) is read by the device at address host + delta.
 struct UvaSegment {
   uint64_t host_begin = 0;
@@ -70,9 +58,6 @@ class UvaTable {
   bool uniform() const { return uniform_; }          // one offset for every chunk
   int64_t uniform_delta() const { return delta_; }   // device address - host address when uniform()
   const std::vector<UvaSegment>& segments() const { return segments_; }
-  // Fast-path hook (not owned; nullptr = plain kernel). The hook must outlive its use by launch_lookup.
-  LookupHook* hook() const { return hook_; }
-  void set_hook(LookupHook* hook) { hook_ = hook; }
   const UvaSegment* device_segments() const { return dev_segments_.get(); }  // nullptr when uniform()
 
  private:
@@ -84,7 +69,6 @@ class UvaTable {
   int64_t delta_ = 0;
   std::vector<UvaSegment> segments_;
   std::unique_ptr<UvaSegment, DeviceFree> dev_segments_;
-  LookupHook* hook_ = nullptr;
 };
 
 struct LookupArgs {
@@ -97,8 +81,7 @@ struct LookupArgs {
   double grid_fraction = 1.0;               // cap = max(1, floor(fraction * sm_count)), fraction in (0, 1]
   int sm_count = 0;                         // 0 = read from the current device
   bool checked = false;                     // reject ids >= rows before launching (see above)
-  bool use_hook = true;                     // false: the plain kernel even when the table has a hook
-  const int64_t* ids_host = nullptr;        // optional host copy of ids (lets a hook use the host-gather path)
+  const int64_t* ids_host = nullptr;        // optional host copy of ids (lets FastLookup use the host-gather path)
 };
 
 struct LaunchInfo {

@@ -84,6 +84,9 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   const int d = tables.front()->host_view().d;
   for (const UvaTable* t : tables)
     if (t->host_view().d != d) return bad("tables differ in d");
+  if (!options.fast_paths.empty() && options.fast_paths.size() != tables.size())
+    return bad("fast paths: " + std::to_string(options.fast_paths.size()) + " given for " +
+               std::to_string(tables.size()) + " tables");
 
   std::unique_ptr<CudaPrefetchQueue> q(new CudaPrefetchQueue());
   q->tables_ = std::move(tables);
@@ -269,7 +272,12 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
   a.grid_fraction = opt_.grid_fraction;
   a.sm_count = sm_count_;
   a.checked = false;  // checked mode was done on the host in prepare(); device-side checking would synchronise
-  ENGRAM_ASSIGN_OR_RETURN(slot.launch, launch_lookup(a, ps));
+  FastLookup* path = opt_.fast_paths.empty() ? nullptr : opt_.fast_paths[static_cast<size_t>(layer_index)];
+  if (path) {
+    ENGRAM_ASSIGN_OR_RETURN(slot.launch, path->launch(a, ps));
+  } else {
+    ENGRAM_ASSIGN_OR_RETURN(slot.launch, launch_lookup(a, ps));
+  }
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_f, ps), "cuda prefetch: record f");
   slot.ev_f_used = ev_f;
 

@@ -31,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/fast_lookup.cuh"
 #include "cuda/lookup_kernel.cuh"
 #include "sched/prefetch_queue.hpp"
 
@@ -44,6 +45,9 @@ struct CudaPrefetchOptions {
   // Reject ids >= table rows in prepare() before anything is enqueued (host-side pass over the ids, ~1 ns per id;
   // no synchronisation). Off: such ids give zero rows and are counted in totals().invalid_ids.
   bool checked = false;
+  // The lookup path of each layer, fixed when the queue is built: FastLookup (planner, dedup, cache, hybrid) or
+  // nullptr for the plain kernel. Empty: every layer plain. Not owned; must outlive the queue.
+  std::vector<FastLookup*> fast_paths;
 };
 
 class CudaPrefetchQueue final : public PrefetchQueue {

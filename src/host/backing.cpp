@@ -106,31 +106,6 @@ Status check_hugepages(uint64_t bytes, uint64_t page_bytes, const std::vector<in
 
 }  // namespace
 
-const char* backing_kind_name(BackingKind k) noexcept {
-  switch (k) {
-    case BackingKind::kMemfd: return "memfd";
-    case BackingKind::kShmFile: return "shm";
-    case BackingKind::kHugetlb: return "hugetlb";
-    case BackingKind::kAnonThp: return "anon-thp";
-  }
-  return "unknown";
-}
-
-Result<BackingKind> parse_backing_kind(const std::string& text, uint64_t* huge_page_bytes) {
-  uint64_t hp = 0;
-  BackingKind k;
-  if (text == "memfd") k = BackingKind::kMemfd;
-  else if (text == "shm") k = BackingKind::kShmFile;
-  else if (text == "hugetlb" || text == "hugetlb-2m") { k = BackingKind::kHugetlb; hp = 2u << 20; }
-  else if (text == "hugetlb-1g") { k = BackingKind::kHugetlb; hp = 1u << 30; }
-  else if (text == "anon-thp") k = BackingKind::kAnonThp;
-  else
-    return Status(Code::kInvalidArgument,
-                  "backing '" + text + "': expected memfd, shm, hugetlb, hugetlb-1g or anon-thp");
-  if (huge_page_bytes) *huge_page_bytes = hp;
-  return k;
-}
-
 std::string BackingIdentity::to_string() const {
   switch (kind) {
     case BackingKind::kAnonThp: return "anon-thp";
@@ -254,7 +229,8 @@ Result<Backing> Backing::create(const BackingOptions& o) {
   return b;
 }
 
-Result<Backing> Backing::attach_fd(int fd, BackingKind kind, uint64_t size_bytes, const std::string& name) {
+Result<Backing> Backing::attach_fd(int fd, BackingKind kind, uint64_t size_bytes, const std::string& name,
+                                   uint8_t* map_at) {
   Backing b;
   b.fd_ = fd;  // owned from here on: closed by ~Backing on any failure below
   b.identity_.kind = kind;
@@ -276,12 +252,15 @@ Result<Backing> Backing::attach_fd(int fd, BackingKind kind, uint64_t size_bytes
   b.identity_.device = st.device;
   b.size_bytes_ = size_bytes;
   b.mapped_bytes_ = round_up(size_bytes, b.page_bytes_);
-  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(fd, b.mapped_bytes_));
+  if (map_at && reinterpret_cast<uintptr_t>(map_at) % b.page_bytes_ != 0)
+    return Status(Code::kInvalidArgument, "attach_fd(" + name + "): map address not aligned to the page size");
+  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(fd, b.mapped_bytes_, 0, map_at));
   b.data_ = static_cast<uint8_t*>(p);
+  b.in_reservation_ = map_at != nullptr;
   return b;
 }
 
-Result<Backing> Backing::attach_path(const std::string& path, uint64_t size_bytes) {
+Result<Backing> Backing::attach_path(const std::string& path, uint64_t size_bytes, uint8_t* map_at) {
   if (size_bytes == 0) return Status(Code::kInvalidArgument, "attach_path: size 0");
   auto fd = sys::open_named_file(path);
   if (!fd.is_ok()) {
@@ -305,8 +284,11 @@ Result<Backing> Backing::attach_path(const std::string& path, uint64_t size_byte
   b.identity_.device = st.device;
   b.size_bytes_ = size_bytes;
   b.mapped_bytes_ = round_up(size_bytes, b.page_bytes_);
-  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(b.fd_, b.mapped_bytes_));
+  if (map_at && reinterpret_cast<uintptr_t>(map_at) % b.page_bytes_ != 0)
+    return Status(Code::kInvalidArgument, "attach_path(" + path + "): map address not aligned to the page size");
+  ENGRAM_ASSIGN_OR_RETURN(void* p, sys::map_shared(b.fd_, b.mapped_bytes_, 0, map_at));
   b.data_ = static_cast<uint8_t*>(p);
+  b.in_reservation_ = map_at != nullptr;
   return b;
 }
 

@@ -24,20 +24,15 @@
 #include <string>
 #include <vector>
 
+#include "engram/options.hpp"
 #include "engram/status.hpp"
 
 namespace engram::host {
 
-enum class BackingKind {
-  kMemfd,    // memfd_create(2) on the kernel's internal tmpfs: no name to leak or hijack (default)
-  kShmFile,  // named file in /dev/shm (or another tmpfs dir), O_CREAT|O_EXCL|O_NOFOLLOW, 0600
-  kHugetlb,  // memfd_create(MFD_HUGETLB) from the reserved hugepage pool (2 MiB or 1 GiB)
-  kAnonThp,  // private anonymous memory with MADV_HUGEPAGE; one process only
-};
-const char* backing_kind_name(BackingKind k) noexcept;  // "memfd", "shm", "hugetlb", "anon-thp"
-// Accepts "memfd", "shm", "hugetlb" (2 MiB pages), "hugetlb-1g", "anon-thp".
-// kInvalidArgument for anything else. `huge_page_bytes` receives 2 MiB / 1 GiB / 0.
-Result<BackingKind> parse_backing_kind(const std::string& text, uint64_t* huge_page_bytes = nullptr);
+// The kinds and their parser are public (engram/options.hpp); host code names them here.
+using engram::backing_kind_name;
+using engram::BackingKind;
+using engram::parse_backing_kind;
 
 struct BackingOptions {
   BackingKind kind = BackingKind::kMemfd;
@@ -87,12 +82,14 @@ class Backing {
   // kUnsupported (no hugetlb memfd), kPermission, kOutOfMemory (mmap / hugetlb reservation).
   static Result<Backing> create(const BackingOptions& options);
   // Peer: takes ownership of `fd` (a memfd or hugetlb memfd received over SCM_RIGHTS; closed on
-  // failure too), checks that the object holds at least `size_bytes`, maps it.
+  // failure too), checks that the object holds at least `size_bytes`, maps it (at `map_at` inside the
+  // caller's reservation when given, as BackingOptions::map_at).
   // kInvalidArgument when the object is smaller than `size_bytes` or kind is kAnonThp / kShmFile.
-  static Result<Backing> attach_fd(int fd, BackingKind kind, uint64_t size_bytes, const std::string& name);
-  // Peer: opens a named file (O_RDWR|O_NOFOLLOW, same owner) and maps it. kNotFound when the leader
-  // already unlinked it (a peer that joined late); kInvalidArgument when it is too small.
-  static Result<Backing> attach_path(const std::string& path, uint64_t size_bytes);
+  static Result<Backing> attach_fd(int fd, BackingKind kind, uint64_t size_bytes, const std::string& name,
+                                   uint8_t* map_at = nullptr);
+  // Peer: opens a named file (O_RDWR|O_NOFOLLOW, same owner) and maps it (at `map_at` when given). kNotFound
+  // when the leader already unlinked it (a peer that joined late); kInvalidArgument when it is too small.
+  static Result<Backing> attach_path(const std::string& path, uint64_t size_bytes, uint8_t* map_at = nullptr);
 
   bool valid() const { return data_ != nullptr; }
   BackingKind kind() const { return identity_.kind; }

@@ -934,9 +934,12 @@ Status load_checkpoint(const std::string& path, const EngramLayout& layout, std:
 }
 
 Status load_checkpoint(const std::string& path, HostTable& table, const LoadOptions& options) {
-  std::vector<TableSpan> spans;
-  for (int i = 0; i < table.n_layers(); ++i) spans.push_back(table.span(i));
-  return load_checkpoint(path, table.layout(), spans, options);
+  for (int r = 0; r < table.n_replicas(); ++r) {  // replica-per-node: every copy holds the rows
+    std::vector<TableSpan> spans;
+    for (int i = 0; i < table.n_layers(); ++i) spans.push_back(table.span(i, r));
+    ENGRAM_RETURN_IF_ERROR(load_checkpoint(path, table.layout(), spans, options));
+  }
+  return Status::ok();
 }
 
 Status write_synthetic_checkpoint(const std::string& path, const EngramLayout& layout, uint64_t seed,

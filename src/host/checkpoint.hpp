@@ -156,7 +156,7 @@ struct WriteOptions {
 // layout; kIo when a read fails or comes up short. On error the spans hold partial data.
 Status load_checkpoint(const std::string& path, const EngramLayout& layout, std::span<const TableSpan> spans,
                        const LoadOptions& options = {});
-// The same into every layer of `table` (whose layout gives the expected tables and row format).
+// The same into every layer of `table` (whose layout gives the expected tables and row format), every replica.
 Status load_checkpoint(const std::string& path, HostTable& table, const LoadOptions& options = {});
 
 // Writes a synthetic checkpoint of `layout` whose row r of layer index i is synth_row(seed, i, r, ...),

@@ -218,15 +218,22 @@ Result<Description> decode_description(const std::string& bytes) {
     return Status(s.code(), "the leader could not describe the table: " + s.message(), s.sys_error());
   }
   auto it = d.find("segments");
-  if (!get_str(d, "group", &out.group) || !get_str(d, "job", &out.job) || it == d.end() || !it->is_array() || it->empty())
-    return Status(Code::kInvalidArgument, "malformed table description from the leader (group, job, segments)");
+  if (!get_str(d, "group", &out.group) || !get_str(d, "job", &out.job) || !get_str(d, "layout", &out.layout) ||
+      it == d.end() || !it->is_array() || it->empty())
+    return Status(Code::kInvalidArgument, "malformed table description from the leader (group, job, layout, segments)");
   for (const auto& s : *it) {
     SegmentInfo i;
     if (!s.is_object() || !get_str(s, "kind", &i.kind) || !get_str(s, "name", &i.name) ||
         !get_str(s, "path", &i.path) || !get_u64(s, "size_bytes", &i.size_bytes) || !get_u64(s, "inode", &i.inode) ||
         !get_u64(s, "device", &i.device) || !get_int(s, "layer_index", &i.layer_index) ||
-        !get_int(s, "replica_node", &i.replica_node) || !get_int(s, "fd_index", &i.fd_index))
+        !get_int(s, "replica_node", &i.replica_node) || !get_int(s, "fd_index", &i.fd_index) ||
+        !get_int(s, "head_begin", &i.head_begin) || !get_int(s, "head_end", &i.head_end) ||
+        !get_u64(s, "offset_bytes", &i.offset_bytes))
       return Status(Code::kInvalidArgument, "malformed segment in the table description");
+    if (i.head_begin < 0 || i.head_end < i.head_begin || i.head_end > 65535 || i.offset_bytes >= (uint64_t{1} << 56))
+      return Status(Code::kInvalidArgument, "segment of the table description out of range (heads " +
+                                                std::to_string(i.head_begin) + "-" + std::to_string(i.head_end) +
+                                                ", offset " + std::to_string(i.offset_bytes) + ")");
     if (i.size_bytes == 0 || i.size_bytes >= (uint64_t{1} << 56) || i.fd_index < -1 ||
         i.fd_index >= static_cast<int64_t>(sys::kMaxMessageFds) || i.replica_node < -1 || i.replica_node > 4095 ||
         i.layer_index < 0 || i.layer_index > INT32_MAX)
@@ -584,84 +591,86 @@ const std::vector<std::string>& protocol_steps() {
 
 SharedTableGroup::~SharedTableGroup() = default;
 
-Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::create(const SharedTableSpec& spec) {
-  if (spec.segments.empty()) return Status(Code::kInvalidArgument, "shared group '" + spec.group + "': no segment");
+Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::lead(std::shared_ptr<HostTable> table,
+                                                                 const std::string& group, const std::string& job,
+                                                                 std::shared_ptr<sys::FileGuardian> guardian) {
+  if (!table) return Status(Code::kInvalidArgument, "shared group '" + group + "': no table");
+  const auto parts = table->parts();
+  if (parts.empty())
+    return Status(Code::kInvalidArgument, "shared group '" + group + "': the table has no shareable backing "
+                                                                      "(private memory from allocate())");
   bool named = false;
-  for (const auto& s : spec.segments) {
-    if (s.backing.kind == BackingKind::kAnonThp)
-      return Status(Code::kInvalidArgument, "shared group '" + spec.group +
+  for (const auto& p : parts) {
+    const Backing& b = p.backing->backing;
+    if (b.kind() == BackingKind::kAnonThp)
+      return Status(Code::kInvalidArgument, "shared group '" + group +
                                                 "': an anon-thp backing is private to one process and cannot be "
                                                 "shared (use memfd, shm or hugetlb)");
-    named = named || s.backing.kind == BackingKind::kShmFile;
+    if (!b.owner())
+      return Status(Code::kInvalidArgument, "shared group '" + group + "': the table is attached, not created here");
+    named = named || (b.kind() == BackingKind::kShmFile && !b.unlinked());
   }
   std::unique_ptr<SharedTableGroup> g(new SharedTableGroup());
   g->leader_ = true;
-  g->group_ = spec.group;
-  g->job_ = spec.job;
-  g->guardian_ = spec.guardian;
+  g->group_ = group;
+  g->job_ = job;
+  g->table_ = std::move(table);
+  g->guardian_ = std::move(guardian);
   if (named && !g->guardian_) {
     auto guard = sys::FileGuardian::start();
-    if (!guard.is_ok()) return guard.status().with_context("shared group '" + spec.group + "': file guardian");
+    if (!guard.is_ok()) return guard.status().with_context("shared group '" + group + "': file guardian");
     g->guardian_ = std::make_shared<sys::FileGuardian>(std::move(*guard));
   }
-  for (size_t i = 0; i < spec.segments.size(); ++i) {
-    const auto& s = spec.segments[i];
-    auto placed = create_placed_backings(s.backing, spec.placement, spec.placement_options);
-    if (!placed.is_ok())
-      return placed.status().with_context("shared group '" + spec.group + "', segment " + std::to_string(i) +
-                                          " (layer index " + std::to_string(s.layer_index) + ")");
-    for (auto& pb : *placed) {
-      SharedSegment seg;
-      seg.backing = std::move(pb.backing);
-      seg.layer_index = s.layer_index;
-      seg.replica_node = pb.report.replica_node;
-      seg.report = std::move(pb.report);
-      if (seg.backing.kind() == BackingKind::kShmFile && g->guardian_)
-        ENGRAM_RETURN_IF_ERROR(g->guardian_->arm(seg.backing.identity().path));
-      g->segments_.push_back(std::move(seg));
+  if (g->guardian_)
+    for (const auto& p : parts) {
+      const Backing& b = p.backing->backing;
+      if (b.kind() == BackingKind::kShmFile && !b.unlinked()) ENGRAM_RETURN_IF_ERROR(g->guardian_->arm(b.identity().path));
     }
-  }
   return g;
 }
 
 nlohmann::json SharedTableGroup::description() const {
   json segs = json::array();
   int fd_index = 0;
-  for (const auto& s : segments_) {
-    const auto& id = s.backing.identity();
+  const HostTable& t = *table_;
+  for (const auto& p : t.parts()) {
+    const Backing& b = p.backing->backing;
+    const auto& id = b.identity();
+    const PlacementReport& r = p.backing->report;
     const bool by_fd = id.kind == BackingKind::kMemfd || id.kind == BackingKind::kHugetlb;
+    const HeadRange h = t.n_shards() > 1 ? t.shard_heads(p.shard) : HeadRange{0, t.layout().heads()};
+    const uint64_t offset = static_cast<uint64_t>(b.data() - t.view(p.layer_index, p.replica).data);
     segs.push_back({{"kind", backing_kind_name(id.kind)},
                     {"name", id.name},
                     {"path", id.path},
-                    {"size_bytes", s.backing.size_bytes()},
+                    {"size_bytes", b.size_bytes()},
                     {"inode", id.inode},
                     {"device", id.device},
-                    {"layer_index", s.layer_index},
-                    {"replica_node", s.replica_node},
+                    {"layer_index", p.layer_index},
+                    {"replica_node", r.replica_node},
+                    {"head_begin", h.begin},
+                    {"head_end", h.end},
+                    {"offset_bytes", offset},
                     {"fd_index", by_fd ? fd_index++ : -1},
-                    {"placement_requested", s.report.requested},
-                    {"placement_resolved", s.report.resolved},
-                    {"placement_obtained", s.report.obtained},
-                    {"prefault", s.report.prefault}});
+                    {"placement_requested", r.requested},
+                    {"placement_resolved", r.resolved},
+                    {"placement_obtained", r.obtained},
+                    {"prefault", r.prefault}});
   }
-  return {{"protocol", kProtocolVersion}, {"group", group_}, {"job", job_}, {"segments", segs}};
+  return {{"protocol", kProtocolVersion}, {"group", group_}, {"job", job_}, {"layout", layout_to_json(t.layout())},
+          {"segments", segs}};
 }
 
 Status SharedTableGroup::unlink_named() {
-  Status first;
-  for (auto& s : segments_) {
-    if (s.backing.kind() != BackingKind::kShmFile || !s.backing.owner() || s.backing.unlinked()) continue;
-    const std::string path = s.backing.identity().path;
-    Status u = s.backing.unlink_name();
-    if (u.is_ok() && guardian_) (void)guardian_->disarm(path);
-    if (!u.is_ok() && first.is_ok()) first = u;
-  }
-  return first;
+  if (!leader_ || !table_) return Status::ok();
+  return table_->unlink_named_files([this](const std::string& path) {
+    if (guardian_) (void)guardian_->disarm(path);
+  });
 }
 
-Status SharedTableGroup::load(const std::function<Status(std::vector<SharedSegment>&)>& loader) {
+Status SharedTableGroup::load(const std::function<Status(HostTable&)>& loader) {
   if (!leader_) return Status(Code::kInvalidArgument, "shared group '" + group_ + "': only the leader loads weights");
-  Status s = loader(segments_);
+  Status s = loader(*table_);
   if (s.is_ok()) loaded_ = true;
   return s;
 }
@@ -698,10 +707,12 @@ struct StepRunner {
   }
 };
 
-Result<std::string> run_census(const ProtocolHooks& hooks, CensusPoint point, const std::vector<SharedSegment>& segs,
-                               int rank) {
-  if (!hooks.census) return std::string();
-  return hooks.census(point, segs, rank);
+Status run_census(const ProtocolHooks& hooks, CensusPoint point, const HostTable* table, int rank, std::string* msg) {
+  if (!hooks.census || !table) return Status::ok();
+  auto c = hooks.census(point, *table, rank);
+  if (!c.is_ok()) return c.status();
+  *msg = std::move(*c);
+  return Status::ok();
 }
 
 }  // namespace
@@ -719,9 +730,10 @@ Status SharedTableGroup::admit(GroupChannel& channel, const ProtocolHooks& hooks
     const auto t0 = Clock::now();
     if (hooks.on_step) hooks.on_step(kStepDescribe, 0);
     std::vector<int> fds;
-    for (const auto& s : segments_)
-      if (s.backing.kind() == BackingKind::kMemfd || s.backing.kind() == BackingKind::kHugetlb)
-        fds.push_back(s.backing.fd());
+    for (const auto& p : table_->parts()) {
+      const Backing& b = p.backing->backing;
+      if (b.kind() == BackingKind::kMemfd || b.kind() == BackingKind::kHugetlb) fds.push_back(b.fd());
+    }
     std::string bytes = dump(description());
     // An engine's channel that cannot pass descriptors still works with named files; with a memfd
     // the peers are told why and fail at attach.
@@ -747,100 +759,69 @@ Status SharedTableGroup::admit(GroupChannel& channel, const ProtocolHooks& hooks
   const Status unlinked = unlink_named();
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepRegister, timeouts.step, [&](std::string*) {
     if (!unlinked.is_ok()) return unlinked.with_context("unlink of the named table after attach");
-    return hooks.register_memory ? hooks.register_memory(segments_, 0) : Status::ok();
+    return hooks.register_memory ? hooks.register_memory(table_, 0) : Status::ok();
   })));
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepCensusRegistered, timeouts.step, [&](std::string* msg) {
-    auto c = run_census(hooks, CensusPoint::kAfterRegistration, segments_, 0);
-    if (!c.is_ok()) return c.status();
-    *msg = std::move(*c);
-    return Status::ok();
+    return run_census(hooks, CensusPoint::kAfterRegistration, table_.get(), 0, msg);
   })));
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepLoad, timeouts.step, [&](std::string*) {
     if (!hooks.load || loaded_) return Status::ok();
-    Status s = hooks.load(segments_);
+    Status s = hooks.load(*table_);
     if (s.is_ok()) loaded_ = true;
     return s.with_context("leader weight load");
   })));
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepReady, timeouts.step, [](std::string*) { return Status::ok(); })));
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepCensusLoaded, timeouts.step, [&](std::string* msg) {
-    auto c = run_census(hooks, CensusPoint::kAfterLoad, segments_, 0);
-    if (!c.is_ok()) return c.status();
-    *msg = std::move(*c);
-    return Status::ok();
+    return run_census(hooks, CensusPoint::kAfterLoad, table_.get(), 0, msg);
   })));
   return Status::ok();
 }
 
 namespace {
 
-// Closes the descriptors a peer received and did not hand to a Backing.
+// The description's segments as HostTable::attach takes them; the received descriptors move into the specs
+// (those not used are closed by the caller's list).
+Result<std::vector<AttachSpec>> attach_specs(const std::vector<wire::SegmentInfo>& infos, std::vector<int>& fds) {
+  std::vector<AttachSpec> out;
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const auto& i = infos[k];
+    const std::string what = "segment " + std::to_string(k) + " (" + i.kind + " " + (i.path.empty() ? i.name : i.path) + ")";
+    auto kind = parse_backing_kind(i.kind);
+    if (!kind.is_ok()) return kind.status().with_context(what);
+    AttachSpec a;
+    a.kind = *kind;
+    a.name = i.name;
+    a.path = i.path;
+    a.size_bytes = i.size_bytes;
+    a.inode = i.inode;
+    a.device = i.device;
+    a.layer_index = static_cast<int>(i.layer_index);
+    a.replica_node = static_cast<int>(i.replica_node);
+    a.heads = {static_cast<int>(i.head_begin), static_cast<int>(i.head_end)};
+    a.offset_bytes = i.offset_bytes;
+    a.placement_requested = i.requested;
+    a.placement_resolved = i.resolved;
+    a.placement_obtained = i.obtained;
+    a.prefault = i.prefault;
+    if (a.kind != BackingKind::kShmFile) {
+      if (i.fd_index < 0 || static_cast<size_t>(i.fd_index) >= fds.size() || fds[static_cast<size_t>(i.fd_index)] < 0)
+        return Status(Code::kInvalidArgument, what + ": descriptor " + std::to_string(i.fd_index) +
+                                                  " announced but not received");
+      a.fd = std::exchange(fds[static_cast<size_t>(i.fd_index)], -1);
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// Closes the descriptors a peer received and did not hand on.
 struct FdList {
   std::vector<int> fds;
   ~FdList() {
     for (int fd : fds)
       if (fd >= 0) (void)sys::close_fd(fd);
   }
-  int take(int64_t i) {
-    if (i < 0 || static_cast<size_t>(i) >= fds.size()) return -1;
-    return std::exchange(fds[static_cast<size_t>(i)], -1);
-  }
 };
-
-using wire::SegmentInfo;
-
-Status attach_segments(const std::vector<SegmentInfo>& infos, FdList& fds, const PeerOptions& options,
-                       std::vector<SharedSegment>* out) {
-  // replica-per-node: attach the copy on our GPU's node, else our CPU's node.
-  std::vector<int> nodes;
-  for (const auto& i : infos)
-    if (i.replica_node >= 0 && std::find(nodes.begin(), nodes.end(), i.replica_node) == nodes.end())
-      nodes.push_back(static_cast<int>(i.replica_node));
-  int want_node = -1;
-  if (!nodes.empty()) {
-    const int pick = choose_replica(nodes, options.gpu_node, sys::current_cpu_node().node);
-    want_node = nodes[static_cast<size_t>(std::max(0, pick))];
-  }
-  for (size_t k = 0; k < infos.size(); ++k) {
-    const auto& i = infos[k];
-    if (want_node >= 0 && i.replica_node != want_node) continue;
-    const std::string what = "segment " + std::to_string(k) + " (" + i.kind + " " + (i.path.empty() ? i.name : i.path) + ")";
-    auto kind = parse_backing_kind(i.kind);
-    if (!kind.is_ok()) return kind.status().with_context(what);
-    Result<Backing> b = Status(Code::kInternal, "unreachable");
-    if (*kind == BackingKind::kShmFile) {
-      b = Backing::attach_path(i.path, i.size_bytes);
-    } else {
-      const int fd = fds.take(i.fd_index);
-      if (fd < 0)
-        return Status(Code::kInvalidArgument, what + ": descriptor " + std::to_string(i.fd_index) +
-                                                  " announced but not received");
-      b = Backing::attach_fd(fd, *kind, i.size_bytes, i.name);
-    }
-    if (!b.is_ok()) return b.status().with_context(what);
-    const auto& id = b->identity();
-    if (id.inode != i.inode || id.device != i.device)
-      return Status(Code::kPermission, what + ": mapped inode " + std::to_string(id.inode) + " on device " +
-                                           std::to_string(id.device) + ", the leader created inode " +
-                                           std::to_string(i.inode) + " on device " + std::to_string(i.device) +
-                                           " (the path names another file now)");
-    SharedSegment seg;
-    seg.layer_index = static_cast<int>(i.layer_index);
-    seg.replica_node = static_cast<int>(i.replica_node);
-    seg.report.requested = i.requested;
-    seg.report.resolved = i.resolved;
-    seg.report.obtained = i.obtained;
-    seg.report.prefault = i.prefault;
-    seg.report.replica_node = seg.replica_node;
-    if (options.read_only) {
-      ENGRAM_RETURN_IF_ERROR(sys::protect_read_only(b->data(), b->mapped_bytes()).with_context(what));
-      seg.read_only = true;
-    }
-    seg.backing = std::move(*b);
-    out->push_back(std::move(seg));
-  }
-  if (out->empty()) return Status(Code::kInternal, "no segment matched this rank's replica");
-  return Status::ok();
-}
 
 }  // namespace
 
@@ -857,37 +838,42 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& c
   FdList fds;
   ENGRAM_RETURN_IF_ERROR(channel.broadcast(kStepDescribe, &bytes, &fds.fds, timeouts.step).with_context("shared group"));
   g->steps_.push_back({kStepDescribe, std::chrono::duration<double>(Clock::now() - t0).count(), {}});
-  std::vector<SegmentInfo> infos;
+  std::vector<wire::SegmentInfo> infos;
   auto description = wire::decode_description(bytes);
-  const Status described = description.status();
+  Status described = description.status();
+  EngramLayout layout;
   if (described.is_ok()) {
     g->group_ = description->group;
     g->job_ = description->job;
     infos = std::move(description->segments);
+    auto l = layout_from_json(description->layout);
+    if (l.is_ok()) layout = *l;
+    else described = l.status().with_context("the leader's table layout");
   }
   if (g->group_.empty()) g->group_ = "?";
   StepRunner r{channel, hooks, g->steps_, g->group_};
   ENGRAM_RETURN_IF_ERROR(r.run(kStepAttach, timeouts.step, [&](std::string*) {
     if (!described.is_ok()) return described;
-    return attach_segments(infos, fds, options, &g->segments_);
+    if (hooks.on_described) ENGRAM_RETURN_IF_ERROR(hooks.on_described(g->job_, layout));
+    ENGRAM_ASSIGN_OR_RETURN(std::vector<AttachSpec> specs, attach_specs(infos, fds.fds));
+    AttachOptions ao;
+    ao.read_only = options.read_only;
+    ao.gpu_node = options.gpu_node;
+    ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::attach(layout, std::move(specs), ao));
+    g->table_ = std::shared_ptr<HostTable>(std::move(t));
+    return Status::ok();
   }));
   ENGRAM_RETURN_IF_ERROR(r.run(kStepRegister, timeouts.step, [&](std::string*) {
-    return hooks.register_memory ? hooks.register_memory(g->segments_, rank) : Status::ok();
+    return hooks.register_memory ? hooks.register_memory(g->table_, rank) : Status::ok();
   }));
   ENGRAM_RETURN_IF_ERROR(r.run(kStepCensusRegistered, timeouts.step, [&](std::string* msg) {
-    auto c = run_census(hooks, CensusPoint::kAfterRegistration, g->segments_, rank);
-    if (!c.is_ok()) return c.status();
-    *msg = std::move(*c);
-    return Status::ok();
+    return run_census(hooks, CensusPoint::kAfterRegistration, g->table_.get(), rank, msg);
   }));
   ENGRAM_RETURN_IF_ERROR(r.run(kStepLoad, timeouts.load, [](std::string*) { return Status::ok(); }));
   g->loaded_ = true;
   ENGRAM_RETURN_IF_ERROR(r.run(kStepReady, timeouts.step, [](std::string*) { return Status::ok(); }));
   ENGRAM_RETURN_IF_ERROR(r.run(kStepCensusLoaded, timeouts.step, [&](std::string* msg) {
-    auto c = run_census(hooks, CensusPoint::kAfterLoad, g->segments_, rank);
-    if (!c.is_ok()) return c.status();
-    *msg = std::move(*c);
-    return Status::ok();
+    return run_census(hooks, CensusPoint::kAfterLoad, g->table_.get(), rank, msg);
   }));
   return g;
 }

@@ -7,15 +7,18 @@
 //    has a process group (torch.distributed) implements this interface and runs the same protocol.
 //    UnixGroupChannel is ours: a leader listening on an AF_UNIX socket in a directory only its owner
 //    can enter, peers checked with SO_PEERCRED, a star of SOCK_SEQPACKET connections.
-//  - SharedTableGroup: the protocol over any GroupChannel.
-//      leader  create():  step 1-2  create each backing (memfd by default; named /dev/shm file when
-//                                    asked), apply the placement before the first page exists,
-//                                    allocate every page (host/placement.hpp)
+//  - SharedTableGroup: the protocol over any GroupChannel, for one HostTable (the one table model:
+//    the leader's is HostTable::create's, a peer's is HostTable::attach's, shards and replicas included).
+//      leader  lead():    after steps 1-2 (HostTable::create: each backing, memfd by default or a named
+//                                    /dev/shm file when asked, placed before the first page exists and
+//                                    every page allocated), shares the table
 //      leader  admit() / peer join(), in lock step, each step ending in an all-gather so that one
 //      rank's failure fails every rank with that rank's message:
-//        "describe"                  leader broadcasts the description (+ memfds via SCM_RIGHTS)
-//        "attach"                    peers map each backing (fd or path; read-only option), check
-//                                    the inode; then the leader unlinks named files
+//        "describe"                  leader broadcasts the description (layout, every backing with its
+//                                    layer, replica, head range and offset; + memfds via SCM_RIGHTS)
+//        "attach"                    peers map each backing (fd or path; read-only option) where the
+//                                    leader's table has it, check the inode; then the leader unlinks
+//                                    named files
 //        "register"                  registration hook on every rank (cudaHostRegister plugs in here)
 //        "census after registration" census hook on every rank; texts gathered to all ranks
 //        "load"                      leader-only weight load (synthetic fill or checkpoint)
@@ -40,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engram/status.hpp"
+#include "engram/table.hpp"
 #include "host/backing.hpp"
 #include "host/census.hpp"
 #include "host/placement.hpp"
@@ -179,7 +183,7 @@ class UnixGroupChannel final : public GroupChannel {
 // a crash or an allocation sized by the sender beyond the channel's max_message_bytes.
 namespace wire {
 
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
 enum MsgType : uint16_t {
   kMsgHello = 1,         // peer -> leader: {"protocol", "group", "pid"}
   kMsgWelcome = 2,       // leader -> peer: {"rank", "world", "leader_pid", "group"}
@@ -224,14 +228,18 @@ struct SegmentInfo {
   std::string kind, name, path, requested, resolved, obtained, prefault;
   uint64_t size_bytes = 0, inode = 0, device = 0;
   int64_t layer_index = 0, replica_node = -1, fd_index = -1;
+  int64_t head_begin = 0, head_end = 0;  // head range held (a shard); 0, 0 = every head
+  uint64_t offset_bytes = 0;             // where the backing starts in its layer's table
 };
 struct Description {
   std::string group, job;
+  std::string layout;  // layout_to_json() text
   std::vector<SegmentInfo> segments;
 };
 // The leader's description (SharedTableGroup::description()). kInvalidArgument for malformed JSON,
 // another protocol version, a missing field; the leader's own error when it sent one instead.
-// Checks that every announced size is non-zero and below 2^56 bytes and fd_index is -1 or < 64, so a
+// Checks that every announced size and offset is below 2^56 bytes (sizes non-zero), fd_index is -1 or < 64, and
+// head ranges are ordered and below 2^16, so a
 // hostile description cannot make a peer map beyond what its kernel object holds (attach checks the
 // object's size too).
 Result<Description> decode_description(const std::string& bytes);
@@ -250,31 +258,6 @@ inline constexpr const char* kStepCensusLoaded = "census after load";
 // The steps in order (for tests and tracing).
 const std::vector<std::string>& protocol_steps();
 
-// One backing of the shared table: a layer's table (or its replica on one node, or a shard).
-struct SharedSegmentSpec {
-  BackingOptions backing;  // kind (memfd | shm | hugetlb; not anon-thp), size, name, shm_dir
-  int layer_index = 0;     // caller's tag: which table this backing holds
-};
-
-struct SharedTableSpec {
-  std::string group = "engram";
-  std::vector<SharedSegmentSpec> segments;
-  PlacementPolicy placement;  // as parsed; replica-per-node makes one backing per node and segment
-  PlacementOptions placement_options;
-  std::string job;  // opaque text broadcast with the description (e.g. the layout and workload, JSON)
-  // Guards named files against a leader crash (see file comment). Started by create() when a segment
-  // is a named file and none is given; a caller may pass one to guard more paths (its socket).
-  std::shared_ptr<sys::FileGuardian> guardian;
-};
-
-struct SharedSegment {
-  Backing backing;
-  int layer_index = 0;
-  int replica_node = -1;   // replica-per-node: the node this copy is bound to
-  PlacementReport report;  // leader: as applied; peer: requested/obtained as the leader reported them
-  bool read_only = false;  // peer attached with PROT_READ
-};
-
 struct ProtocolTimeouts {
   Millis step{30000};   // describe, attach, register, census, ready
   Millis load{600000};  // how long peers wait for the leader's weight load
@@ -283,15 +266,18 @@ struct ProtocolTimeouts {
 struct ProtocolHooks {
   // Called on every rank as it enters each step (tracing; tests inject crashes here).
   std::function<void(const std::string& step, int rank)> on_step;
-  // Step "register", every rank: make the mapped segments usable by a device (cudaHostRegister in
-  // chunks, rollback on failure). Not set: nothing to register.
-  std::function<Status(std::vector<SharedSegment>& segments, int rank)> register_memory;
-  // Census steps, every rank: text or JSON describing where this rank's pages are; gathered so that
-  // every rank (the leader in particular) can print all of them. Not set: empty text.
-  std::function<Result<std::string>(CensusPoint point, const std::vector<SharedSegment>& segments, int rank)> census;
-  // Step "load", leader only: write the rows into the placed pages. Not set, or the table already
-  // loaded (SharedTableGroup::load): nothing to do.
-  std::function<Status(std::vector<SharedSegment>& segments)> load;
+  // Peer: the leader's job text, once the description arrived and before this rank attaches (a rank that takes
+  // its own options from the leader's job). A failure is this rank's failure of step "attach".
+  std::function<Status(const std::string& job, const EngramLayout& layout)> on_described;
+  // Step "register", every rank: make the mapped table usable by a device (cudaHostRegister in chunks, rollback
+  // on failure). Not set: nothing to register.
+  std::function<Status(const std::shared_ptr<HostTable>& table, int rank)> register_memory;
+  // Census steps, every rank: text or JSON describing where this rank's pages are; gathered so that every rank
+  // (the leader in particular) can print all of them. Not set: empty text.
+  std::function<Result<std::string>(CensusPoint point, const HostTable& table, int rank)> census;
+  // Step "load", leader only: write the rows into the placed pages. Not set, or the table already loaded
+  // (SharedTableGroup::load): nothing to do.
+  std::function<Status(HostTable& table)> load;
 };
 
 struct PeerOptions {
@@ -308,12 +294,15 @@ struct StepRecord {
 
 class SharedTableGroup {
  public:
-  // Leader, steps 1-2 (no peer involved yet). kInvalidArgument for no segment or an anon-thp one, and
-  // whatever create_placed_backings returns (kNoSpace, kPermission, kUnsupported...). Nothing is left
-  // behind on failure.
-  static Result<std::unique_ptr<SharedTableGroup>> create(const SharedTableSpec& spec);
-  // Peer: steps "describe".."census after load" against the leader's admit(). The error names the
-  // step and the failing rank.
+  // Leader, after steps 1-2: shares `table`, created and placed by HostTable::create (every backing shareable:
+  // memfd, shm or hugetlb, not anon-thp). `guardian` guards the table's named files against a leader crash: one
+  // is started when a backing is a named file and none is given. kInvalidArgument for a table that cannot be
+  // shared (allocate()d, anon-thp, attached).
+  static Result<std::unique_ptr<SharedTableGroup>> lead(std::shared_ptr<HostTable> table, const std::string& group,
+                                                        const std::string& job,
+                                                        std::shared_ptr<sys::FileGuardian> guardian = nullptr);
+  // Peer: steps "describe".."census after load" against the leader's admit(); the table is attached at "attach"
+  // (HostTable::attach, the layout comes with the description). The error names the step and the failing rank.
   static Result<std::unique_ptr<SharedTableGroup>> join(GroupChannel& channel, const PeerOptions& options,
                                                         const ProtocolHooks& hooks, const ProtocolTimeouts& timeouts);
   ~SharedTableGroup();
@@ -321,21 +310,20 @@ class SharedTableGroup {
   SharedTableGroup& operator=(const SharedTableGroup&) = delete;
 
   // Leader: runs the loader now, before any peer (a server that holds a loaded table for others).
-  Status load(const std::function<Status(std::vector<SharedSegment>&)>& loader);
-  // Leader: steps "describe".."census after load" with the channel's peers. On failure named files
-  // are unlinked at once and the error names the step and the rank. May be called again with a new
-  // channel (serve-table admits peers round after round); a named table is unlinked after the first
-  // round, so a later peer gets "joined late" from its attach.
+  Status load(const std::function<Status(HostTable&)>& loader);
+  // Leader: steps "describe".."census after load" with the channel's peers. On failure named files are unlinked
+  // at once and the error names the step and the rank. May be called again with a new channel (serve-table admits
+  // peers round after round); a named table is unlinked after the first round, so a later peer gets "joined
+  // late" from its attach.
   Status admit(GroupChannel& channel, const ProtocolHooks& hooks, const ProtocolTimeouts& timeouts);
 
   bool is_leader() const { return leader_; }
   const std::string& group() const { return group_; }
   const std::string& job() const { return job_; }
   bool loaded() const { return loaded_; }
-  // Leader: every backing; peer: the ones it attached (its replica with replica-per-node).
-  std::vector<SharedSegment>& segments() { return segments_; }
-  const std::vector<SharedSegment>& segments() const { return segments_; }
-  // The description the leader broadcasts (protocol, group, job, segments).
+  // The shared table: the leader's every backing; a peer's attached view (its replica with replica-per-node).
+  const std::shared_ptr<HostTable>& table() const { return table_; }
+  // The description the leader broadcasts (protocol, group, job, layout, segments).
   nlohmann::json description() const;
   // Steps of the last admit() / join() on this rank.
   const std::vector<StepRecord>& steps() const { return steps_; }
@@ -344,13 +332,13 @@ class SharedTableGroup {
 
  private:
   SharedTableGroup() = default;
-  // Declared first so that it is destroyed last: the segments unlink their own files first.
+  // Declared first so that it is destroyed last: the table's backings unlink their own files first.
   std::shared_ptr<sys::FileGuardian> guardian_;
   bool leader_ = false;
   bool loaded_ = false;
   std::string group_;
   std::string job_;
-  std::vector<SharedSegment> segments_;
+  std::shared_ptr<HostTable> table_;
   std::vector<StepRecord> steps_;
 };
 

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -28,55 +27,6 @@
 
 namespace engram::host {
 namespace {
-
-Status bad(const std::string& text, const std::string& why) {
-  return Status(Code::kInvalidArgument, "placement '" + text + "': " + why +
-                                            " (expected none, local, bind:N, preferred:N, interleave:N,M|all, "
-                                            "weighted-interleave:N=w,..., replica-per-node[:N,...])");
-}
-
-Result<int> parse_node(const std::string& text, const std::string& item) {
-  if (item.empty() || item.size() > 4) return bad(text, "bad node '" + item + "'");
-  for (char c : item)
-    if (c < '0' || c > '9') return bad(text, "bad node '" + item + "'");
-  const int n = std::atoi(item.c_str());
-  if (n >= sys::kMaxNodes) return bad(text, "node " + item + " out of range");
-  return n;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  for (;;) {
-    const size_t k = s.find(sep, pos);
-    out.push_back(s.substr(pos, k == std::string::npos ? std::string::npos : k - pos));
-    if (k == std::string::npos) break;
-    pos = k + 1;
-  }
-  return out;
-}
-
-// "0,1" or "0-3,5" -> nodes, refusing duplicates (the kernel would silently merge them).
-Result<std::vector<int>> parse_nodes(const std::string& text, const std::string& list) {
-  std::vector<int> nodes;
-  if (list.empty()) return bad(text, "empty node list");
-  for (const std::string& item : split(list, ',')) {
-    const size_t dash = item.find('-');
-    if (dash == std::string::npos) {
-      ENGRAM_ASSIGN_OR_RETURN(int n, parse_node(text, item));
-      nodes.push_back(n);
-    } else {
-      ENGRAM_ASSIGN_OR_RETURN(int lo, parse_node(text, item.substr(0, dash)));
-      ENGRAM_ASSIGN_OR_RETURN(int hi, parse_node(text, item.substr(dash + 1)));
-      if (hi < lo) return bad(text, "bad range '" + item + "'");
-      for (int n = lo; n <= hi; ++n) nodes.push_back(n);
-    }
-  }
-  std::vector<int> sorted = nodes;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return bad(text, "a node is listed twice");
-  return sorted;
-}
 
 sys::MemPolicy to_mem_policy(const PlacementPolicy& p) {
   sys::MemPolicy m;
@@ -143,94 +93,6 @@ std::vector<int> usable_cpus(int node) {
 }
 
 }  // namespace
-
-const char* placement_kind_name(PlacementKind k) noexcept {
-  switch (k) {
-    case PlacementKind::kNone: return "none";
-    case PlacementKind::kLocal: return "local";
-    case PlacementKind::kBind: return "bind";
-    case PlacementKind::kPreferred: return "preferred";
-    case PlacementKind::kInterleave: return "interleave";
-    case PlacementKind::kWeightedInterleave: return "weighted-interleave";
-    case PlacementKind::kReplicaPerNode: return "replica-per-node";
-  }
-  return "unknown";
-}
-
-std::string PlacementPolicy::to_string() const {
-  std::string s = placement_kind_name(kind);
-  if (kind == PlacementKind::kNone || kind == PlacementKind::kLocal) return s;
-  if (all_nodes) return kind == PlacementKind::kReplicaPerNode ? s : s + ":all";
-  if (nodes.empty()) return s;
-  s += ":";
-  if (kind == PlacementKind::kWeightedInterleave) {
-    for (size_t i = 0; i < nodes.size(); ++i)
-      s += (i ? "," : "") + std::to_string(nodes[i]) + "=" + std::to_string(i < weights.size() ? weights[i] : 1);
-    return s;
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) s += (i ? "," : "") + std::to_string(nodes[i]);
-  return s;
-}
-
-Result<PlacementPolicy> parse_placement(const std::string& text) {
-  PlacementPolicy p;
-  const size_t colon = text.find(':');
-  const std::string kind = text.substr(0, colon);
-  const bool has_arg = colon != std::string::npos;
-  const std::string arg = has_arg ? text.substr(colon + 1) : "";
-  if (kind == "none" || kind == "local") {
-    if (has_arg) return bad(text, kind + " takes no node list");
-    p.kind = kind == "none" ? PlacementKind::kNone : PlacementKind::kLocal;
-    return p;
-  }
-  if (kind == "bind" || kind == "preferred" || kind == "interleave") {
-    if (!has_arg || arg.empty()) return bad(text, kind + " needs a node list");
-    p.kind = kind == "bind" ? PlacementKind::kBind : kind == "preferred" ? PlacementKind::kPreferred
-                                                                          : PlacementKind::kInterleave;
-    if (arg == "all") {
-      if (p.kind != PlacementKind::kInterleave) return bad(text, "'all' is for interleave only");
-      p.all_nodes = true;
-      return p;
-    }
-    ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, arg));
-    if (p.kind == PlacementKind::kPreferred && p.nodes.size() != 1) return bad(text, "preferred takes one node");
-    return p;
-  }
-  if (kind == "weighted-interleave") {
-    if (!has_arg || arg.empty()) return bad(text, "weighted-interleave needs N=w pairs");
-    p.kind = PlacementKind::kWeightedInterleave;
-    std::vector<std::pair<int, int>> pairs;
-    for (const std::string& item : split(arg, ',')) {
-      const size_t eq = item.find('=');
-      if (eq == std::string::npos) return bad(text, "'" + item + "' is not N=weight");
-      ENGRAM_ASSIGN_OR_RETURN(int n, parse_node(text, item.substr(0, eq)));
-      const std::string w = item.substr(eq + 1);
-      if (w.empty() || w.size() > 3 || w.find_first_not_of("0123456789") != std::string::npos)
-        return bad(text, "bad weight '" + w + "'");
-      const int wv = std::atoi(w.c_str());
-      if (wv < 1 || wv > 255) return bad(text, "weight " + w + " outside 1..255");
-      for (auto& [pn, pw] : pairs)
-        if (pn == n) return bad(text, "a node is listed twice");
-      pairs.emplace_back(n, wv);
-    }
-    std::sort(pairs.begin(), pairs.end());
-    for (auto& [n, w] : pairs) {
-      p.nodes.push_back(n);
-      p.weights.push_back(w);
-    }
-    return p;
-  }
-  if (kind == "replica-per-node") {
-    p.kind = PlacementKind::kReplicaPerNode;
-    if (!has_arg || arg == "all") {
-      p.all_nodes = true;
-      return p;
-    }
-    ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, arg));
-    return p;
-  }
-  return bad(text, "unknown policy '" + kind + "'");
-}
 
 Result<PlacementPolicy> resolve_placement(const PlacementPolicy& policy, std::vector<int> memory_nodes,
                                           std::vector<int> allowed) {

@@ -1,6 +1,6 @@
 // Placement policies: where a table's pages go, decided BEFORE the first page exists, then checked.
 //
-// Text forms (CLI `--placement`, TableOptions, Python):
+// Text forms (parsed by engram/options.hpp's parse_placement at the edge: CLI `--placement`, Python):
 //   none                          no policy: the process's own policy decides at first touch
 //   local                         MPOL_LOCAL: the node of the CPU that first touches (the prefault threads)
 //   bind:N[,M...]                 MPOL_BIND: only these nodes; allocation fails rather than spill
@@ -31,28 +31,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engram/options.hpp"
 #include "engram/status.hpp"
 #include "host/backing.hpp"
 
 namespace engram::host {
 
-enum class PlacementKind { kNone, kLocal, kBind, kPreferred, kInterleave, kWeightedInterleave, kReplicaPerNode };
-const char* placement_kind_name(PlacementKind k) noexcept;  // "none", "local", "bind", ...
-
-struct PlacementPolicy {
-  PlacementKind kind = PlacementKind::kNone;
-  std::vector<int> nodes;    // sorted; empty with all_nodes for "interleave:all" / "replica-per-node"
-  std::vector<int> weights;  // weighted-interleave: weights[i] of nodes[i], 1..255
-  bool all_nodes = false;    // resolve to every allowed node with memory when applied
-  // Canonical text ("bind:1", "interleave:0,1", "interleave:all", "weighted-interleave:0=3,1=1").
-  std::string to_string() const;
-  bool operator==(const PlacementPolicy&) const = default;
-};
-
-// Parses the text forms above. kInvalidArgument naming the problem for anything else (unknown
-// kind, missing/extra node list, negative or non-numeric node, duplicate node, weight outside 1..255,
-// preferred with more than one node).
-Result<PlacementPolicy> parse_placement(const std::string& text);
+// The policy types and their parser are public (engram/options.hpp); host code names them here.
+using engram::parse_placement;
+using engram::placement_kind_name;
+using engram::PlacementKind;
+using engram::PlacementPolicy;
 
 // Replaces all_nodes with the machine's nodes that have memory and are in Mems_allowed, and checks that
 // every named node exists (kInvalidArgument "node 3 does not exist (nodes with memory: 0-1)") and is

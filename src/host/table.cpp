@@ -24,6 +24,7 @@
 #include "sys/affinity.hpp"
 #include "sys/memfd.hpp"
 #include "sys/memory.hpp"
+#include "sys/protect.hpp"
 
 namespace engram {
 
@@ -117,42 +118,95 @@ Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int he
   return out;
 }
 
-namespace {
-std::vector<std::string> split_placements(const std::string& text) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t semi = text.find(';', pos);
-    if (semi == std::string::npos) semi = text.size();
-    out.push_back(text.substr(pos, semi - pos));
-    pos = semi + 1;
+
+Status set_table_option(TableOptions& o, std::string_view key_in, const std::string& v, int heads) {
+  while (!key_in.empty() && key_in.front() == '-') key_in.remove_prefix(1);
+  std::string key(key_in);
+  for (char& c : key)
+    if (c == '-') c = '_';
+  auto named = [&](const Status& s) {
+    return s.is_ok() ? s : Status(Code::kInvalidArgument, "option " + std::string(key_in) + ": " + s.message());
+  };
+  auto boolean = [&](bool* out) {
+    if (v == "1" || v == "true" || v == "on" || v == "yes") *out = true;
+    else if (v == "0" || v == "false" || v == "off" || v == "no") *out = false;
+    else return named(Status(Code::kInvalidArgument, "'" + v + "': expected true/false"));
+    return Status::ok();
+  };
+  auto integer = [&](int lo, int hi, int* out) {
+    char* end = nullptr;
+    const long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || x < lo || x > hi)
+      return named(Status(Code::kInvalidArgument, "'" + v + "': expected an integer in [" + std::to_string(lo) + ", " +
+                                                      std::to_string(hi) + "]"));
+    *out = static_cast<int>(x);
+    return Status::ok();
+  };
+  if (key == "backing") {
+    auto b = parse_backing(v);
+    if (!b.is_ok()) return named(b.status());
+    o.backing = *b;
+  } else if (key == "placement") {
+    auto p = parse_placement(v);
+    if (!p.is_ok()) return named(p.status());
+    o.placement = *p;
+  } else if (key == "shard_placements") {
+    if (v.empty()) {
+      o.shard_placements.clear();
+      return Status::ok();
+    }
+    auto p = parse_placement_list(v);
+    if (!p.is_ok()) return named(p.status());
+    o.shard_placements = *p;
+  } else if (key == "head_shards") {
+    if (heads <= 0) return named(Status(Code::kInvalidArgument, "head shards need the layout's head count"));
+    auto h = parse_head_shards(v, heads);
+    if (!h.is_ok()) return named(h.status());
+    o.head_shards = h->size() > 1 ? *h : std::vector<HeadRange>{};
+  } else if (key == "shm_dir") {
+    if (v.empty()) return named(Status(Code::kInvalidArgument, "'': expected a directory"));
+    o.shm_dir = v;
+  } else if (key == "group") {
+    o.group = v;
+  } else if (key == "prefault") {
+    return boolean(&o.prefault);
+  } else if (key == "allow_fallback") {
+    return boolean(&o.allow_fallback);
+  } else if (key == "prefault_threads") {
+    return integer(0, 4096, &o.prefault_threads);
+  } else if (key == "home_node") {
+    return integer(-1, 1023, &o.home_node);
+  } else {
+    return Status(Code::kNotFound, "not a table option: " + std::string(key_in));
   }
-  return out;
+  return Status::ok();
 }
-}  // namespace
 
 Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout, const TableOptions& options) {
   if (layout.head_offsets.size() != layout.layer_ids.size())
     return Status(Code::kInvalidArgument, "HostTable: layout is not finalized");
-  uint64_t huge_page_bytes = 0;
-  ENGRAM_ASSIGN_OR_RETURN(host::BackingKind kind, host::parse_backing_kind(options.backing, &huge_page_bytes));
-  ENGRAM_ASSIGN_OR_RETURN(std::vector<HeadRange> shards, parse_head_shards(options.head_shards, layout.heads()));
-  std::vector<std::string> placements(shards.size(), options.placement);
+  const host::BackingKind kind = options.backing.kind;
+  const uint64_t huge_page_bytes =
+      kind == host::BackingKind::kHugetlb ? (options.backing.huge_page_bytes ? options.backing.huge_page_bytes : 2u << 20) : 0;
+  std::vector<HeadRange> shards = options.head_shards;
+  if (shards.empty()) shards.push_back({0, layout.heads()});
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (shards[i].begin != (i == 0 ? 0 : shards[i - 1].end) || shards[i].end <= shards[i].begin ||
+        (i + 1 == shards.size() && shards[i].end != layout.heads()))
+      return Status(Code::kInvalidArgument, "head shards must tile the layout's " + std::to_string(layout.heads()) +
+                                                " heads in order (shard " + std::to_string(i) + " is " +
+                                                std::to_string(shards[i].begin) + "-" + std::to_string(shards[i].end) + ")");
+  std::vector<host::PlacementPolicy> policies(shards.size(), options.placement);
   if (!options.shard_placements.empty()) {
-    placements = split_placements(options.shard_placements);
-    if (placements.size() != shards.size())
-      return Status(Code::kInvalidArgument, "shard placements \"" + options.shard_placements + "\": " +
-                                                std::to_string(placements.size()) + " given for " +
-                                                std::to_string(shards.size()) + " head shards");
+    if (options.shard_placements.size() != shards.size())
+      return Status(Code::kInvalidArgument, "shard placements: " + std::to_string(options.shard_placements.size()) +
+                                                " given for " + std::to_string(shards.size()) + " head shards");
+    policies = options.shard_placements;
   }
-  std::vector<host::PlacementPolicy> policies;
-  for (const std::string& p : placements) {
-    ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(p));
+  for (const auto& policy : policies)
     if (shards.size() > 1 && policy.kind == host::PlacementKind::kReplicaPerNode)
       return Status(Code::kInvalidArgument, "head shards with replica-per-node: give each shard a node instead "
                                             "(--shard-placements \"bind:0;bind:1\")");
-    policies.push_back(policy);
-  }
   if (shards.size() > 1 && layout.format != RowFormat::kFused)
     return Status(Code::kInvalidArgument, "head shards need fused rows: a split layout keeps a shard's payload and "
                                           "scales in two separate ranges");
@@ -310,6 +364,142 @@ std::vector<host::PageCensus> HostTable::census(host::CensusPoint point, uint64_
     }
   }
   return out;
+}
+
+namespace {
+
+// Closes the descriptors of AttachSpecs that were not handed to a Backing.
+struct SpecFds {
+  std::vector<AttachSpec>* parts;
+  ~SpecFds() {
+    for (auto& p : *parts)
+      if (p.fd >= 0) (void)sys::close_fd(std::exchange(p.fd, -1));
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HostTable>> HostTable::attach(const EngramLayout& layout, std::vector<AttachSpec> parts,
+                                                     const AttachOptions& options) {
+  SpecFds closer{&parts};
+  if (layout.head_offsets.size() != layout.layer_ids.size())
+    return Status(Code::kInvalidArgument, "HostTable::attach: layout is not finalized");
+  // replica-per-node: the copy on our GPU's node, else our CPU's node, else the first.
+  std::vector<int> nodes;
+  for (const auto& p : parts)
+    if (p.replica_node >= 0 && std::find(nodes.begin(), nodes.end(), p.replica_node) == nodes.end())
+      nodes.push_back(p.replica_node);
+  int want_node = -1;
+  if (!nodes.empty()) {
+    const int pick = host::choose_replica(nodes, options.gpu_node, sys::current_cpu_node().node);
+    want_node = nodes[static_cast<size_t>(std::max(0, pick))];
+  }
+  std::unique_ptr<HostTable> t(new HostTable());
+  t->layout_ = layout;
+  t->read_only_ = options.read_only;
+  t->storage_ = std::make_unique<Storage>();
+  t->storage_->layers.resize(static_cast<size_t>(layout.n_layers()));
+  t->replica_nodes_ = {want_node};
+  std::vector<TableSpan> spans(static_cast<size_t>(layout.n_layers()));
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    std::vector<size_t> mine;
+    for (size_t k = 0; k < parts.size(); ++k)
+      if (parts[k].layer_index == li && (want_node < 0 || parts[k].replica_node == want_node)) mine.push_back(k);
+    if (mine.empty())
+      return Status(Code::kInvalidArgument, "attach: no backing holds Engram layer index " + std::to_string(li));
+    std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return parts[a].offset_bytes < parts[b].offset_bytes; });
+    const uint64_t layer_bytes = static_cast<uint64_t>(layout.table_bytes(li));
+    const bool sharded = mine.size() > 1;
+    uint8_t* reserved = nullptr;
+    uint64_t page = 4096;
+    if (sharded) {
+      for (size_t k : mine)
+        if (parts[k].kind == BackingKind::kHugetlb) page = std::max<uint64_t>(page, uint64_t{2} << 20);
+      const uint64_t len = (layer_bytes + page - 1) / page * page;
+      ENGRAM_ASSIGN_OR_RETURN(void* r, sys::reserve_range(len, std::max<uint64_t>(page, 2u << 20)));
+      t->reservations_.emplace_back(r, len);
+      reserved = static_cast<uint8_t*>(r);
+    }
+    std::vector<HeadRange> heads;
+    for (size_t k : mine) {
+      AttachSpec& p = parts[k];
+      const std::string what = "backing of Engram layer index " + std::to_string(li) + " (" +
+                               backing_kind_name(p.kind) + " " + (p.path.empty() ? p.name : p.path) + ")";
+      if (sharded ? p.offset_bytes + p.size_bytes > (layer_bytes + page - 1) / page * page
+                  : p.offset_bytes != 0 || p.size_bytes < layer_bytes)
+        return Status(Code::kInvalidArgument, what + ": holds " + format_bytes(static_cast<int64_t>(p.size_bytes)) +
+                                                  " at offset " + std::to_string(p.offset_bytes) + ", the layer needs " +
+                                                  format_bytes(static_cast<int64_t>(layer_bytes)));
+      uint8_t* at = sharded ? reserved + p.offset_bytes : nullptr;
+      Result<host::Backing> b = Status(Code::kInternal, "unreachable");
+      if (p.kind == BackingKind::kShmFile) {
+        b = host::Backing::attach_path(p.path, p.size_bytes, at);
+      } else {
+        if (p.fd < 0) return Status(Code::kInvalidArgument, what + ": descriptor announced but not received");
+        b = host::Backing::attach_fd(std::exchange(p.fd, -1), p.kind, p.size_bytes, p.name, at);
+      }
+      if (!b.is_ok()) return b.status().with_context(what);
+      const auto& id = b->identity();
+      if (id.inode != p.inode || id.device != p.device)
+        return Status(Code::kPermission, what + ": mapped inode " + std::to_string(id.inode) + " on device " +
+                                             std::to_string(id.device) + ", the leader created inode " +
+                                             std::to_string(p.inode) + " on device " + std::to_string(p.device) +
+                                             " (the path names another file now)");
+      if (options.read_only)
+        ENGRAM_RETURN_IF_ERROR(sys::protect_read_only(b->data(), b->mapped_bytes()).with_context(what));
+      host::PlacedBacking pb;
+      pb.backing = std::move(*b);
+      auto policy = host::parse_placement(p.placement_resolved);
+      if (policy.is_ok()) pb.policy = *policy;
+      pb.report.requested = p.placement_requested;
+      pb.report.resolved = p.placement_resolved;
+      pb.report.obtained = p.placement_obtained;
+      pb.report.prefault = p.prefault;
+      pb.report.replica_node = p.replica_node;
+      heads.push_back(p.heads.end > p.heads.begin ? p.heads : HeadRange{0, layout.heads()});
+      t->storage_->layers[static_cast<size_t>(li)].push_back(std::move(pb));
+    }
+    if (li == 0) t->shard_heads_ = heads;
+    else if (heads.size() != t->shard_heads_.size())
+      return Status(Code::kInvalidArgument, "attach: layers are sharded differently");
+    uint8_t* base = sharded ? reserved : t->storage_->layers[static_cast<size_t>(li)].front().backing.data();
+    spans[static_cast<size_t>(li)] = layer_span(base, layout, li);
+  }
+  t->replicas_ = {spans};
+  t->spans_ = spans;
+  return t;
+}
+
+std::vector<HostTable::Part> HostTable::parts() const {
+  std::vector<Part> out;
+  if (!storage_) return out;
+  for (int li = 0; li < n_layers(); ++li) {
+    const auto& per = storage_->layers[static_cast<size_t>(li)];
+    for (size_t k = 0; k < per.size(); ++k) {
+      Part p;
+      p.layer_index = li;
+      p.replica = n_shards() > 1 ? 0 : static_cast<int>(k);
+      p.shard = n_shards() > 1 ? static_cast<int>(k) : 0;
+      p.backing = &per[k];
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+Status HostTable::unlink_named_files(const std::function<void(const std::string&)>& on_unlinked) {
+  Status first;
+  if (!storage_) return first;
+  for (auto& per : storage_->layers)
+    for (auto& pb : per) {
+      host::Backing& b = pb.backing;
+      if (b.kind() != BackingKind::kShmFile || !b.owner() || b.unlinked()) continue;
+      const std::string path = b.identity().path;
+      Status u = b.unlink_name();
+      if (u.is_ok() && on_unlinked) on_unlinked(path);
+      if (!u.is_ok() && first.is_ok()) first = u;
+    }
+  return first;
 }
 
 Result<std::unique_ptr<HostTable>> HostTable::allocate(const EngramLayout& layout) {

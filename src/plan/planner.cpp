@@ -1,7 +1,8 @@
 // Planner (see planner.hpp): enumerates the 12 combinations of {no dedup, hash dedup, sort dedup} x {cache off,
 // on} x {UVA only, hybrid at the balanced share}, predicts each one's time with the request-bound model, and keeps
-// the fastest one only if it beats the plain gather by min_gain; every decision is written to Plan::why with the
-// figures that made it, so a report can say which path a batch took and why.
+// the fastest one only if it beats the plain gather by min_gain; the figures behind every decision stay in the
+// Plan, and explain() turns them into sentences only when a report asks, so a report can say which path a batch
+// took and why without the prefetch path formatting text per batch.
 #include "plan/planner.hpp"
 
 #include <algorithm>
@@ -59,8 +60,6 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
   return pre + std::max(uva_us, host_us);
 }
 
-const char* dedup_name(Dedup d) { return d == Dedup::kOff ? "off" : d == Dedup::kHash ? "hash" : "sort"; }
-
 }  // namespace
 
 double balanced_host_share(double uva_rows_per_s, double host_rows_per_s) {
@@ -81,18 +80,27 @@ double curve_us(const std::vector<std::pair<double, double>>& c, double rows) {
   return y0 + slope * (rows - x0);
 }
 
-std::string Plan::path_name() const {
+uint32_t Plan::path_key() const {
+  const uint32_t pct = static_cast<uint32_t>(std::clamp(std::lround(100 * host_share), 0L, 100L));
+  return (dedup ? 1u : 0u) | (sort ? 2u : 0u) | (cache ? 4u : 0u) | (background ? 8u : 0u) | (pct << 4);
+}
+
+std::string path_name_of_key(uint32_t key) {
+  const bool dedup = key & 1u, sort = key & 2u, cache = key & 4u, background = key & 8u;
+  const uint32_t pct = key >> 4;
   std::string s;
   if (dedup) s += sort ? "dedup(sort)+" : "dedup(hash)+";
   if (cache) s += "cache+";
-  if (host_share > 0) {
-    s += "hybrid(host " + fmt("%.0f", 100 * host_share) + "%)";
+  if (pct > 0) {
+    s += "hybrid(host " + std::to_string(pct) + "%)";
   } else {
     s += s.empty() ? "plain-uva" : "uva";
   }
   s += background ? ", background" : ", inline";
   return s;
 }
+
+std::string Plan::path_name() const { return path_name_of_key(path_key()); }
 
 Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   Plan p;
@@ -110,14 +118,20 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   const Candidate plain{};
   p.plain_us = predict_us(plain, n, u, h, k);
   p.predicted_us = p.plain_us;
-  if (!o.enabled) {
-    p.why.push_back("planner disabled: plain UVA gather, background grid");
-    return p;
-  }
-  if (b.rows <= 0) {
-    p.why.push_back("empty batch: nothing to plan");
-    return p;
-  }
+  p.rows = n;
+  p.unique = u;
+  p.unique_known = u_known;
+  p.hit = h;
+  p.hit_source = !o.cache_present ? HitSource::kNoCache
+                 : h_measured     ? HitSource::kMeasured
+                 : h_prior        ? HitSource::kPrior
+                                  : HitSource::kAssumedZero;
+  p.min_gain = o.min_gain;
+  p.dedup_allowed = o.allow_dedup;
+  p.sort_min_unique_rows = k.sort_min_unique_rows;
+  p.hybrid_wanted_unavailable = o.allow_hybrid && !(k.host_rows_per_s > 0);
+  p.overlap_budget_us = o.overlap_budget_us;
+  if (!o.enabled || b.rows <= 0) return p;
   double share = std::isfinite(o.host_share_override) ? std::clamp(o.host_share_override, 0.0, 1.0)
                                                       : balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
   if (!std::isfinite(o.host_share_override) && !k.hybrid_curve.empty() && k.hybrid_share > 0) {
@@ -164,38 +178,66 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   p.host_share = best.host_share;
   p.predicted_us = pays ? best.us : p.plain_us;
 
-  const std::string stats = "rows " + fmt("%.0f", n) + ", unique " + (u_known ? fmt("%.1f%%", 100 * u) : "unknown (assumed 100%)") +
-                            ", cache hits " + (o.cache_present ? (h_measured ? fmt("%.1f%%", 100 * h)
-                             : h_prior  ? fmt("%.1f%%", 100 * h) + " (prior: profile coverage, not yet measured)"
-                                        : "unknown (assumed 0%)") : "no cache");
-  p.why.push_back(stats + "; plain UVA predicted " + fmt("%.1f us", p.plain_us) + " (costs: " + k.source + ")");
-  if (!pays) {
-    p.why.push_back("no technique saves >= " + fmt("%.0f%%", 100 * o.min_gain) + " of the plain time: plain UVA gather");
-  } else {
-    p.why.push_back("chosen: dedup " + std::string(dedup_name(best.dedup)) + ", cache " + (best.cache ? "on" : "off") +
-                    ", host share " + fmt("%.0f%%", 100 * best.host_share) + " -> predicted " + fmt("%.1f us", best.us) +
-                    " (" + fmt("%.2fx", p.plain_us / best.us) + " vs plain)");
-  }
-  if (o.allow_dedup && k.sort_min_unique_rows <= 0)
-    p.why.push_back("sort by address: no measured threshold, not considered");
-  else if (o.allow_dedup && !can_sort)
-    p.why.push_back("sort by address: " + fmt("%.0f", n * u) + " unique rows < measured threshold " +
-                    fmt("%.0f", static_cast<double>(k.sort_min_unique_rows)));
-  if (o.allow_hybrid && !(k.host_rows_per_s > 0)) p.why.push_back("hybrid: host-gather path not calibrated/available");
+  p.chosen_pays = pays;
   // Inline vs background: a lookup that cannot hide behind the available compute is exposed anyway, so it runs
   // with the full grid to finish sooner; otherwise it stays in the background with the capped grid.
   if (std::isfinite(o.overlap_budget_us) && p.predicted_us > o.overlap_budget_us) {
     p.background = false;
     p.grid_fraction = 1.0;
-    p.why.push_back("inline, full grid: predicted " + fmt("%.1f us", p.predicted_us) + " > overlap budget " +
-                    fmt("%.1f us", o.overlap_budget_us));
   } else {
     p.background = true;
     p.grid_fraction = o.background_grid_fraction;
-    p.why.push_back(std::string("background, grid fraction ") + fmt("%.2f", p.grid_fraction) +
-                    (std::isfinite(o.overlap_budget_us) ? ": fits the overlap budget" : ": no overlap budget given"));
   }
   return p;
+}
+
+std::vector<std::string> explain(const Plan& p, const std::string& costs_source) {
+  std::vector<std::string> why;
+  if (!p.planner_enabled) {
+    why.push_back("planner disabled: plain UVA gather, background grid");
+  } else if (p.rows <= 0) {
+    why.push_back("empty batch: nothing to plan");
+  } else {
+    const double n = p.rows, u = p.unique, h = p.hit;
+    std::string hits;
+    switch (p.hit_source) {
+      case HitSource::kNoCache: hits = "no cache"; break;
+      case HitSource::kMeasured: hits = fmt("%.1f%%", 100 * h); break;
+      case HitSource::kPrior: hits = fmt("%.1f%%", 100 * h) + " (prior: profile coverage, not yet measured)"; break;
+      case HitSource::kAssumedZero: hits = "unknown (assumed 0%)"; break;
+    }
+    why.push_back("rows " + fmt("%.0f", n) + ", unique " +
+                  (p.unique_known ? fmt("%.1f%%", 100 * u) : "unknown (assumed 100%)") + ", cache hits " + hits +
+                  "; plain UVA predicted " + fmt("%.1f us", p.plain_us) + " (costs: " + costs_source + ")");
+    if (!p.chosen_pays) {
+      why.push_back("no technique saves >= " + fmt("%.0f%%", 100 * p.min_gain) + " of the plain time: plain UVA gather");
+    } else {
+      why.push_back(std::string("chosen: dedup ") + (p.dedup ? (p.sort ? "sort" : "hash") : "off") + ", cache " +
+                    (p.cache ? "on" : "off") + ", host share " + fmt("%.0f%%", 100 * p.host_share) + " -> predicted " +
+                    fmt("%.1f us", p.predicted_us) + " (" + fmt("%.2fx", p.plain_us / p.predicted_us) + " vs plain)");
+    }
+    if (p.dedup_allowed && p.sort_min_unique_rows <= 0)
+      why.push_back("sort by address: no measured threshold, not considered");
+    else if (p.dedup_allowed && n * u < static_cast<double>(p.sort_min_unique_rows))
+      why.push_back("sort by address: " + fmt("%.0f", n * u) + " unique rows < measured threshold " +
+                    fmt("%.0f", static_cast<double>(p.sort_min_unique_rows)));
+    if (p.hybrid_wanted_unavailable) why.push_back("hybrid: host-gather path not calibrated/available");
+    if (!p.background) {
+      why.push_back("inline, full grid: predicted " + fmt("%.1f us", p.predicted_us) + " > overlap budget " +
+                    fmt("%.1f us", p.overlap_budget_us));
+    } else {
+      why.push_back(std::string("background, grid fraction ") + fmt("%.2f", p.grid_fraction) +
+                    (std::isfinite(p.overlap_budget_us) ? ": fits the overlap budget" : ": no overlap budget given"));
+    }
+  }
+  if (p.notes & kNoteExploreDedup)
+    why.push_back("exploring: one hash-dedup batch every " + std::to_string(p.explore_every) +
+                  " measures the unique fraction");
+  if (p.notes & kNoteExploreCache) why.push_back("exploring: cache probe measures the hit rate");
+  if (p.notes & kNoteCacheMissing) why.push_back("cache requested but none attached: off");
+  if (p.notes & kNoteHybridNoHost) why.push_back("hybrid requested but no host-gather path or no host ids: UVA only");
+  if (p.notes & kNoteHybridCaptured) why.push_back("hybrid cannot be captured (host threads): UVA only");
+  return why;
 }
 
 }  // namespace engram::plan

@@ -1,6 +1,7 @@
 // Lookup planner (issue #8): for one lookup batch, picks the path — inline or background, grid cap, in-batch
 // de-duplication, sort of the unique ids by address, GPU hot-row cache, hybrid share of host-gather — from
-// calibrated costs and the batch's id statistics, and records why.
+// calibrated costs and the batch's id statistics, and records the figures that made the decision (explain() words
+// them when a report asks: nothing is formatted per batch).
 //
 // Pure C++ (no CUDA): the CUDA fast path (src/cuda/fast_lookup.cuh) calls it per batch with the costs measured by
 // its start-up calibration (or the defaults below, which name their source), and tests check its decisions on
@@ -79,6 +80,19 @@ struct PlannerOptions {
   double host_share_override = kUnknown;  // force the hybrid's host share in [0, 1]
 };
 
+// Adjustments the CUDA fast path makes to a plan after choose() (exploration, paths it cannot take); explain()
+// words them.
+enum PlanNote : uint8_t {
+  kNoteExploreDedup = 1 << 0,    // one hash-dedup batch every explore_every measures the unique fraction
+  kNoteExploreCache = 1 << 1,    // a cache probe measures the hit rate
+  kNoteCacheMissing = 1 << 2,    // cache requested but none attached: off
+  kNoteHybridNoHost = 1 << 3,    // hybrid requested but no host-gather path or no host ids: UVA only
+  kNoteHybridCaptured = 1 << 4,  // hybrid cannot be captured (host threads): UVA only
+};
+
+// Where the hit rate the planner used came from.
+enum class HitSource : uint8_t { kNoCache, kMeasured, kPrior, kAssumedZero };
+
 struct Plan {
   bool background = true;      // prefetch queue with a capped grid; false: inline, full grid
   double grid_fraction = 0.5;
@@ -89,9 +103,31 @@ struct Plan {
   double plain_us = 0;         // predicted time of the plain UVA gather
   double predicted_us = 0;     // predicted time of this plan
   bool planner_enabled = true;
-  std::vector<std::string> why;  // one line per decision
+  // The figures the decision was made from: plain numbers, so that choosing a plan per batch builds no text;
+  // explain() words them when a report asks.
+  double rows = 0;
+  double unique = 1;            // unique fraction used (1 when unknown)
+  bool unique_known = false;
+  double hit = 0;               // hit fraction used
+  HitSource hit_source = HitSource::kNoCache;
+  bool chosen_pays = false;     // a technique beat the plain gather by min_gain
+  double min_gain = 0.05;
+  bool dedup_allowed = false;
+  int64_t sort_min_unique_rows = 0;
+  bool hybrid_wanted_unavailable = false;  // allowed, but the host path is not calibrated / available
+  double overlap_budget_us = kUnknown;
+  uint8_t notes = 0;            // PlanNote bits
+  int explore_every = 0;        // for kNoteExploreDedup
   std::string path_name() const; // e.g. "dedup(hash)+cache+uva", "plain-uva", "dedup(sort)+hybrid(host 35%)"
+  // The path as a small number (dedup, sort, cache, host share in percent, background): per-batch counting keyed
+  // by this builds no string; path_name_of_key() gives the name.
+  uint32_t path_key() const;
 };
+std::string path_name_of_key(uint32_t key);
+
+// One line per decision of `p`, with the figures that made it; `costs_source` is Costs::source of the costs the
+// plan was priced with.
+std::vector<std::string> explain(const Plan& p, const std::string& costs_source);
 
 // Picks the plan. Deterministic, no I/O. rows <= 0 gives the plain plan with a reason.
 Plan choose(const BatchStats& batch, const Costs& costs, const PlannerOptions& options);

@@ -63,49 +63,16 @@ class NodePin {
   std::string note_;
 };
 
-}  // namespace
-
-Result<std::unique_ptr<ServingRig>> make_serving_rig(const EngramLayout& layout, const RigOptions& o) {
-  auto rig = std::make_unique<ServingRig>();
-  ENGRAM_ASSIGN_OR_RETURN(rig->table, HostTable::create(layout, o.table));
-  for (auto& c : rig->table->census(host::CensusPoint::kAfterPlacement)) rig->censuses.push_back(std::move(c));
-  rig->table->fill_synthetic(o.table_seed, 0);
-  std::vector<TableView> views;
-  for (int li = 0; li < layout.n_layers(); ++li) views.push_back(rig->table->view(li));
-  if (o.backend == "cuda") {
-    CudaReplayOptions copt;
-    copt.max_tokens = o.max_tokens;
-    copt.grid_fraction = o.grid_fraction;
-    copt.checked = o.checked;
-    copt.layer_us = o.unit_us;
-    copt.fast_path = o.fast_path;
-    copt.planner = o.planner;
-    copt.cache = o.cache;
-    ENGRAM_ASSIGN_OR_RETURN(rig->cuda, make_cuda_replay_backend(layout, views, copt));
-    rig->queue = &rig->cuda->queue();
-    rig->compute = &rig->cuda->compute();
-    rig->describe = rig->cuda->describe();
-    for (auto& c : rig->table->census(host::CensusPoint::kAfterRegistration)) rig->censuses.push_back(std::move(c));
-  } else if (o.backend == "cpu") {
-    cpu::CpuPrefetchOptions qopt;
-    qopt.lookup_threads = o.lookup_threads;
-    qopt.checked = o.checked;
-    ENGRAM_ASSIGN_OR_RETURN(rig->cpu_queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), qopt));
-    rig->cpu_compute = std::make_unique<cpu::CpuLayerCompute>(o.unit_us);
-    rig->queue = rig->cpu_queue.get();
-    rig->compute = rig->cpu_compute.get();
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    rig->describe = {{"backend", "cpu"},
-                     {"lookup_threads", o.lookup_threads > 0 ? o.lookup_threads : std::max(1, hw - 1)},
-                     {"compute_unit_us", o.unit_us},
-                     {"compute_iterations_per_unit", rig->cpu_compute->iterations_per_layer()}};
-  } else {
-    return Status(Code::kInvalidArgument, "rig: backend must be cpu or cuda, not '" + o.backend + "'");
-  }
-  return rig;
+PlacementPolicy bind_to(int node) {
+  PlacementPolicy p;
+  p.kind = PlacementKind::kBind;
+  p.nodes = {node};
+  return p;
 }
 
-Result<std::vector<ArmSpec>> make_arms(const std::string& id, const RigOptions& base, const std::vector<int>& nodes,
+}  // namespace
+
+Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOptions& base, const std::vector<int>& nodes,
                                        const std::vector<double>& caps, int hardware_threads) {
   std::vector<ArmSpec> arms;
   auto arm = [&](std::string name, std::string value) {
@@ -123,28 +90,30 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const RigOptions& 
     const int n0 = nodes.front(), nl = nodes.back();
     if (id == "A1") {
       ArmSpec a = arm("node" + std::to_string(n0), "table bound to node " + std::to_string(n0) + " (consumer's node)");
-      a.rig.table.placement = "bind:" + std::to_string(n0);
+      a.rig.table.placement = bind_to(n0);
       a.consumer_node = n0;
       ArmSpec b = arm("node" + std::to_string(nl), "table bound to node " + std::to_string(nl) + " (remote)");
-      b.rig.table.placement = "bind:" + std::to_string(nl);
+      b.rig.table.placement = bind_to(nl);
       b.consumer_node = n0;
       arms = {a, b};
     } else if (id == "A2") {
       ArmSpec a = arm("bound", "table bound to node " + std::to_string(n0));
-      a.rig.table.placement = "bind:" + std::to_string(n0);
+      a.rig.table.placement = bind_to(n0);
       a.consumer_node = n0;
-      std::string il = "interleave:";
-      for (size_t i = 0; i < nodes.size(); ++i) il += (i ? "," : "") + std::to_string(nodes[i]);
-      ArmSpec b = arm("interleaved", "table interleaved over nodes " + il.substr(11));
+      PlacementPolicy il;
+      il.kind = PlacementKind::kInterleave;
+      il.nodes = nodes;
+      ArmSpec b = arm("interleaved", "table interleaved over nodes " + il.to_string().substr(11));
       b.rig.table.placement = il;
       b.consumer_node = n0;
       arms = {a, b};
     } else {
       ArmSpec a = arm("shared", "one shared copy on node " + std::to_string(n0) + " (capacity 1 x W)");
-      a.rig.table.placement = "bind:" + std::to_string(n0);
+      a.rig.table.placement = bind_to(n0);
       a.consumer_node = nl;
       ArmSpec b = arm("replica", "one copy per node, rank reads its node's copy (capacity " + std::to_string(nodes.size()) + " x W)");
-      b.rig.table.placement = "replica-per-node";
+      b.rig.table.placement.kind = PlacementKind::kReplicaPerNode;
+      b.rig.table.placement.all_nodes = true;
       b.rig.table.home_node = nl;
       b.consumer_node = nl;
       arms = {a, b};
@@ -160,7 +129,7 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const RigOptions& 
     for (double c : caps) {
       if (!(c > 0 && c <= 1)) return Status(Code::kInvalidArgument, "B2: a cap must be in (0, 1]");
       ArmSpec a = arm("cap=" + num(c, "%.2f"), "");
-      if (base.backend == "cuda") {
+      if (base.backend == BackendKind::kCuda) {
         a.rig.grid_fraction = c;
         a.value = "lookup grid capped at " + num(100 * c, "%.0f") + "% of the SMs";
       } else {
@@ -213,20 +182,21 @@ bool census_proves_placement(const ArmSpec& arm, const std::vector<host::PageCen
     ev << "; ";
   }
   *evidence = ev.str();
-  const std::string& pol = arm.rig.table.placement;
+  const PlacementPolicy& policy = arm.rig.table.placement;
+  const std::string pol = policy.to_string();
   bool ok = true;
   std::string sig;
-  if (pol.rfind("bind:", 0) == 0) {
-    const int node = std::atoi(pol.c_str() + 5);
+  if (policy.kind == PlacementKind::kBind && policy.nodes.size() == 1) {
+    const int node = policy.nodes.front();
     ok = by_replica.size() == 1 && share(by_replica.begin()->first, node) >= 0.9;
     sig = "bound N" + std::to_string(node) + "=" + pct(share(by_replica.begin()->first, node));
-  } else if (pol.rfind("interleave:", 0) == 0) {
+  } else if (policy.kind == PlacementKind::kInterleave) {
     const int r = by_replica.begin()->first;
     int spread = 0;
     for (auto& [n, p] : by_replica[r]) spread += share(r, n) >= 0.25 ? 1 : 0;
     ok = spread >= 2;
     sig = "interleaved over " + std::to_string(spread) + " nodes";
-  } else if (pol == "replica-per-node") {
+  } else if (policy.kind == PlacementKind::kReplicaPerNode) {
     ok = n_replicas >= 2 && static_cast<int>(by_replica.size()) == n_replicas;
     for (auto& [r, m] : by_replica) ok = ok && r >= 0 && share(r, r) >= 0.9;
     sig = std::to_string(n_replicas) + " replicas, home N" + std::to_string(home_node);
@@ -382,11 +352,11 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
   if (schedule.steps.empty()) {
     NodePin pin(specs[0].consumer_node);
     log("recording the schedule live on arm " + specs[0].name + " (untimed) ...");
-    ENGRAM_ASSIGN_OR_RETURN(auto rig, make_serving_rig(o.layout, specs[0].rig));
+    ENGRAM_ASSIGN_OR_RETURN(auto rig, Engine::create_local(o.layout, specs[0].rig));
     ServingOptions so = o.serving;
     so.mode = specs[0].mode;
     ids->reset();
-    ENGRAM_ASSIGN_OR_RETURN(auto rep, run_serving_live(o.layout, o.schedule.requests, *ids, *rig->queue, *rig->compute, so, &schedule));
+    ENGRAM_ASSIGN_OR_RETURN(auto rep, run_serving_live(o.layout, o.schedule.requests, *ids, rig->queue(), rig->compute(), so, &schedule));
     (void)rep;
     schedule_note = "recorded live once on arm " + specs[0].name + " (not timed), replayed by every arm";
   }
@@ -402,13 +372,14 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
       if (!arm.valid) continue;
       NodePin pin(arm.spec.consumer_node);
       log("rep " + std::to_string(rep + 1) + "/" + std::to_string(o.reps) + ": arm " + arm.spec.name + " (" +
-          arm.spec.rig.table.placement + ", " + prefetch_mode_name(arm.spec.mode) + ") ...");
-      ENGRAM_ASSIGN_OR_RETURN(auto rig, make_serving_rig(o.layout, arm.spec.rig));
+          arm.spec.rig.table.placement.to_string() + ", " + prefetch_mode_name(arm.spec.mode) + ") ...");
+      ENGRAM_ASSIGN_OR_RETURN(auto rig, Engine::create_local(o.layout, arm.spec.rig));
       std::string evidence, signature;
-      const int home = rig->table->n_replicas() > 1 ? rig->table->replica_node(rig->table->home_replica()) : -1;
-      const bool ok = census_proves_placement(arm.spec, rig->censuses, rig->table->n_replicas(), home, &evidence, &signature);
+      const HostTable& table = rig->table();
+      const int home = table.n_replicas() > 1 ? table.replica_node(table.home_replica()) : -1;
+      const bool ok = census_proves_placement(arm.spec, rig->censuses(), table.n_replicas(), home, &evidence, &signature);
       if (rep == 0 || arm.censuses.empty()) {
-        for (const auto& c : rig->censuses) arm.censuses.push_back(c.to_json());
+        for (const auto& c : rig->censuses()) arm.censuses.push_back(c.to_json());
         arm.evidence = evidence;
         arm.signature = signature;
       }
@@ -421,14 +392,14 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
       ServingOptions so = o.serving;
       so.mode = arm.spec.mode;
       ids->reset();
-      ENGRAM_ASSIGN_OR_RETURN(ServingReport r, run_serving_recorded(o.layout, schedule, *ids, *rig->queue, *rig->compute, so));
+      ENGRAM_ASSIGN_OR_RETURN(ServingReport r, run_serving_recorded(o.layout, schedule, *ids, rig->queue(), rig->compute(), so));
       arm.runs.push_back(summarize_run(r, rep, static_cast<int>(pos)));
       if (!o.out_dir.empty() && rep == o.reps - 1) {
         std::error_code ec;
         std::filesystem::create_directories(o.out_dir, ec);
         arm.trace_file = o.out_dir + "/trace-" + arm.spec.name + ".json";
         std::ofstream f(arm.trace_file);
-        if (f) f << rig->queue->timeline().to_chrome_trace().dump() << "\n";
+        if (f) f << rig->queue().timeline().to_chrome_trace().dump() << "\n";
         else arm.trace_file.clear();
       }
     }
@@ -454,8 +425,8 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
                   {"slo_ttft_ms", o.serving.slo_ttft_ms},
                   {"slo_itl_ms", o.serving.slo_itl_ms},
                   {"ids", ids->describe()}};
-  j["table"] = {{"layout", o.layout.name}, {"bytes", o.layout.total_bytes()}, {"backing", o.base.table.backing},
-                {"backend", o.base.backend}};
+  j["table"] = {{"layout", o.layout.name}, {"bytes", o.layout.total_bytes()}, {"backing", o.base.table.backing.to_string()},
+                {"backend", backend_kind_name(o.base.backend)}};
   nlohmann::json arms = nlohmann::json::array();
   for (const auto& a : res.arms) {
     nlohmann::json m;
@@ -466,7 +437,7 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
       for (auto& v : m[mi.key]["runs"])
         if (v.is_number() && !std::isfinite(v.get<double>())) v = nullptr;
     }
-    arms.push_back({{"name", a.spec.name}, {"value", a.spec.value}, {"placement", a.spec.rig.table.placement},
+    arms.push_back({{"name", a.spec.name}, {"value", a.spec.value}, {"placement", a.spec.rig.table.placement.to_string()},
                     {"prefetch", prefetch_mode_name(a.spec.mode)}, {"grid_fraction", a.spec.rig.grid_fraction},
                     {"lookup_threads", a.spec.rig.lookup_threads}, {"consumer_node", a.spec.consumer_node},
                     {"valid", a.valid}, {"census_evidence", a.evidence}, {"census_signature", a.signature},
@@ -501,8 +472,8 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
   md << "Schedule: " << schedule_note << " (" << schedule.requests.size() << " requests, " << schedule.steps.size()
      << " steps).  \n";
   md << "Repetitions: " << o.reps << ", arm order shuffled per repetition (seed " << o.order_seed << ").  \n";
-  md << "Table: " << o.layout.name << ", " << o.layout.total_bytes() << " B, " << o.base.table.backing << " backing; backend "
-     << o.base.backend << "; ids " << ids->describe() << ".  \n";
+  md << "Table: " << o.layout.name << ", " << o.layout.total_bytes() << " B, " << o.base.table.backing.to_string() << " backing; backend "
+     << backend_kind_name(o.base.backend) << "; ids " << ids->describe() << ".  \n";
   md << "Model: " << o.serving.model.note << "; compute " << o.serving.rates.tflops << " TFLOPS, weights "
      << o.serving.rates.weight_gbps << " GB/s, unit " << o.serving.rates.unit_us << " us. SLO: TTFT <= " << o.serving.slo_ttft_ms
      << " ms, mean ITL <= " << o.serving.slo_itl_ms << " ms.\n";

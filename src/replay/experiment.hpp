@@ -10,8 +10,8 @@
 //   B2  background grid cap sweep            (CUDA: grid fraction of the SMs; CPU: the analogue, lookup
 //                                             threads as a fraction of the cores)
 //
-// Protocol per repetition (>= 5), arms in an order shuffled from a seed: the arm's table is created from
-// scratch (HostTable::create with the arm's placement and backing: placement before the first page, never a
+// Protocol per repetition (>= 5), arms in an order shuffled from a seed: the arm's engine is created from
+// scratch (Engine::create_local with the arm's placement and backing: placement before the first page, never a
 // reused resident backing), its census is read and checked against what the arm asked for (else the arm is
 // INVALID and not timed), the backend is built (CUDA: registration after placement), and the SAME recorded
 // schedule (token batches, serving.hpp) is replayed. Per arm the per-run metrics are summarised as median and
@@ -31,48 +31,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpu/compute.hpp"
-#include "cpu/prefetch.hpp"
+#include "engram/engine.hpp"
 #include "engram/table.hpp"
 #include "host/census.hpp"
-#include "replay/cuda_backend_factory.hpp"
 #include "replay/serving.hpp"
 
 namespace engram {
 
-// What one arm's table and backend are.
-struct RigOptions {
-  std::string backend = "cpu";  // cpu | cuda
-  TableOptions table;
-  uint64_t table_seed = 1;      // synthetic content
-  int lookup_threads = 0;       // CPU: gather threads (0: cores - 1)
-  double grid_fraction = 0.5;   // CUDA: background grid cap
-  int64_t max_tokens = 2048;    // largest step (token budget)
-  double unit_us = 50;          // calibrated compute unit
-  bool checked = false;
-  bool fast_path = true;        // CUDA: issue #8 fast path (planner); false: plain kernel
-  bool planner = true;          // CUDA: false = the fast-path hook runs the plain gather
-  EngineCacheConfig cache;      // CUDA: hot-row cache of each layer (cuda_backend_factory.hpp)
-};
-
-// A built table + prefetch queue + layer compute. Members are destroyed backend first, table last.
-struct ServingRig {
-  std::unique_ptr<HostTable> table;
-  std::vector<host::PageCensus> censuses;  // after placement (+ after registration for CUDA)
-  std::unique_ptr<ReplayBackend> cuda;
-  std::unique_ptr<cpu::CpuPrefetchQueue> cpu_queue;
-  std::unique_ptr<cpu::CpuLayerCompute> cpu_compute;
-  PrefetchQueue* queue = nullptr;
-  LayerCompute* compute = nullptr;
-  nlohmann::json describe;
-};
-// Creates the table (placement, prefault), fills it, takes the censuses, builds the backend.
-Result<std::unique_ptr<ServingRig>> make_serving_rig(const EngramLayout& layout, const RigOptions& options);
-
 struct ArmSpec {
   std::string name;    // e.g. "node0", "early", "cap=0.50"
   std::string value;   // the one thing this arm sets, in words
-  RigOptions rig;
+  EngineOptions rig;   // the arm's table and backend (backend resolved, not auto); built with Engine::create_local
   PrefetchMode mode = PrefetchMode::kEarly;
   int consumer_node = -1;  // the replay thread (and the CPU lookup threads it starts) run on this node; -1: as is
 };
@@ -80,7 +49,7 @@ struct ArmSpec {
 struct ExperimentOptions {
   std::string id;                     // A1 A2 A3 B1 B2
   EngramLayout layout;
-  RigOptions base;                    // fixed for every arm except the one thing the experiment changes
+  EngineOptions base;                 // fixed for every arm except the one thing the experiment changes
   ServingOptions serving;
   ServingSchedule schedule;           // recorded batches; with requests but no steps: recorded live once on the
                                       // baseline arm (untimed) and replayed by every arm
@@ -95,7 +64,7 @@ struct ExperimentOptions {
 
 // The arms of an experiment for `nodes` memory nodes. kUnsupported for A* with fewer than two nodes;
 // kInvalidArgument for an unknown id.
-Result<std::vector<ArmSpec>> make_arms(const std::string& id, const RigOptions& base, const std::vector<int>& nodes,
+Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOptions& base, const std::vector<int>& nodes,
                                        const std::vector<double>& caps, int hardware_threads);
 
 // Checks an arm's censuses against what it asked for. `evidence` gets per-node shares in words; `signature`

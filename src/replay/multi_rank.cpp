@@ -22,14 +22,13 @@
 
 #include "core/splitmix.hpp"
 #include "core/units.hpp"
-#include "cpu/compute.hpp"
-#include "cpu/prefetch.hpp"
 #include "host/census.hpp"
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "host/token_io.hpp"
-#include "replay/cuda_backend_factory.hpp"
 #include "replay/decode_replay.hpp"
+#include "sched/layer_compute.hpp"
+#include "sched/prefetch_queue.hpp"
 #include "replay/text_id_source.hpp"
 #include "sys/process.hpp"
 
@@ -106,10 +105,9 @@ json table_memory(int pid) {
   return {{"pid", pid}, {"mappings", n}, {"rss_bytes", rss}, {"pss_bytes", pss}};
 }
 
-json census_json(const std::vector<host::SharedSegment>& segs, const EngramLayout& layout, const std::string& group,
-                 host::CensusPoint point, uint64_t max_samples) {
+json census_json(const std::vector<host::PageCensus>& censuses) {
   json out = json::array();
-  for (const auto& c : shared_table_census(segs, layout, group, point, max_samples)) out.push_back(c.to_json());
+  for (const auto& c : censuses) out.push_back(c.to_json());
   return out;
 }
 
@@ -194,11 +192,10 @@ json RankJob::to_json() const {
           {"model_layers", model_layers}, {"prefetch", prefetch},
           {"layer_us", layer_us},   {"ids", ids},
           {"tokens", tokens},       {"zipf_alpha", zipf_alpha},
-          {"threads", threads},     {"checked", checked},
           {"compute_only_baseline", compute_only_baseline},
           {"verify_rows", verify_rows}, {"timeline", timeline},
-          {"ranks", ranks},         {"backend", backend},
-          {"grid_fraction", grid_fraction}, {"gpus", gpus}};
+          {"ranks", ranks},         {"engine", engine},
+          {"gpus", gpus}};
 }
 
 Result<RankJob> RankJob::from_json(const std::string& text) {
@@ -240,22 +237,31 @@ Result<RankJob> RankJob::from_json(const std::string& text) {
   str("ids", &r.ids);
   str("tokens", &r.tokens);
   number("zipf_alpha", &r.zipf_alpha);
-  integer("threads", &r.threads);
-  boolean("checked", &r.checked);
   boolean("compute_only_baseline", &r.compute_only_baseline);
   integer("verify_rows", &r.verify_rows);
   str("timeline", &r.timeline);
   integer("ranks", &r.ranks);
-  str("backend", &r.backend);
-  number("grid_fraction", &r.grid_fraction);
   integer("gpus", &r.gpus);
+  {
+    auto it = j.find("engine");
+    if (it == j.end() || !it->is_array()) {
+      bad = "engine";
+    } else {
+      for (const auto& kv : *it) {
+        if (!kv.is_array() || kv.size() != 2 || !kv[0].is_string() || !kv[1].is_string()) {
+          bad = "engine";
+          break;
+        }
+        r.engine.emplace_back(kv[0].get<std::string>(), kv[1].get<std::string>());
+      }
+    }
+  }
   if (!bad.empty()) return Status(Code::kInvalidArgument, "rank job: field '" + bad + "' missing or of the wrong type");
   if (r.batch < 1 || r.steps < 1 || r.warmup < 0 || r.verify_rows < 0 || r.ranks < 1)
     return Status(Code::kInvalidArgument, "rank job: batch, steps, ranks must be >= 1; warmup, verify_rows >= 0");
-  if (r.backend != "cpu" && r.backend != "cuda" && r.backend != "auto")
-    return Status(Code::kInvalidArgument, "rank job: backend must be cpu, cuda or auto, not '" + r.backend + "'");
-  if (!(r.grid_fraction > 0 && r.grid_fraction <= 1) || r.gpus < 0)
-    return Status(Code::kInvalidArgument, "rank job: grid_fraction must be in (0, 1], gpus >= 0");
+  if (r.gpus < 0) return Status(Code::kInvalidArgument, "rank job: gpus must be >= 0");
+  EngineOptions probe;
+  for (const auto& [k, v] : r.engine) ENGRAM_RETURN_IF_ERROR(set_engine_option(probe, k, v).with_context("rank job"));
   if (r.prefetch != "early" && r.prefetch != "on_demand")
     return Status(Code::kInvalidArgument, "rank job: prefetch '" + r.prefetch + "' (early | on_demand)");
   if (r.ids != "auto" && r.ids != "text" && r.ids != "zipf" && r.ids != "uniform")
@@ -269,52 +275,7 @@ Result<EngramLayout> job_layout(const RankJob& job) {
   return make_preset_layout(job.layout, job.table_bytes, fmt_);
 }
 
-Result<std::vector<TableSpan>> shared_table_spans(const EngramLayout& layout,
-                                                  const std::vector<host::SharedSegment>& segments) {
-  std::vector<TableSpan> spans;
-  for (int li = 0; li < layout.n_layers(); ++li) {
-    auto it = std::find_if(segments.begin(), segments.end(), [&](const auto& s) { return s.layer_index == li; });
-    if (it == segments.end())
-      return Status(Code::kInvalidArgument, "shared table: no segment holds Engram layer index " + std::to_string(li));
-    if (it->backing.size_bytes() < static_cast<uint64_t>(layout.table_bytes(li)))
-      return Status(Code::kInvalidArgument, "shared table: segment of layer index " + std::to_string(li) + " holds " +
-                                                format_bytes(static_cast<int64_t>(it->backing.size_bytes())) +
-                                                ", the layout needs " + format_bytes(layout.table_bytes(li)));
-    spans.push_back(layer_span(it->backing.data(), layout, li));
-  }
-  return spans;
-}
-
-Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::vector<host::SharedSegment>& segments) {
-  // One pass per replica (replica-per-node keeps a full copy on each node).
-  std::vector<int> replicas;
-  for (const auto& s : segments)
-    if (std::find(replicas.begin(), replicas.end(), s.replica_node) == replicas.end()) replicas.push_back(s.replica_node);
-  for (int node : replicas) {
-    std::vector<host::SharedSegment> view_of;  // not owning: spans only
-    std::vector<TableSpan> spans;
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      auto it = std::find_if(segments.begin(), segments.end(),
-                             [&](const auto& s) { return s.layer_index == li && s.replica_node == node; });
-      if (it == segments.end())
-        return Status(Code::kInvalidArgument, "load: no segment for layer index " + std::to_string(li) +
-                                                  (node >= 0 ? " on node " + std::to_string(node) : std::string()));
-      spans.push_back(layer_span(it->backing.data(), layout, li));
-    }
-    if (!job.checkpoint.empty()) {
-      host::LoadOptions lo;
-      lo.display = host::ProgressDisplay::kOff;
-      ENGRAM_RETURN_IF_ERROR(host::load_checkpoint(job.checkpoint, layout, spans, lo));
-      continue;
-    }
-    for (int li = 0; li < layout.n_layers(); ++li) fill_synthetic_span(spans[static_cast<size_t>(li)], li, job.seed);
-  }
-  return Status::ok();
-}
-
-Result<RankGroupLeader> start_rank_group_leader(const RankJob& job, const EngramLayout& layout,
-                                                const host::PlacementPolicy& policy, const std::string& backing,
-                                                const std::string& shm_dir, const std::string& group_name) {
+Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name) {
   RankGroupLeader l;
   ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
   l.guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
@@ -322,60 +283,7 @@ Result<RankGroupLeader> start_rank_group_leader(const RankJob& job, const Engram
   gopt.group = group_name;
   ENGRAM_ASSIGN_OR_RETURN(l.listener, host::UnixGroupListener::listen(gopt));
   ENGRAM_RETURN_IF_ERROR(l.guardian->arm(l.listener->socket_path()));
-  l.spec.group = group_name;
-  ENGRAM_ASSIGN_OR_RETURN(l.spec.segments, shared_segment_specs(layout, backing, shm_dir, group_name));
-  l.spec.placement = policy;
-  l.spec.job = job.to_json().dump();
-  l.spec.guardian = l.guardian;
   return l;
-}
-
-Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
-                                                                 const std::string& shm_dir, const std::string& group) {
-  uint64_t huge_page_bytes = 0;
-  ENGRAM_ASSIGN_OR_RETURN(host::BackingKind kind, host::parse_backing_kind(backing, &huge_page_bytes));
-  if (kind == host::BackingKind::kAnonThp)
-    return Status(Code::kInvalidArgument,
-                  "backing anon-thp is private to one process: ranks cannot share it (use memfd, shm or hugetlb)");
-  std::vector<host::SharedSegmentSpec> specs;
-  for (int li = 0; li < layout.n_layers(); ++li) {
-    host::TableIdentity id;
-    id.layer_id = layout.layer_ids[static_cast<size_t>(li)];
-    id.head_begin = 0;
-    id.head_end = layout.heads();
-    id.group = group;
-    host::SharedSegmentSpec s;
-    s.backing.kind = kind;
-    s.backing.size_bytes = static_cast<uint64_t>(layout.table_bytes(li));
-    s.backing.name = host::table_backing_name(id);
-    s.backing.shm_dir = shm_dir;
-    if (huge_page_bytes) s.backing.huge_page_bytes = huge_page_bytes;
-    s.layer_index = li;
-    specs.push_back(std::move(s));
-  }
-  return specs;
-}
-
-std::vector<host::PageCensus> shared_table_census(const std::vector<host::SharedSegment>& segments,
-                                                  const EngramLayout& layout, const std::string& group,
-                                                  host::CensusPoint point, uint64_t max_samples) {
-  std::vector<host::PageCensus> out;
-  host::CensusOptions co;
-  co.max_samples = max_samples;
-  for (const auto& s : segments) {
-    host::TableIdentity id;
-    const int li = s.layer_index;
-    id.layer_id = li >= 0 && li < layout.n_layers() ? layout.layer_ids[static_cast<size_t>(li)] : -1;
-    id.head_end = layout.heads();
-    id.bytes = s.backing.size_bytes();
-    id.base = reinterpret_cast<uintptr_t>(s.backing.data());
-    id.group = group;
-    id.backing = s.backing.identity().to_string();
-    id.replica_node = s.replica_node;
-    co.page_bytes = s.backing.page_bytes();
-    out.push_back(host::take_census(s.backing.data(), s.backing.size_bytes(), id, point, co));
-  }
-  return out;
 }
 
 // ---- parent --------------------------------------------------------------------------------------
@@ -386,7 +294,16 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   RankJob job = job_in;
   job.ranks = o.ranks;
   ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, job_layout(job));
-  ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(o.placement));
+  EngineOptions table_opts;
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--backing", o.backing));
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--placement", o.placement));
+  table_opts.table.shm_dir = o.shm_dir;
+  table_opts.content = TableContent::synthetic_or_checkpoint(job.seed, job.checkpoint);
+  table_opts.step_timeout_ms = o.timeouts.step.count();
+  table_opts.load_timeout_ms = o.timeouts.load.count();
+  if (table_opts.table.backing.kind == BackingKind::kAnonThp)
+    return Status(Code::kInvalidArgument,
+                  "backing anon-thp is private to one process: ranks cannot share it (use memfd, shm or hugetlb)");
   std::string exe = o.exe;
   if (exe.empty()) {
     ENGRAM_ASSIGN_OR_RETURN(exe, sys::self_exe_path());
@@ -397,17 +314,19 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   };
   const auto t_start = std::chrono::steady_clock::now();
 
-  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader,
-                          start_rank_group_leader(job, layout, policy, o.backing, o.shm_dir, group_name));
+  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name));
   auto& guardian = leader.guardian;
   auto& listener = leader.listener;
-  host::SharedTableSpec& spec = leader.spec;
   say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
-      " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks ...");
-  ENGRAM_ASSIGN_OR_RETURN(auto group, host::SharedTableGroup::create(spec));
+      " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks, " +
+      (job.checkpoint.empty() ? "writing synthetic rows (seed " + std::to_string(job.seed) + ")"
+                              : "loading " + job.checkpoint) +
+      " ...");
+  ENGRAM_ASSIGN_OR_RETURN(auto engine, Engine::serve_group(layout, table_opts, group_name, job.to_json().dump()));
+  // The leader's census after placement; the protocol takes the ones after registration and after load.
   json census = json::array();
-  for (auto& c : census_json(group->segments(), layout, group_name, host::CensusPoint::kAfterPlacement, uint64_t{1} << 20))
-    census.push_back(c);
+  for (const auto& c : engine->censuses())
+    if (c.point == host::CensusPoint::kAfterPlacement) census.push_back(c.to_json());
 
   RankSet ranks;  // before the channel: see the file comment
   std::vector<std::string> argv_base{exe,
@@ -436,19 +355,10 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   (void)listener->unlink_socket();  // the group is complete: nobody else needs to find it
   (void)guardian->disarm(listener->socket_path());
 
-  host::ProtocolHooks hooks;
-  hooks.load = [&](std::vector<host::SharedSegment>& segs) {
-    say(job.checkpoint.empty() ? "writing synthetic rows (seed " + std::to_string(job.seed) + ") ..."
-                               : "loading " + job.checkpoint + " ...");
-    return load_shared_table(job, layout, segs);
-  };
-  hooks.census = [&](host::CensusPoint p, const std::vector<host::SharedSegment>& segs, int) -> Result<std::string> {
-    json c = census_json(segs, layout, group_name, p, uint64_t{1} << 20);
-    for (auto& x : c) census.push_back(x);
-    return std::string();
-  };
-  Status admitted = group->admit(**channel, hooks, o.timeouts);
+  const size_t censuses_before = engine->censuses().size();
+  Status admitted = engine->admit(**channel);
   if (!admitted.is_ok()) return admitted.with_context("engram run --ranks " + std::to_string(o.ranks));
+  for (size_t k = censuses_before; k < engine->censuses().size(); ++k) census.push_back(engine->censuses()[k].to_json());
 
   say("ranks replaying " + std::to_string(job.warmup) + "+" + std::to_string(job.steps) + " decode steps ...");
   host::RankEntry mine;
@@ -459,8 +369,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   auto reports = (*channel)->all_gather(kStepReport, mine, o.timeouts.step);
   if (!reports.is_ok()) return reports.status().with_context("engram run --ranks, step 'report'");
   ENGRAM_RETURN_IF_ERROR(host::first_failure(kStepReport, *reports).with_context("engram run --ranks"));
-  for (auto& c : census_json(group->segments(), layout, group_name, host::CensusPoint::kAfterReplay, uint64_t{1} << 20))
-    census.push_back(c);
+  for (auto& c : census_json(engine->census(host::CensusPoint::kAfterReplay))) census.push_back(c);
   const std::vector<int> pids = (*channel)->pids();
   channel->reset();  // ranks see the group end and exit
   ranks.finish(Millis(30000));
@@ -473,10 +382,10 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   out["conditions"] = collect_conditions(ENGRAM_GIT_REV);
   json placement = json::array();
   uint64_t all_backings_bytes = 0;
-  for (const auto& s : group->segments()) {
-    placement.push_back({{"layer_index", s.layer_index}, {"backing", s.backing.identity().to_string()},
-                         {"report", s.report.to_json()}});
-    all_backings_bytes += s.backing.size_bytes();
+  for (const auto& p : engine->table().parts()) {
+    placement.push_back({{"layer_index", p.layer_index}, {"backing", p.backing->backing.identity().to_string()},
+                         {"report", p.backing->report.to_json()}});
+    all_backings_bytes += p.backing->backing.size_bytes();
   }
   out["table"] = {{"layout", layout.name},
                   {"row_layout", row_format_name(layout.format)},
@@ -493,7 +402,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
                   {"placement", placement},
                   {"read_only_ranks", o.read_only}};
   json steps = json::array();
-  for (const auto& s : group->steps()) {
+  for (const auto& s : engine->group_steps()) {
     json e = json::array();
     for (const auto& x : s.entries) e.push_back({{"rank", x.rank}, {"pid", x.pid}, {"ok", x.status.is_ok()}});
     steps.push_back({{"step", s.step}, {"seconds", s.seconds}, {"entries", e}});
@@ -567,137 +476,100 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   auto fault = [&](const std::string& step) {
     if (!o.fault_at.empty() && step == o.fault_at && (o.fault_rank < 0 || o.fault_rank == rank)) raise(SIGKILL);
   };
-  // Ranks take their census after the replay (below); the leader takes it at the protocol's points.
-  host::ProtocolHooks hooks;
-  hooks.on_step = [&](const std::string& step, int) { fault(step); };
-  host::PeerOptions po;
-  po.read_only = true;
-  const std::string group_name = o.group;
-  EngramLayout layout;
+  // This rank's engine takes its options from the leader's job: the lookup-side options of `run`, and its GPU.
   RankJob job;
-  auto g = host::SharedTableGroup::join(*channel, po, hooks, o.timeouts);
-  if (!g.is_ok()) return g.status();
-  auto parsed = RankJob::from_json((*g)->job());
+  EngineOptions eo;
+  eo.rank = rank;
+  eo.step_timeout_ms = o.timeouts.step.count();
+  eo.load_timeout_ms = o.timeouts.load.count();
+  eo.read_only = true;
+  eo.on_protocol_step = [&](const std::string& step, int) { fault(step); };
+  auto configure = [&](const std::string& job_text, const EngramLayout&, EngineOptions& opts) -> Status {
+    ENGRAM_ASSIGN_OR_RETURN(job, RankJob::from_json(job_text));
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    opts.lookup_threads = std::max(1, hw / std::max(1, job.ranks) - 1);
+    for (const auto& [k, v] : job.engine) ENGRAM_RETURN_IF_ERROR(set_engine_option(opts, k, v));
+    if (opts.lookup_threads == 0) opts.lookup_threads = std::max(1, hw / std::max(1, job.ranks) - 1);
+    if (job.gpus > 0) opts.device = rank % job.gpus;  // else rank % visible devices
+    opts.max_tokens = job.batch;
+    opts.layer_us = job.layer_us;
+    ENGRAM_ASSIGN_OR_RETURN(opts.prefetch, parse_prefetch_mode(job.prefetch));
+    return Status::ok();
+  };
+  auto joined = Engine::join_group(eo, *channel, configure);
+  if (!joined.is_ok()) return joined.status();
+  Engine& engine = **joined;
+  const EngramLayout& layout = engine.layout();
   nlohmann::json report;
-  Status local = parsed.status();
-  std::vector<TableSpan> spans;
-  std::unique_ptr<cpu::CpuPrefetchQueue> queue;
-  if (local.is_ok()) {
-    job = *parsed;
-    auto l = job_layout(job);
-    local = l.status();
-    if (local.is_ok()) layout = *l;
-  }
-  if (local.is_ok()) {
-    auto s = shared_table_spans(layout, (*g)->segments());
-    local = s.status();
-    if (local.is_ok()) spans = *s;
-  }
-  if (local.is_ok()) {
-    local = [&]() -> Status {
-      report["rank"] = rank;
-      report["pid"] = sys::process_id();
-      report["verify"] = verify_rows(job, layout, spans);
-      if (report["verify"]["mismatches"].is_number() && report["verify"]["mismatches"].get<int64_t>() != 0)
-        return Status(Code::kInternal, "rank " + std::to_string(rank) + ": " +
-                                           std::to_string(report["verify"]["mismatches"].get<int64_t>()) +
-                                           " sampled rows differ from the table's synthetic content");
-      std::string note;
-      json stream;
-      ENGRAM_ASSIGN_OR_RETURN(auto ids, rank_ids(job, layout, rank, &note, &stream));
-      report["ids_stream"] = stream;
-      std::vector<TableView> views;
-      for (const auto& s : spans) views.push_back(s.view());
-      const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      DecodeReplayOptions ropt;
-      ropt.batch = job.batch;
-      ropt.steps = job.steps;
-      ropt.warmup_steps = job.warmup;
-      ropt.model_layers = job.model_layers;
-      ropt.mode = job.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
-      ropt.compute_only_baseline = job.compute_only_baseline;
-      // The GPU path: this rank registers the shared (read-only) mapping itself, as a DP rank of an
-      // engine would; several ranks may share one GPU (device = rank % gpus).
-      std::unique_ptr<ReplayBackend> gpu;
-      std::string backend_note;
-      if (job.backend != "cpu") {
-        CudaReplayOptions copt;
-        copt.rank = rank;
-        copt.device = job.gpus > 0 ? rank % job.gpus : rank;
-        copt.max_tokens = job.batch;
-        copt.grid_fraction = job.grid_fraction;
-        copt.checked = job.checked;
-        copt.layer_us = job.layer_us;
-        copt.read_only_tables = (*g)->segments().front().read_only;
-        copt.wrap_device = job.gpus == 0;
-        auto b = make_cuda_replay_backend(layout, views, copt);
-        if (b.is_ok()) {
-          gpu = std::move(*b);
-        } else if (job.backend == "cuda" || b.status().code() != Code::kUnsupported) {
-          return b.status().with_context("rank " + std::to_string(rank) + " cuda backend");
-        } else {
-          backend_note = "cuda not used: " + b.status().message();
-        }
-      }
-      DecodeReplayReport r;
-      cpu::CpuPrefetchOptions qopt;
-      if (gpu) {
-        ENGRAM_ASSIGN_OR_RETURN(r, run_decode_replay(layout, *ids, gpu->queue(), gpu->compute(), ropt));
-        report["backend"] = "cuda";
-        report["backend_details"] = gpu->describe();
-        report["lookup_threads"] = nullptr;
-      } else {
-        qopt.rank = rank;
-        qopt.lookup_threads = job.threads > 0 ? job.threads : std::max(1, hw / std::max(1, job.ranks) - 1);
-        qopt.checked = job.checked;
-        ENGRAM_ASSIGN_OR_RETURN(queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), qopt));
-        cpu::CpuLayerCompute compute(job.layer_us);
-        ENGRAM_ASSIGN_OR_RETURN(r, run_decode_replay(layout, *ids, *queue, compute, ropt));
-        report["backend"] = "cpu";
-        report["lookup_threads"] = qopt.lookup_threads;
-      }
-      report["backend_note"] = backend_note.empty() ? json(nullptr) : json(backend_note);
-      const double slowdown =
-          (std::isfinite(r.step_ns.median) && std::isfinite(r.compute_only_step_ns.median) && r.compute_only_step_ns.median > 0)
-              ? r.step_ns.median / r.compute_only_step_ns.median
-              : kNotRecorded;
-      report["ids"] = ids->describe();
-      report["ids_note"] = note.empty() ? json(nullptr) : json(note);
-      report["replica_node"] = (*g)->segments().front().replica_node;
-      report["read_only"] = (*g)->segments().front().read_only;
-      report["lookup"] = {{"rows", r.rows_looked_up},
-                          {"dead_rows", r.dead_rows},
-                          {"invalid_ids", r.invalid_ids},
-                          {"busy_ns", num(r.lookup_busy_ns)},
-                          {"rows_per_s", num(r.rows_per_s)},
-                          {"source_gbps", num(r.source_gbps)},
-                          {"staging_gbps", num(r.staging_gbps)},
-                          {"distinct_id_fraction", num(r.distinct_id_fraction)}};
-      report["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step},
-                         {"b_staging_per_step", r.b_staging_bytes_per_step}};
-      report["steps"] = {{"step_ns", dist_json(r.step_ns)},
-                         {"compute_only_step_ns", dist_json(r.compute_only_step_ns)},
-                         {"slowdown", num(slowdown)},
-                         {"tokens_per_s", num(r.tokens_per_s)}};
-      json layers = json::array();
-      for (const auto& l : r.layers)
-        layers.push_back({{"layer_id", l.layer_id},
-                          {"exposed_wait_ns", dist_json(l.exposed_wait_ns)},
-                          {"measured_wait_ns", dist_json(l.measured_wait_ns)},
-                          {"lookup_ns", dist_json(l.lookup_ns)},
-                          {"queue_ns", dist_json(l.queue_ns)}});
-      report["layers"] = layers;
-      report["timeline"] = nullptr;
-      if (!job.timeline.empty() && job.timeline != "none") {
-        const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";
-        std::ofstream f(path);
-        if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
-        f << (gpu ? gpu->queue().timeline() : queue->timeline()).to_chrome_trace().dump() << "\n";
-        report["timeline"] = path;
-      }
-      return Status::ok();
-    }();
-  }
+  Status local = [&]() -> Status {
+    std::vector<TableSpan> spans;
+    for (int li = 0; li < layout.n_layers(); ++li) spans.push_back(engine.table().span(li));
+    report["rank"] = rank;
+    report["pid"] = sys::process_id();
+    report["verify"] = verify_rows(job, layout, spans);
+    if (report["verify"]["mismatches"].is_number() && report["verify"]["mismatches"].get<int64_t>() != 0)
+      return Status(Code::kInternal, "rank " + std::to_string(rank) + ": " +
+                                         std::to_string(report["verify"]["mismatches"].get<int64_t>()) +
+                                         " sampled rows differ from the table's synthetic content");
+    std::string note;
+    json stream;
+    ENGRAM_ASSIGN_OR_RETURN(auto ids, rank_ids(job, layout, rank, &note, &stream));
+    report["ids_stream"] = stream;
+    DecodeReplayOptions ropt;
+    ropt.batch = job.batch;
+    ropt.steps = job.steps;
+    ropt.warmup_steps = job.warmup;
+    ropt.model_layers = job.model_layers;
+    ropt.mode = engine.options().prefetch;
+    ropt.compute_only_baseline = job.compute_only_baseline;
+    ENGRAM_ASSIGN_OR_RETURN(DecodeReplayReport r, run_decode_replay(layout, *ids, engine.queue(), engine.compute(), ropt));
+    const nlohmann::json details = engine.describe();
+    report["backend"] = engine.backend_name();
+    report["backend_details"] = engine.backend() == BackendKind::kCuda ? details : json(nullptr);
+    report["lookup_threads"] = details.contains("lookup_threads") ? details["lookup_threads"] : json(nullptr);
+    report["backend_note"] = engine.backend_note().empty() ? json(nullptr) : json(engine.backend_note());
+    report["path"] = engine.describe_lines();
+    const double slowdown =
+        (std::isfinite(r.step_ns.median) && std::isfinite(r.compute_only_step_ns.median) && r.compute_only_step_ns.median > 0)
+            ? r.step_ns.median / r.compute_only_step_ns.median
+            : kNotRecorded;
+    report["ids"] = ids->describe();
+    report["ids_note"] = note.empty() ? json(nullptr) : json(note);
+    const HostTable& t = engine.table();
+    report["replica_node"] = t.n_replicas() > 0 ? t.replica_node(t.home_replica()) : -1;
+    report["read_only"] = t.read_only();
+    report["lookup"] = {{"rows", r.rows_looked_up},
+                        {"dead_rows", r.dead_rows},
+                        {"invalid_ids", r.invalid_ids},
+                        {"busy_ns", num(r.lookup_busy_ns)},
+                        {"rows_per_s", num(r.rows_per_s)},
+                        {"source_gbps", num(r.source_gbps)},
+                        {"staging_gbps", num(r.staging_gbps)},
+                        {"distinct_id_fraction", num(r.distinct_id_fraction)}};
+    report["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step},
+                       {"b_staging_per_step", r.b_staging_bytes_per_step}};
+    report["steps"] = {{"step_ns", dist_json(r.step_ns)},
+                       {"compute_only_step_ns", dist_json(r.compute_only_step_ns)},
+                       {"slowdown", num(slowdown)},
+                       {"tokens_per_s", num(r.tokens_per_s)}};
+    json layers = json::array();
+    for (const auto& l : r.layers)
+      layers.push_back({{"layer_id", l.layer_id},
+                        {"exposed_wait_ns", dist_json(l.exposed_wait_ns)},
+                        {"measured_wait_ns", dist_json(l.measured_wait_ns)},
+                        {"lookup_ns", dist_json(l.lookup_ns)},
+                        {"queue_ns", dist_json(l.queue_ns)}});
+    report["layers"] = layers;
+    report["timeline"] = nullptr;
+    if (!job.timeline.empty() && job.timeline != "none") {
+      const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";
+      std::ofstream f(path);
+      if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
+      f << engine.queue().timeline().to_chrome_trace().dump() << "\n";
+      report["timeline"] = path;
+    }
+    return Status::ok();
+  }();
   fault(kStepReplayed);
   host::RankEntry mine;
   mine.status = local;
@@ -706,7 +578,7 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   ENGRAM_RETURN_IF_ERROR(host::first_failure(kStepReplayed, *replayed));
   // Every rank has finished its replay and still maps the table: Pss now shares pages among all.
   report["memory"] = table_memory(sys::process_id());
-  report["census"] = census_json((*g)->segments(), layout, group_name, host::CensusPoint::kAfterReplay, 4096);
+  report["census"] = census_json(engine.census(host::CensusPoint::kAfterReplay, 4096));
   fault(kStepReport);
   host::RankEntry rep;
   rep.message = report.dump(-1, ' ', false, json::error_handler_t::replace);

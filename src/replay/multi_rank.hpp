@@ -1,15 +1,16 @@
 // Multi-rank decode replay over ONE shared table: what `engram run --ranks N` does.
 //
-// The parent process is the shared group's leader (host/group.hpp). It creates one backing per Engram
-// layer (memfd by default, a named /dev/shm file with --backing shm), applies the placement before the
-// first page exists, then starts N rank processes (posix_spawn of the engram binary's hidden
-// `rank-worker` subcommand: a fresh exec, so no descriptor or lock leaks from the parent) and runs the
-// protocol with them: describe -> attach (read-only mappings) -> census -> leader-only load (synthetic
-// rows or a checkpoint) -> ready -> census. Each rank then runs the decode replay (run_decode_replay) on
-// its own CPU prefetch queue over the SHARED mapping -- DP ranks: its own id stream (zipf / uniform seeded
-// by rank; real text advanced by rank x steps), the same table -- checks sampled rows against the
-// content, reports Rss/Pss of its table mappings, and sends its JSON report through the group's
-// all-gather. The parent adds the census after replay, aggregates and reaps every rank.
+// The parent process is the shared group's leader (host/group.hpp), through the engine: Engine::serve_group
+// creates one backing per Engram layer (memfd by default, a named /dev/shm file with --backing shm), places it
+// before the first page exists and writes the content (synthetic rows or a checkpoint); then the parent starts N
+// rank processes (posix_spawn of the engram binary's hidden `rank-worker` subcommand: a fresh exec, so no
+// descriptor or lock leaks from the parent) and admits them: describe -> attach (read-only mappings) ->
+// register (each rank's backend: CUDA registration, or nothing on the CPU) -> census -> ready -> census. Each
+// rank is an Engine::join_group with the job's engine options (backend, fast path, cache, ...): it replays
+// (run_decode_replay) on its own queue over the SHARED mapping -- DP ranks: its own id stream (zipf / uniform
+// seeded by rank; real text advanced by rank x steps), the same table -- checks sampled rows against the
+// content, reports Rss/Pss of its table mappings, and sends its JSON report through the group's all-gather.
+// The parent adds the census after replay, aggregates and reaps every rank.
 //
 // Failures: a rank that dies or fails at any step fails the run with the step and the rank named (the
 // protocol's own errors); the parent then kills and reaps the remaining ranks, and no named file or
@@ -24,6 +25,7 @@
 
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
+#include "engram/engine.hpp"
 #include "engram/table.hpp"
 #include "host/group.hpp"
 #include "sys/process.hpp"
@@ -46,15 +48,13 @@ struct RankJob {
   std::string ids = "auto";               // auto (text when available, else zipf) | text | zipf | uniform
   std::string tokens;                     // token file for text ids ("" = the setup's default)
   double zipf_alpha = 1.0;
-  int threads = 0;                        // lookup threads per rank; 0 = max(1, cores / ranks - 1)
-  bool checked = false;
   bool compute_only_baseline = true;
   int verify_rows = 64;                   // rows per layer each rank compares with the expected content
   std::string timeline;                   // "" / "none": no trace; else rank r writes "<timeline>.rank<r>.json"
   int ranks = 1;                          // filled in by run_multi_rank
-  std::string backend = "cpu";            // cpu | cuda (every rank registers the shared table read-only and
-                                          // reads it over UVA on its GPU) | auto (cuda when usable, else cpu)
-  double grid_fraction = 0.5;             // cuda: background grid cap of the lookups (fraction of the SMs)
+  // Every rank's engine options as text (set_engine_option keys: backend, fast_path, cache_size, grid_fraction,
+  // threads, ...). A rank without threads takes max(1, cores / ranks - 1) lookup threads.
+  std::vector<std::pair<std::string, std::string>> engine;
   int gpus = 0;                           // cuda: rank r uses device r % gpus; 0 = every visible device
 
   nlohmann::json to_json() const;
@@ -65,42 +65,19 @@ struct RankJob {
 // The job's layout: the preset's, or the checkpoint's (read from its header).
 Result<EngramLayout> job_layout(const RankJob& job);
 
-// Views of every Engram layer over shared segments (one per layer index; with replicas, the segment
-// of each layer that this process attached). kInvalidArgument when a layer has no segment or a
-// segment is smaller than the layer's table.
-Result<std::vector<TableSpan>> shared_table_spans(const EngramLayout& layout,
-                                                  const std::vector<host::SharedSegment>& segments);
-// Leader load hook: synthetic rows (synth_row, as HostTable::fill_synthetic) or the job's checkpoint
-// into the shared segments, every replica included.
-Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::vector<host::SharedSegment>& segments);
-// The table's backing options per layer (name "engram:layer=<L>:heads=0-<H>:group=<g>").
-Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
-                                                                 const std::string& shm_dir, const std::string& group);
-
-// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: the file guardian
-// first (it is forked, and removes the socket and named tables if the leader is killed), then the listening
-// socket (armed in the guardian), then the table spec (segments per layer, placement, job, guardian) that
-// SharedTableGroup::create takes. Errors: the guardian's, the listener's, shared_segment_specs'.
+// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: the file guardian first
+// (it is forked, and removes the socket if the leader is killed), then the listening socket (armed in the
+// guardian). Errors: the guardian's, the listener's.
 struct RankGroupLeader {
   std::shared_ptr<sys::FileGuardian> guardian;
   std::unique_ptr<host::UnixGroupListener> listener;
-  host::SharedTableSpec spec;
 };
-Result<RankGroupLeader> start_rank_group_leader(const RankJob& job, const EngramLayout& layout,
-                                                const host::PlacementPolicy& policy, const std::string& backing,
-                                                const std::string& shm_dir, const std::string& group_name);
-
-// move_pages census of each segment at a named point, each named by its layer, heads, group and
-// backing (host/census.hpp); exact up to `max_samples` pages per segment, sampled with a stated stride
-// beyond.
-std::vector<host::PageCensus> shared_table_census(const std::vector<host::SharedSegment>& segments,
-                                                  const EngramLayout& layout, const std::string& group,
-                                                  host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20);
+Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name);
 
 struct MultiRankOptions {
   int ranks = 2;
   std::string backing = "memfd";        // memfd | shm | hugetlb | hugetlb-1g (anon-thp cannot be shared)
-  std::string placement = "none";       // host/placement.hpp text forms
+  std::string placement = "none";       // engram/options.hpp text forms
   std::string shm_dir = "/dev/shm";
   std::string exe;                      // engram binary for the ranks; "" = /proc/self/exe
   std::vector<std::string> extra_rank_args;  // appended to every rank's command line (tests: --fault-at)

@@ -12,13 +12,11 @@
 #include <cstdint>
 
 #include "engram/lookup.hpp"
+#include "engram/options.hpp"
 #include "engram/status.hpp"
 #include "sched/timeline.hpp"
 
 namespace engram {
-
-enum class PrefetchMode { kEarly, kOnDemand };
-const char* prefetch_mode_name(PrefetchMode m);
 
 struct StagingView {
   const uint16_t* data = nullptr;  // [tokens][heads][d] bf16 bits (host memory for CPU, device for CUDA)

@@ -1,6 +1,6 @@
 // Fast lookup paths (issue #8) vs the CPU reference, bit for bit: hash and sort de-duplication, the hot-row cache
 // (FP8 and BF16 rows, static fill and online update), the host-gather path and the hybrid, and the planner-driven
-// hook behind launch_lookup; fresh random tables (every byte value) and fresh random ids with heavy repetition,
+// planner-driven launch the prefetch queue calls; fresh random tables (every byte value) and fresh random ids with heavy repetition,
 // dead ids (-1 and other negatives) and out-of-range ids; poisoned outputs; dead/invalid counters equal to the
 // plain kernel's. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -78,7 +78,8 @@ Out run(cuda::FastLookup& fl, const cuda::UvaTable& t, const std::vector<int64_t
   a.heads = heads;
   a.out = dout.get();
   a.counters = dcnt.get();
-  auto li = p ? fl.launch_plan(a, *p, nullptr) : cuda::launch_lookup(a, nullptr);
+  // No plan given: the planner decides, as the prefetch queue's per-layer fast path does.
+  auto li = p ? fl.launch_plan(a, *p, nullptr) : fl.launch(a, nullptr);
   EXPECT_TRUE(li.is_ok()) << li.status().to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   o.staging.resize(ids.size() * d);
@@ -168,7 +169,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FastPath,
                          ::testing::Combine(::testing::Values(RowFormat::kFused, RowFormat::kSplit),
                                             ::testing::Values(256, 64)));
 
-TEST(FastPathHook, PlannerDrivenHookMatchesAndLearnsUniqueFraction) {
+TEST(FastPathPlanner, PlannerDrivenLaunchMatchesAndLearnsUniqueFraction) {
   ENGRAM_REQUIRE_GPU();
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -180,7 +181,6 @@ TEST(FastPathHook, PlannerDrivenHookMatchesAndLearnsUniqueFraction) {
   fo.explore_every = 1;
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
-  x->table.set_hook(fl->get());
   for (int batch = 0; batch < 6; ++batch) {
     const auto ids = repeated_ids(x->layout, 2000, rng);
     const auto want = testing::reference_staging(x->host->view(0), ids, 4);
@@ -193,10 +193,9 @@ TEST(FastPathHook, PlannerDrivenHookMatchesAndLearnsUniqueFraction) {
   EXPECT_EQ(st->batches, 6);
   EXPECT_GT(st->dedup_batches, 0);
   EXPECT_LT(st->unique_fraction(), 0.5);
-  x->table.set_hook(nullptr);
 }
 
-TEST(FastPathHook, CacheHitPriorIsReplacedByTheMeasuredRate) {
+TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
   // A cache whose profile coverage claims 100% but that holds none of the batch's ids: the planner prices the
   // cache with the prior on the first batch, then re-plans without it once the measured 0% arrives.
   ENGRAM_REQUIRE_GPU();
@@ -227,7 +226,6 @@ TEST(FastPathHook, CacheHitPriorIsReplacedByTheMeasuredRate) {
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   (*fl)->set_cache(std::move(*cache));
-  x->table.set_hook(fl->get());
   const auto want = testing::reference_staging(x->host->view(0), ids, 4);
   for (int batch = 0; batch < 3; ++batch) {
     const Out o = run(**fl, x->table, ids, 4, nullptr);
@@ -246,7 +244,6 @@ TEST(FastPathHook, CacheHitPriorIsReplacedByTheMeasuredRate) {
   ASSERT_TRUE(st.is_ok());
   EXPECT_EQ(st->cache_hits, 0);
   EXPECT_GT(st->cache_probes, 0);
-  x->table.set_hook(nullptr);
 }
 
 TEST(HotCache, OnlineUpdateAdmitsHotterRowsAndStaysExact) {
@@ -287,13 +284,6 @@ TEST(HotCache, OnlineUpdateAdmitsHotterRowsAndStaysExact) {
   auto st = (*fl)->stats(nullptr);
   ASSERT_TRUE(st.is_ok());
   EXPECT_GT(st->cache_hits, 0);
-}
-
-TEST(HotCache, CacheSizeParsing) {
-  EXPECT_EQ(*cuda::parse_cache_size("5%", 1000000), 50000);
-  EXPECT_EQ(*cuda::parse_cache_size("1MiB", 0), 1 << 20);
-  EXPECT_EQ(*cuda::parse_cache_size("off", 100), 0);
-  EXPECT_FALSE(cuda::parse_cache_size("150%", 100).is_ok());
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Leader and peer routines of the shared-group tests: a leader that creates a small table (one or two
-// segments of fresh random content), admits N peers and reports; a peer that joins, checks the bytes
-// and reports; both able to kill themselves (SIGKILL) on entering a chosen protocol step.
+// Engram layers of fresh random content, each about segment_bytes), admits N peers and reports; a peer that
+// joins, checks the bytes and reports; both able to kill themselves (SIGKILL) on entering a chosen protocol step.
 #pragma once
 
 #include <signal.h>
@@ -11,7 +11,9 @@
 #include <string>
 
 #include "core/splitmix.hpp"
+#include "engram/table.hpp"
 #include "host/group.hpp"
+#include "host/placement.hpp"
 #include "multiproc_support.hpp"
 
 namespace engram::test {
@@ -21,8 +23,7 @@ struct GroupSetup {
   std::string group = "mp";
   host::BackingKind kind = host::BackingKind::kMemfd;
   std::string shm_dir;                               // kShmFile: a TempDir under /dev/shm
-  std::string name_prefix = "engram-mp";             // named files: "<prefix>.<random>"
-  uint64_t segment_bytes = 256 * 1024;
+  uint64_t segment_bytes = 256 * 1024;               // about this many bytes per layer (table_bytes(li) exactly)
   int n_segments = 2;
   uint64_t seed = 1;
   host::ProtocolTimeouts timeouts{host::Millis(20000), host::Millis(20000)};
@@ -36,22 +37,39 @@ struct GroupSetup {
     o.peer_grace = peer_grace;
     return o;
   }
-  host::SharedTableSpec spec() const {
-    host::SharedTableSpec s;
-    s.group = group;
-    for (int i = 0; i < n_segments; ++i) {
-      host::SharedSegmentSpec seg;
-      seg.backing.kind = kind;
-      seg.backing.size_bytes = segment_bytes;
-      seg.backing.name = kind == host::BackingKind::kShmFile ? name_prefix : "engram:mp:" + std::to_string(i);
-      seg.backing.shm_dir = shm_dir.empty() ? "/dev/shm" : shm_dir;
-      seg.layer_index = i;
-      s.segments.push_back(seg);
-    }
-    s.job = nlohmann::json{{"seed", seed}}.dump();
-    return s;
+  // n_segments Engram layers of d = 32 (48-B fused records), one head each: rows = the prime walk's first prime
+  // after segment_bytes / 48, so each layer's table holds about segment_bytes.
+  EngramLayout layout() const {
+    EngramLayout l;
+    l.name = "mp";
+    for (int i = 0; i < n_segments; ++i) l.layer_ids.push_back(i + 1);
+    l.max_ngram = 2;
+    l.heads_per_order = 1;
+    l.vocab_size_per_order = {static_cast<int64_t>(segment_bytes / 48)};
+    l.d = 32;
+    l.format = RowFormat::kFused;
+    (void)l.finalize();
+    return l;
+  }
+  uint64_t layer_bytes(int li) const { return static_cast<uint64_t>(layout().table_bytes(li)); }
+  uint64_t mapped_bytes(int li) const { return (layer_bytes(li) + 4095) / 4096 * 4096; }
+  TableOptions table_options() const {
+    TableOptions o;
+    o.backing.kind = kind;
+    o.shm_dir = shm_dir.empty() ? "/dev/shm" : shm_dir;
+    o.group = group;
+    return o;
+  }
+  // Steps 1-2 (create, place) and the leader's side of the group.
+  Result<std::unique_ptr<host::SharedTableGroup>> lead() const {
+    ENGRAM_ASSIGN_OR_RETURN(auto t, HostTable::create(layout(), table_options()));
+    return host::SharedTableGroup::lead(std::shared_ptr<HostTable>(std::move(t)), group,
+                                        nlohmann::json{{"seed", seed}}.dump());
   }
 };
+
+// The bytes of layer `li` of a table: [0, table_bytes(li)).
+inline uint8_t* layer_bytes_of(const HostTable& t, int li) { return t.span(li).data; }
 
 inline void fill_segment(uint8_t* p, uint64_t bytes, uint64_t seed, int index) {
   uint64_t state = mix_seed(seed, static_cast<uint64_t>(index), 0);
@@ -73,16 +91,35 @@ inline std::function<void(const std::string&, int)> crash_at(const std::string& 
   };
 }
 
-inline nlohmann::json checksums(const std::vector<host::SharedSegment>& segs) {
+inline nlohmann::json checksums(const HostTable& t) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& s : segs) a.push_back({{"layer_index", s.layer_index}, {"fnv", fnv64(s.backing.data(), s.backing.size_bytes())}});
+  for (int li = 0; li < t.n_layers(); ++li)
+    a.push_back({{"layer_index", li},
+                 {"fnv", fnv64(layer_bytes_of(t, li), static_cast<size_t>(t.layout().table_bytes(li)))}});
   return a;
 }
 
-// Census hook of the tests: a text naming the point, the rank and the segments it sees.
-inline Result<std::string> census_text(host::CensusPoint p, const std::vector<host::SharedSegment>& segs, int rank) {
+// Load hook of the tests: every layer's bytes from (seed, layer index).
+inline std::function<Status(HostTable&)> fill_table(uint64_t seed) {
+  return [seed](HostTable& t) {
+    for (int li = 0; li < t.n_layers(); ++li)
+      fill_segment(layer_bytes_of(t, li), static_cast<uint64_t>(t.layout().table_bytes(li)), seed, li);
+    return Status::ok();
+  };
+}
+
+// The named files of a table (shm backings).
+inline nlohmann::json named_paths(const HostTable& t) {
+  nlohmann::json paths = nlohmann::json::array();
+  for (const auto& p : t.parts())
+    if (!p.backing->backing.identity().path.empty()) paths.push_back(p.backing->backing.identity().path);
+  return paths;
+}
+
+// Census hook of the tests: a text naming the point, the rank and the layers (segments) it sees.
+inline Result<std::string> census_text(host::CensusPoint p, const HostTable& t, int rank) {
   return std::string(host::census_point_name(p)) + " rank " + std::to_string(rank) + " segments " +
-         std::to_string(segs.size());
+         std::to_string(t.n_layers());
 }
 
 struct LeaderPlan {
@@ -97,11 +134,9 @@ inline nlohmann::json run_leader(const GroupSetup& g, const LeaderPlan& plan) {
   nlohmann::json out;
   auto listener = host::UnixGroupListener::listen(g.group_options());
   if (!listener.is_ok()) return {{"stage", "listen"}, {"status", status_json(listener.status())}};
-  auto group = host::SharedTableGroup::create(g.spec());
+  auto group = g.lead();
   if (!group.is_ok()) return {{"stage", "create"}, {"status", status_json(group.status())}};
-  nlohmann::json paths = nlohmann::json::array();
-  for (auto& s : (*group)->segments())
-    if (!s.backing.identity().path.empty()) paths.push_back(s.backing.identity().path);
+  const nlohmann::json paths = named_paths(*(*group)->table());
   out["paths"] = paths;
   auto channel = (*listener)->accept_group(plan.n_peers, g.join_timeout);
   if (!channel.is_ok()) {
@@ -111,11 +146,7 @@ inline nlohmann::json run_leader(const GroupSetup& g, const LeaderPlan& plan) {
   }
   host::ProtocolHooks hooks;
   if (!plan.crash_step.empty()) hooks.on_step = crash_at(plan.crash_step, 0);
-  const uint64_t seed = g.seed;
-  hooks.load = [seed](std::vector<host::SharedSegment>& segs) {
-    for (auto& s : segs) fill_segment(s.backing.data(), s.backing.size_bytes(), seed, s.layer_index);
-    return Status::ok();
-  };
+  hooks.load = fill_table(g.seed);
   hooks.census = census_text;
   Status s = (*group)->admit(**channel, hooks, g.timeouts);
   out["stage"] = "admit";
@@ -131,7 +162,7 @@ inline nlohmann::json run_leader(const GroupSetup& g, const LeaderPlan& plan) {
   }
   out["steps"] = steps;
   if (!s.is_ok()) return out;
-  out["checksums"] = checksums((*group)->segments());
+  out["checksums"] = checksums(*(*group)->table());
   if (plan.measure) {
     Status b = (*channel)->barrier("touched", g.timeouts.step);
     if (!b.is_ok()) {
@@ -139,7 +170,7 @@ inline nlohmann::json run_leader(const GroupSetup& g, const LeaderPlan& plan) {
       return out;
     }
     host::RankEntry mine;
-    const auto [rss, pss] = smaps_rss_pss((*group)->segments()[0].backing.data());
+    const auto [rss, pss] = smaps_rss_pss(layer_bytes_of(*(*group)->table(), 0));
     mine.message = nlohmann::json{{"rss", rss}, {"pss", pss}}.dump();
     auto all = (*channel)->all_gather("measured", mine, g.timeouts.step);
     if (!all.is_ok()) {
@@ -188,13 +219,13 @@ inline nlohmann::json run_peer(const GroupSetup& g, const PeerPlan& plan) {
   }
   out["stage"] = "joined";
   out["status"] = status_json(Status::ok());
-  out["checksums"] = checksums((*group)->segments());
+  out["checksums"] = checksums(*(*group)->table());
   nlohmann::json paths = nlohmann::json::array();
-  for (auto& s : (*group)->segments()) paths.push_back(s.backing.identity().path);
+  for (const auto& p : (*group)->table()->parts()) paths.push_back(p.backing->backing.identity().path);
   out["paths"] = paths;
   if (plan.read_only) {
     // A write through a read-only attach must fault: probe it in a child of this peer.
-    uint8_t* p = (*group)->segments()[0].backing.data();
+    uint8_t* p = layer_bytes_of(*(*group)->table(), 0);
     const int pid = fork();
     if (pid == 0) {
       // A sanitizer runtime (ASan, TSan) installs its own SIGSEGV handler, which turns the fault into
@@ -217,7 +248,7 @@ inline nlohmann::json run_peer(const GroupSetup& g, const PeerPlan& plan) {
       return out;
     }
     host::RankEntry mine;
-    const auto [rss, pss] = smaps_rss_pss((*group)->segments()[0].backing.data());
+    const auto [rss, pss] = smaps_rss_pss(layer_bytes_of(*(*group)->table(), 0));
     mine.message = nlohmann::json{{"rss", rss}, {"pss", pss}}.dump();
     auto all = (*ch)->all_gather("measured", mine, g.timeouts.step);
     if (!all.is_ok()) out["status"] = status_json(all.status());

@@ -43,7 +43,7 @@ json segment(const std::string& kind, const std::string& path, uint64_t size, ui
              int fd_index) {
   return {{"kind", kind},           {"name", "engram:hostile"}, {"path", path},      {"size_bytes", size},
           {"inode", inode},         {"device", dev},            {"layer_index", 0},  {"replica_node", -1},
-          {"fd_index", fd_index}};
+          {"head_begin", 0},        {"head_end", 0},            {"offset_bytes", 0}, {"fd_index", fd_index}};
 }
 
 // A fake leader: accepts one peer, welcomes it, broadcasts `description` with `fds`, answers the
@@ -89,8 +89,23 @@ std::pair<Status, json> hostile_description(const json& description, const std::
   return {peer_status, e};
 }
 
+// One small layer (about 48 KB of 48-B records): every announced backing below is large enough for it, so what
+// the peer refuses is the backing itself.
+std::string small_layout() {
+  EngramLayout l;
+  l.name = "hostile";
+  l.layer_ids = {1};
+  l.max_ngram = 2;
+  l.heads_per_order = 1;
+  l.vocab_size_per_order = {1000};
+  l.d = 32;
+  (void)l.finalize();
+  return layout_to_json(l);
+}
+
 json description_of(const json& seg) {
-  return {{"protocol", wire::kProtocolVersion}, {"group", "hostile"}, {"job", ""}, {"segments", json::array({seg})}};
+  return {{"protocol", wire::kProtocolVersion}, {"group", "hostile"}, {"job", ""}, {"layout", small_layout()},
+          {"segments", json::array({seg})}};
 }
 
 struct Memfd {
@@ -187,7 +202,8 @@ void hostile_peer(const std::string& sock, const std::string& entry, const std::
   auto s = sys::connect_unix(sock, sys::deadline_after(kShort));
   if (!s.is_ok()) return;
   const auto dl = sys::deadline_after(kShort);
-  (void)sys::send_message(*s, wire::kMsgHello, json{{"protocol", 1}, {"group", "victim"}, {"pid", getpid()}}.dump(),
+  (void)sys::send_message(*s, wire::kMsgHello,
+                          json{{"protocol", wire::kProtocolVersion}, {"group", "victim"}, {"pid", getpid()}}.dump(),
                           {}, dl);
   auto welcome = sys::recv_message(*s, 1 << 20, dl);
   if (!welcome.is_ok()) return;
@@ -221,16 +237,13 @@ VictimResult run_victim(const std::string& entry, bool with_fd, size_t max_messa
     out.admitted = listener.status();
     return out;
   }
-  auto group = host::SharedTableGroup::create(g.spec());
+  auto group = g.lead();
   if (!group.is_ok()) {
     out.admitted = group.status();
     return out;
   }
-  (void)(*group)->load([&](std::vector<host::SharedSegment>& segs) {
-    fill_segment(segs[0].backing.data(), segs[0].backing.size_bytes(), g.seed, 0);
-    return Status::ok();
-  });
-  const uint64_t before = fnv64((*group)->segments()[0].backing.data(), g.segment_bytes);
+  (void)(*group)->load(fill_table(g.seed));
+  const uint64_t before = fnv64(layer_bytes_of(*(*group)->table(), 0), g.layer_bytes(0));
   out.fds_before = hardening::count_fds();
   Memfd extra(4096);
   std::thread peer([&] { hostile_peer(g.socket_path, entry, with_fd ? std::vector<int>{extra.fd} : std::vector<int>{}); });
@@ -244,7 +257,7 @@ VictimResult run_victim(const std::string& entry, bool with_fd, size_t max_messa
   peer.join();
   ch = Status(Code::kInternal, "closed");  // the leader's end of the connection
   out.fds_after = hardening::count_fds() - 1;  // `extra` is still open
-  out.table_unchanged = fnv64((*group)->segments()[0].backing.data(), g.segment_bytes) == before;
+  out.table_unchanged = fnv64(layer_bytes_of(*(*group)->table(), 0), g.layer_bytes(0)) == before;
   return out;
 }
 
@@ -314,7 +327,7 @@ TEST(AuthAllowList, ForeignUidOnTheListIsAdmitted) {
   });
   auto ch = (*listener)->accept_group(1, host::Millis(20000));
   ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
-  auto group = host::SharedTableGroup::create(g.spec());
+  auto group = g.lead();
   ASSERT_TRUE(group.is_ok());
   Status s = (*group)->admit(**ch, {}, g.timeouts);
   EXPECT_TRUE(s.is_ok()) << s.to_string();

@@ -43,8 +43,8 @@ json registering_peer(const GroupSetup& g, int err) {
   if (!ch.is_ok()) return {{"stage", "connect"}, {"status", status_json(ch.status())}};
   if (err != 0) sys::set_fault(sys::kFaultHostRegister, err);
   host::ProtocolHooks hooks;
-  hooks.register_memory = [](std::vector<host::SharedSegment>& segs, int rank) -> Status {
-    for (size_t i = 0; i < segs.size(); ++i)
+  hooks.register_memory = [](const std::shared_ptr<HostTable>& t, int rank) -> Status {
+    for (int i = 0; i < t->n_layers(); ++i)
       if (const int e = sys::fault_errno(sys::kFaultHostRegister); e != 0)
         return errno_status(e, "cudaHostRegister(segment " + std::to_string(i) + ", rank " + std::to_string(rank) + ")");
     return Status::ok();
@@ -76,7 +76,7 @@ TEST(FaultGroup, RegistrationFailureOnOnePeerFailsEveryRankByName) {
       EXPECT_NE((*p)["status"]["message"].get<std::string>().find("step 'register'"), std::string::npos) << p->dump();
     }
     EXPECT_EQ(leader["named_left_after_admit"], 0);
-    EXPECT_TRUE(f.shm_dir.wait_until_no("engram-mp").empty());
+    EXPECT_TRUE(f.shm_dir.wait_until_no("engram:").empty());
   }
 }
 
@@ -88,14 +88,14 @@ TEST(FaultGroup, LoadFailingHalfWayNeverGivesPeersAGroup) {
   {
     auto listener = host::UnixGroupListener::listen(f.g.group_options());
     ASSERT_TRUE(listener.is_ok());
-    auto group = host::SharedTableGroup::create(f.g.spec());
+    auto group = f.g.lead();
     ASSERT_TRUE(group.is_ok());
     auto ch = (*listener)->accept_group(2, f.g.join_timeout);
     ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
     host::ProtocolHooks hooks;
-    hooks.load = [](std::vector<host::SharedSegment>& segs) {
-      // Half of the first segment written, then the "disk" fails.
-      std::memset(segs[0].backing.data(), 0x5a, segs[0].backing.size_bytes() / 2);
+    hooks.load = [](HostTable& t) {
+      // Half of the first layer written, then the "disk" fails.
+      std::memset(layer_bytes_of(t, 0), 0x5a, static_cast<size_t>(t.layout().table_bytes(0) / 2));
       return Status(Code::kIo, "pread(ck.safetensors, 1 MiB at 3 MiB): EIO (injected)", EIO);
     };
     Status s = (*group)->admit(**ch, hooks, f.g.timeouts);
@@ -110,7 +110,7 @@ TEST(FaultGroup, LoadFailingHalfWayNeverGivesPeersAGroup) {
     EXPECT_NE(r["status"]["message"].get<std::string>().find("step 'load'"), std::string::npos) << r.dump();
     EXPECT_NE(r["status"]["message"].get<std::string>().find("EIO"), std::string::npos) << r.dump();
   }
-  EXPECT_TRUE(f.shm_dir.wait_until_no("engram-mp").empty());
+  EXPECT_TRUE(f.shm_dir.wait_until_no("engram:").empty());
 }
 
 namespace {
@@ -125,10 +125,11 @@ json looking_peer(const GroupSetup& g, int die_after_ms) {
   po.read_only = true;
   auto group = host::SharedTableGroup::join(**ch, po, {}, g.timeouts);
   if (!group.is_ok()) return {{"stage", "join"}, {"status", status_json(group.status())}};
+  const HostTable& table = *(*group)->table();
   std::vector<std::vector<uint8_t>> want;
-  for (const auto& s : (*group)->segments()) {
-    want.emplace_back(s.backing.size_bytes());
-    fill_segment(want.back().data(), s.backing.size_bytes(), g.seed, s.layer_index);
+  for (int li = 0; li < table.n_layers(); ++li) {
+    want.emplace_back(g.layer_bytes(li));
+    fill_segment(want.back().data(), g.layer_bytes(li), g.seed, li);
   }
   const auto t0 = std::chrono::steady_clock::now();
   int64_t checked = 0, bad = 0;
@@ -138,10 +139,10 @@ json looking_peer(const GroupSetup& g, int die_after_ms) {
     if (die_after_ms > 0 && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(die_after_ms))
       raise(SIGKILL);
     for (int k = 0; k < 256; ++k) {
-      const auto& seg = (*group)->segments()[r() % (*group)->segments().size()];
-      const uint64_t off = (r() % (seg.backing.size_bytes() / 64)) * 64;
+      const int li = static_cast<int>(r() % static_cast<uint64_t>(table.n_layers()));
+      const uint64_t off = (r() % (g.layer_bytes(li) / 64)) * 64;
       ++checked;
-      if (std::memcmp(seg.backing.data() + off, want[static_cast<size_t>(seg.layer_index)].data() + off, 64) != 0) ++bad;
+      if (std::memcmp(layer_bytes_of(table, li) + off, want[static_cast<size_t>(li)].data() + off, 64) != 0) ++bad;
     }
   }
   const auto t1 = std::chrono::steady_clock::now();
@@ -163,16 +164,13 @@ TEST(FaultGroup, PeerKilledDuringLookupsIsNamedAndOthersContinue) {
   {
     auto listener = host::UnixGroupListener::listen(f.g.group_options());
     ASSERT_TRUE(listener.is_ok());
-    auto group = host::SharedTableGroup::create(f.g.spec());
+    auto group = f.g.lead();
     ASSERT_TRUE(group.is_ok());
     auto ch = (*listener)->accept_group(2, f.g.join_timeout);
     ASSERT_TRUE(ch.is_ok());
     host::ProtocolHooks hooks;
     const uint64_t seed = f.g.seed;
-    hooks.load = [seed](std::vector<host::SharedSegment>& segs) {
-      for (auto& s : segs) fill_segment(s.backing.data(), s.backing.size_bytes(), seed, s.layer_index);
-      return Status::ok();
-    };
+    hooks.load = fill_table(seed);
     ASSERT_TRUE((*group)->admit(**ch, hooks, f.g.timeouts).is_ok());
     const auto t0 = std::chrono::steady_clock::now();
     Status b = (*ch)->barrier("stop", f.g.timeouts.step);
@@ -183,8 +181,9 @@ TEST(FaultGroup, PeerKilledDuringLookupsIsNamedAndOthersContinue) {
     EXPECT_NE(b.message().find("closed its connection"), std::string::npos) << b.to_string();
     EXPECT_LT(waited, 12.0) << "the dead peer must be seen by its closed connection, not the 15 s timeout";
     // The leader's own table is intact.
-    for (const auto& s : (*group)->segments())
-      EXPECT_EQ(fnv64(s.backing.data(), s.backing.size_bytes()), expected_checksum(s.backing.size_bytes(), seed, s.layer_index));
+    for (int li = 0; li < f.g.n_segments; ++li)
+      EXPECT_EQ(fnv64(layer_bytes_of(*(*group)->table(), li), f.g.layer_bytes(li)),
+                expected_checksum(f.g.layer_bytes(li), seed, li));
   }
   json g = collect(good), d = collect(doomed);
   EXPECT_EQ(d["killed"], SIGKILL) << d.dump();

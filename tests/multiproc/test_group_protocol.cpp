@@ -32,7 +32,8 @@ void expect_same_bytes(const json& peer, const GroupSetup& g) {
   ASSERT_TRUE(peer["status"]["ok"].get<bool>()) << peer.dump();
   ASSERT_EQ(peer["checksums"].size(), static_cast<size_t>(g.n_segments));
   for (const auto& c : peer["checksums"])
-    EXPECT_EQ(c["fnv"].get<uint64_t>(), expected_checksum(g.segment_bytes, g.seed, c["layer_index"].get<int>()));
+    EXPECT_EQ(c["fnv"].get<uint64_t>(),
+              expected_checksum(g.layer_bytes(c["layer_index"].get<int>()), g.seed, c["layer_index"].get<int>()));
 }
 
 class GroupHappyPath : public ::testing::TestWithParam<host::BackingKind> {};
@@ -69,11 +70,11 @@ TEST_P(GroupHappyPath, PeersSeeSameBytesAndOneCopy) {
   int64_t pss_sum = 0;
   for (const auto& m : leader["measured"]) {
     ASSERT_TRUE(m.is_object()) << leader["measured"].dump();
-    EXPECT_EQ(m["rss"].get<int64_t>(), static_cast<int64_t>(f.g.segment_bytes));
-    EXPECT_LT(m["pss"].get<int64_t>(), static_cast<int64_t>(f.g.segment_bytes) / 2);
+    EXPECT_EQ(m["rss"].get<int64_t>(), static_cast<int64_t>(f.g.mapped_bytes(0)));
+    EXPECT_LT(m["pss"].get<int64_t>(), static_cast<int64_t>(f.g.mapped_bytes(0)) / 2);
     pss_sum += m["pss"].get<int64_t>();
   }
-  EXPECT_NEAR(static_cast<double>(pss_sum), static_cast<double>(f.g.segment_bytes), 3 * 4096.0);
+  EXPECT_NEAR(static_cast<double>(pss_sum), static_cast<double>(f.g.mapped_bytes(0)), 3 * 4096.0);
   // Named files are gone once everyone attached; nothing is left in the directory.
   EXPECT_EQ(leader["named_left_after_admit"], 0);
   EXPECT_TRUE(f.shm_dir.entries().empty());
@@ -111,14 +112,10 @@ TEST(GroupProtocol, PeerJoiningLateAfterUnlinkGetsClearError) {
   Child first = fork_child([&] { return run_peer(f.g, pp); });
   auto listener = host::UnixGroupListener::listen(f.g.group_options());
   ASSERT_TRUE(listener.is_ok()) << listener.status().to_string();
-  auto group = host::SharedTableGroup::create(f.g.spec());
+  auto group = f.g.lead();
   ASSERT_TRUE(group.is_ok()) << group.status().to_string();
   host::ProtocolHooks hooks;
-  const uint64_t seed = f.g.seed;
-  hooks.load = [seed](std::vector<host::SharedSegment>& segs) {
-    for (auto& s : segs) fill_segment(s.backing.data(), s.backing.size_bytes(), seed, s.layer_index);
-    return Status::ok();
-  };
+  hooks.load = fill_table(f.g.seed);
   {
     auto ch = (*listener)->accept_group(1, f.g.join_timeout);
     ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
@@ -282,7 +279,7 @@ TEST(GroupProtocol, MalformedHellosAreRefusedAndGroupStillForms) {
   Child real = fork_child([&] { return run_peer(f.g, pp); });
   auto ch = (*listener)->accept_group(1, f.g.join_timeout);
   ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
-  auto group = host::SharedTableGroup::create(f.g.spec());
+  auto group = f.g.lead();
   ASSERT_TRUE(group.is_ok());
   Status s = (*group)->admit(**ch, {}, f.g.timeouts);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
@@ -299,7 +296,8 @@ TEST(GroupProtocol, MalformedGatherEntryIsRefused) {
     // Speak the protocol by hand: hello, wait for welcome and the broadcast, then send junk.
     auto s = sys::connect_unix(f.g.socket_path, sys::deadline_after(std::chrono::seconds(20)));
     if (!s.is_ok()) return json{{"status", status_json(s.status())}};
-    (void)sys::send_message(*s, 1, R"({"protocol":1,"group":"mp","pid":1})", {}, sys::deadline_after(std::chrono::seconds(5)));
+    (void)sys::send_message(*s, 1, json{{"protocol", host::wire::kProtocolVersion}, {"group", "mp"}, {"pid", 1}}.dump(), {},
+                            sys::deadline_after(std::chrono::seconds(5)));
     auto w = sys::recv_message(*s, 1 << 20, sys::deadline_after(std::chrono::seconds(20)));
     if (!w.is_ok()) return json{{"status", status_json(w.status())}};
     const int rank = json::parse(w->payload)["rank"].get<int>();
@@ -310,7 +308,7 @@ TEST(GroupProtocol, MalformedGatherEntryIsRefused) {
   });
   auto listener = host::UnixGroupListener::listen(f.g.group_options());
   ASSERT_TRUE(listener.is_ok());
-  auto group = host::SharedTableGroup::create(f.g.spec());
+  auto group = f.g.lead();
   ASSERT_TRUE(group.is_ok());
   auto ch = (*listener)->accept_group(2, f.g.join_timeout);
   ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
@@ -358,7 +356,7 @@ TEST(GroupProtocol, ForeignUidPeerIsRejected) {
   Child real = fork_child([&] { return run_peer(g, pp); });
   auto ch = (*listener)->accept_group(1, g.join_timeout);
   ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
-  auto group = host::SharedTableGroup::create(g.spec());
+  auto group = g.lead();
   ASSERT_TRUE(group.is_ok());
   Status s = (*group)->admit(**ch, {}, g.timeouts);
   EXPECT_TRUE(s.is_ok()) << s.to_string();

@@ -27,7 +27,7 @@ RankJob small_job() {
   j.warmup = 1;
   j.layer_us = 5;
   j.ids = "zipf";
-  j.threads = 1;
+  j.engine = {{"threads", "1"}};
   j.compute_only_baseline = false;
   j.verify_rows = 32;
   j.timeline = "none";
@@ -217,13 +217,13 @@ TEST(ServeTable, HandsTableToPeersAndStopsOnSigterm) {
       po.read_only = true;
       auto g = host::SharedTableGroup::join(**ch, po, {}, {});
       if (!g.is_ok()) return json{{"status", status_json(g.status())}};
-      auto spans = shared_table_spans(*layout, (*g)->segments());
-      if (!spans.is_ok()) return json{{"status", status_json(spans.status())}};
+      std::vector<TableSpan> spans;
+      for (int li = 0; li < (*g)->table()->n_layers(); ++li) spans.push_back((*g)->table()->span(li));
       int mismatches = 0, checked = 0;
       std::vector<uint8_t> payload(static_cast<size_t>(layout->d)), scales(static_cast<size_t>(layout->d / 32));
       for (int li = 0; li < layout->n_layers(); ++li)
         for (int k = 0; k < 50; ++k) {
-          const auto& s = (*spans)[static_cast<size_t>(li)];
+          const auto& s = spans[static_cast<size_t>(li)];
           const int64_t row = static_cast<int64_t>(rng()() % static_cast<uint64_t>(s.rows));
           synth_row(seed, li, row, s.d, payload.data(), scales.data());
           mismatches += std::memcmp(payload.data(), s.payload_of(row), payload.size()) != 0 ||

@@ -16,11 +16,11 @@ ExperimentOptions tiny_options(const std::string& id) {
   ExperimentOptions o;
   o.id = id;
   o.layout = *make_preset_layout("tiny");
-  o.base.backend = "cpu";
-  o.base.table.backing = "memfd";
+  o.base.backend = BackendKind::kCpu;
+  o.base.table.backing.kind = BackingKind::kMemfd;
   o.base.table.group = "guest";
   o.base.lookup_threads = 1;
-  o.base.unit_us = 20;
+  o.base.layer_us = 20;
   o.base.max_tokens = 64;
   o.serving.model = *ModelShape::preset("tiny");
   o.serving.rates = {400, 4000, 20};

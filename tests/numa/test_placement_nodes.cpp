@@ -84,7 +84,7 @@ TEST(Placement, ReplicaPerNodeKeepsEachCopyOnItsNode) {
   auto layout = make_preset_layout("v41-flash-mini", 6 << 20);
   ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
   TableOptions opts;
-  opts.placement = "replica-per-node";
+  opts.placement = *parse_placement("replica-per-node");
   opts.group = "dp";
   opts.home_node = 1;
   auto t = HostTable::create(*layout, opts);

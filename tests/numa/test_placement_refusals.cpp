@@ -79,7 +79,7 @@ TEST(Refusal, SeccompDenyingMbindGivesPermissionWithRequestedAndObtained) {
     auto layout = make_preset_layout("tiny");
     if (!layout.is_ok()) return 11;
     TableOptions opts;
-    opts.placement = policy;
+    opts.placement = *parse_placement(policy);
     auto strict = HostTable::create(*layout, opts);
     std::printf("strict: %s\n", strict.status().to_string().c_str());
     if (strict.is_ok() || strict.status().code() != Code::kPermission) return 12;
@@ -126,7 +126,7 @@ TEST(Refusal, NodeOutsideMemsAllowedIsRefusedByName) {
     if (s.message().find("Mems_allowed=0") == std::string::npos) return 15;
     auto layout = make_preset_layout("tiny");
     TableOptions opts;
-    opts.placement = "interleave:0,1";
+    opts.placement = *parse_placement("interleave:0,1");
     auto t = HostTable::create(*layout, opts);
     if (t.is_ok() || t.status().code() != Code::kInvalidArgument) return 16;
     opts.allow_fallback = true;
@@ -136,7 +136,7 @@ TEST(Refusal, NodeOutsideMemsAllowedIsRefusedByName) {
     std::printf("fallback: %s\n", rep.to_string().c_str());
     if (rep.status.code() != Code::kInvalidArgument) return 18;
     // interleave:all resolves to the allowed nodes only.
-    opts.placement = "interleave:all";
+    opts.placement = *parse_placement("interleave:all");
     opts.allow_fallback = false;
     auto all = HostTable::create(*layout, opts);
     if (!all.is_ok() || (*all)->backing(0)->report.obtained != "interleave:0") return 19;
@@ -236,7 +236,7 @@ TEST(Refusal, WeightedInterleaveBeforeLinux69IsUnsupported) {
   auto layout = make_preset_layout("tiny");
   ASSERT_TRUE(layout.is_ok());
   TableOptions opts;
-  opts.placement = "weighted-interleave:0=1,1=1";
+  opts.placement = *parse_placement("weighted-interleave:0=1,1=1");
   auto t = HostTable::create(*layout, opts);
   std::printf("weighted-interleave on %s: %s\n", sys::kernel_version().release.c_str(), t.status().to_string().c_str());
   if (sys::kernel_version().at_least(6, 9)) {

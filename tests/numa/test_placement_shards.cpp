@@ -18,9 +18,9 @@ TEST_P(ShardKinds, EachHeadShardLivesOnItsOwnNode) {
   auto layout = make_preset_layout("v41-flash-mini", 12 << 20);  // 2 layers x 6 MiB: TCG faults are slow
   ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
   TableOptions o;
-  o.backing = GetParam();
-  o.head_shards = "2";
-  o.shard_placements = "bind:0;bind:1";
+  o.backing = *parse_backing(GetParam());
+  o.head_shards = *parse_head_shards("2", layout->heads());
+  o.shard_placements = *parse_placement_list("bind:0;bind:1");
   o.group = "tp2";
   auto t = HostTable::create(*layout, o);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();

@@ -55,11 +55,11 @@ int census_here(const CensusArgs& a) {
   auto layout = make_preset_layout(a.layout, *size);
   if (!layout.is_ok()) return report_failure("census", layout.status().with_context("--layout"));
   TableOptions opts;
-  opts.backing = a.backing;
-  opts.placement = a.placement;
   opts.allow_fallback = a.allow_fallback;
-  opts.head_shards = a.head_shards;
-  opts.shard_placements = a.shard_placements;
+  for (const auto& [flag, value] : std::vector<std::pair<const char*, std::string>>{
+           {"--backing", a.backing}, {"--placement", a.placement}, {"--head-shards", a.head_shards},
+           {"--shard-placements", a.shard_placements}})
+    if (Status st = set_table_option(opts, flag, value, layout->heads()); !st.is_ok()) return report_failure("census", st);
   auto table = HostTable::create(*layout, opts);
   if (!table.is_ok()) return report_failure("census", table.status());
   nlohmann::json j;

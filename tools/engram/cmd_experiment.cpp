@@ -68,7 +68,7 @@ int experiment(const ExperimentArgs& a) {
   // Waive A1-A3 before building anything on a machine where placement cannot change.
   const auto nodes = sys::memory_nodes();
   if (a.id[0] == 'A' && nodes.size() < 2) {
-    auto arms = make_arms(a.id, RigOptions{}, nodes, a.caps, 1);
+    auto arms = make_arms(a.id, EngineOptions{}, nodes, a.caps, 1);
     return report_failure("experiment " + a.id, arms.status());
   }
   auto setup = resolve_serving(a.s, say);
@@ -77,7 +77,7 @@ int experiment(const ExperimentArgs& a) {
   ExperimentOptions o;
   o.id = a.id;
   o.layout = s.layout;
-  o.base = s.rig;
+  o.base = s.engine;
   o.serving = s.serving;
   o.serving.mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
   o.make_ids = s.make_ids;
@@ -95,11 +95,6 @@ int experiment(const ExperimentArgs& a) {
     o.schedule.requests = s.requests;
   }
   auto res = run_experiment(o);
-  if (!res.is_ok() && a.s.backend == "auto" && o.base.backend == "cuda" && res.status().code() == Code::kUnsupported) {
-    say("cuda not used: " + res.status().message() + "; running on the cpu backend");
-    o.base.backend = "cpu";
-    res = run_experiment(o);
-  }
   if (!res.is_ok()) return report_failure("experiment " + a.id, res.status());
   std::string plot_note;
   const std::string png = o.out_dir + "/metrics.png";

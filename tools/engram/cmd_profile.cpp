@@ -1,4 +1,4 @@
-// `engram profile`: a hot-row profile (src/replay/hot_profile.hpp) of token files — each document hashed with the
+// `engram profile`: a hot-row profile (src/host/hot_profile.hpp) of token files — each document hashed with the
 // reference N-gram hash for every Engram layer of the layout, ids counted, written hottest first — to fill the GPU
 // hot-row cache (`engram run --cache-profile`, `engram bench lookup --cache-profile`).
 //
@@ -26,7 +26,7 @@
 #include "core/units.hpp"
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"
-#include "replay/hot_profile.hpp"
+#include "host/hot_profile.hpp"
 
 namespace engram::cli {
 namespace {
@@ -121,14 +121,14 @@ int run(const ProfileArgs& a) {
   if (!hasher.is_ok()) return report_failure(cmd, hasher.status());
 
   // Held-out split by document, per file; the train part is every other document.
-  std::vector<replay::HotProfileInput> inputs;
+  std::vector<host::HotProfileInput> inputs;
   json held = json::array();
   std::vector<std::vector<int64_t>> held_docs(files.size());
   int64_t held_tokens = 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    replay::HotProfileInput in{&files[i], {}};
+    host::HotProfileInput in{&files[i], {}};
     if (a.holdout > 0) {
-      held_docs[i] = replay::holdout_documents(files[i], a.holdout, a.holdout_seed);
+      held_docs[i] = host::holdout_documents(files[i], a.holdout, a.holdout_seed);
       std::vector<char> is_held(files[i].documents.size(), 0);
       for (int64_t d : held_docs[i]) is_held[static_cast<size_t>(d)] = 1;
       json names = json::array();
@@ -145,12 +145,12 @@ int run(const ProfileArgs& a) {
     }
     inputs.push_back(std::move(in));
   }
-  replay::HotProfileOptions po;
+  host::HotProfileOptions po;
   po.seq_len = a.seq_len;
   po.top = a.top;
   po.min_count = a.min_count;
   po.seed = a.seed;
-  auto prof = replay::compute_hot_profile(*hasher, inputs, po);
+  auto prof = host::compute_hot_profile(*hasher, inputs, po);
   if (!prof.is_ok()) return report_failure(cmd, prof.status());
   prof->info["command"] = "engram profile";
   prof->info["table_size"] = layout->table_bytes(0);
@@ -159,7 +159,7 @@ int run(const ProfileArgs& a) {
   if (a.holdout > 0)
     prof->info["holdout"] = {{"fraction", a.holdout}, {"seed", a.holdout_seed}, {"tokens", held_tokens}, {"files", held},
                              {"tokens_file", a.holdout_out.empty() ? json(nullptr) : json(a.holdout_out)}};
-  if (Status st = replay::write_hot_profile(a.out, *prof); !st.is_ok()) return report_failure(cmd, st);
+  if (Status st = host::write_hot_profile(a.out, *prof); !st.is_ok()) return report_failure(cmd, st);
   if (!a.holdout_out.empty()) {
     if (files.size() != 1) return report_failure(cmd, bad("--holdout-out needs exactly one --tokens file"));
     if (Status st = write_token_subset(a.holdout_out, files[0], held_docs[0]); !st.is_ok()) return report_failure(cmd, st);

@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
-#include "fast_path_report.hpp"
 #include "host/conditions.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
@@ -48,23 +47,17 @@ int replay(const ReplayArgs& a) {
   }
   auto ids = s.make_ids();
   if (!ids.is_ok()) return report_failure("replay", ids.status());
-  say("building " + s.layout.name + " table (" + format_bytes(s.layout.total_bytes()) + ", " + s.rig.table.backing +
-      ", placement " + s.rig.table.placement + ") and the " + s.rig.backend + " backend ...");
-  auto rig = make_serving_rig(s.layout, s.rig);
-  if (!rig.is_ok() && a.s.backend == "auto" && s.rig.backend == "cuda" && rig.status().code() == Code::kUnsupported) {
-    s.backend_note = "cuda not used: " + rig.status().message();
-    say(s.backend_note);
-    s.rig.backend = "cpu";
-    rig = make_serving_rig(s.layout, s.rig);
-  }
+  say("building " + s.layout.name + " table (" + format_bytes(s.layout.total_bytes()) + ", " +
+      s.engine.table.backing.to_string() + ", placement " + s.engine.table.placement.to_string() + ") and the " +
+      backend_kind_name(s.engine.backend) + " backend ...");
+  auto rig = Engine::create_local(s.layout, s.engine);
   if (!rig.is_ok()) return report_failure("replay", rig.status());
-  // Said once: in the report (text) or as config.cache_note (JSON).
-  const std::string cache_note = s.rig.backend == "cpu" ? cpu_cache_note(s.rig.cache) : std::string();
+  Engine& engine = **rig;
   say(std::string(from_file ? "replaying " + std::to_string(recorded.steps.size()) + " recorded steps" :
                               "serving " + std::to_string(s.requests.size()) + " requests live") + " ...");
   Result<ServingReport> rep = from_file
-      ? run_serving_recorded(s.layout, recorded, **ids, *(*rig)->queue, *(*rig)->compute, s.serving)
-      : run_serving_live(s.layout, s.requests, **ids, *(*rig)->queue, *(*rig)->compute, s.serving, &recorded);
+      ? run_serving_recorded(s.layout, recorded, **ids, engine.queue(), engine.compute(), s.serving)
+      : run_serving_live(s.layout, s.requests, **ids, engine.queue(), engine.compute(), s.serving, &recorded);
   if (!rep.is_ok()) return report_failure("replay", rep.status());
   if (!a.record.empty()) {
     Status st = recorded.save(a.record);
@@ -73,28 +66,26 @@ int replay(const ReplayArgs& a) {
   if (a.timeline != "none") {
     std::ofstream f(a.timeline);
     if (!f) return report_failure("replay", Status(Code::kIo, "cannot write timeline '" + a.timeline + "'"));
-    f << (*rig)->queue->timeline().to_chrome_trace().dump() << "\n";
+    f << engine.queue().timeline().to_chrome_trace().dump() << "\n";
   }
   const ServingReport& r = *rep;
-  // The backend's figures after the run (paths taken, cache hit rates); the rig's describe was taken before it.
-  const nlohmann::json details = (*rig)->cuda ? (*rig)->cuda->describe() : (*rig)->describe;
+  // The backend's figures after the run (paths taken, cache hit rates).
+  const nlohmann::json details = engine.describe();
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
   nlohmann::json j = r.to_json();
   j["command"] = "replay";
   j["conditions"] = conditions;
   j["census"] = nlohmann::json::array();
-  for (const auto& c : (*rig)->censuses) j["census"].push_back(c.to_json());
-  j["config"] = {{"backend", s.rig.backend},
+  for (const auto& c : engine.censuses()) j["census"].push_back(c.to_json());
+  j["config"] = {{"backend", engine.backend_name()},
                  {"backend_note", s.backend_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.backend_note)},
                  {"backend_details", details},
-                 {"fast_path", a.s.fast_path},
-                 {"cache_requested", {{"size", a.s.cache.size}, {"format", a.s.cache.format},
-                                      {"profile", a.s.cache.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.s.cache.profile)},
-                                      {"warmup_steps", s.rig.cache.warmup_steps},
-                                      {"update_every", s.rig.cache.update_every}, {"update_rows", s.rig.cache.update_rows}}},
-                 {"cache_note", cache_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cache_note)},
-                 {"table", {{"layout", s.layout.name}, {"bytes", s.layout.total_bytes()}, {"backing", s.rig.table.backing},
-                            {"placement", s.rig.table.placement}}},
+                 {"fast_path", a.s.engine.fast_path},
+                 {"cache_requested", cache_requested_json(a.s.engine.cache, s.engine)},
+                 {"cache_note", details.contains("cache_note") ? details["cache_note"] : nlohmann::json(nullptr)},
+                 {"table", {{"layout", s.layout.name}, {"bytes", s.layout.total_bytes()},
+                            {"backing", s.engine.table.backing.to_string()},
+                            {"placement", s.engine.table.placement.to_string()}}},
                  {"prefetch", prefetch_mode_name(s.serving.mode)},
                  {"model", s.serving.model.name},
                  {"model_note", s.serving.model.note},
@@ -118,11 +109,10 @@ int replay(const ReplayArgs& a) {
     return 0;
   }
   std::printf("engram replay — %s\n", conditions_summary(conditions).c_str());
-  std::printf("Config    %s backend, %s table %s, %s prefetch, ids %s\n", s.rig.backend.c_str(), s.layout.name.c_str(),
+  std::printf("Config    %s backend, %s table %s, %s prefetch, ids %s\n", engine.backend_name(), s.layout.name.c_str(),
               format_bytes(s.layout.total_bytes()).c_str(), prefetch_mode_name(s.serving.mode), (*ids)->describe().c_str());
   std::printf("          model %s; schedule %s\n", s.serving.model.note.c_str(), j["config"]["schedule"].get<std::string>().c_str());
-  print_fast_path(details, a.s.fast_path);
-  if (!cache_note.empty()) std::printf("Cache     %s\n", cache_note.c_str());
+  for (const auto& line : engine.describe_lines()) std::printf("%s\n", line.c_str());
   std::printf("\nClient    %lld requests: %lld completed, %lld rejected (%s), %lld met both SLOs (TTFT <= %.0f ms, mean ITL <= %.0f ms)\n",
               static_cast<long long>(r.requests), static_cast<long long>(r.completed), static_cast<long long>(r.rejected),
               fmt_num(100 * r.rejection_rate, "%.1f%%").c_str(), static_cast<long long>(r.good), a.s.slo_ttft_ms, a.s.slo_itl_ms);

@@ -10,19 +10,17 @@
 
 #include "command.hpp"
 #include "core/units.hpp"
-#include "fast_path_report.hpp"
-#include "serving_args.hpp"
+#include "engine_args.hpp"
+#include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/checkpoint.hpp"
-#include "replay/cuda_backend_factory.hpp"
-#include "replay/text_id_source.hpp"
-#include "cpu/compute.hpp"
-#include "cpu/prefetch.hpp"
-#include "engram/table.hpp"
 #include "host/conditions.hpp"
 #include "replay/decode_replay.hpp"
+#include "replay/text_id_source.hpp"
 #include "report.hpp"
 #include "run_ranks.hpp"
+#include "sched/layer_compute.hpp"
+#include "sched/prefetch_queue.hpp"
 
 namespace engram::cli {
 namespace {
@@ -41,19 +39,12 @@ struct RunArgs {
   std::string ids = "auto";
   std::string tokens;        // token file for --ids text (default: the setup's default text)
   std::string checkpoint;    // load the table from this safetensors file instead of synthesising it
-  std::string backing = "memfd";
-  std::string placement = "none";
-  double grid_fraction = 0.5;
   double zipf_alpha = 1.0;
-  int threads = 0;
-  bool checked = false;
   std::string timeline = "engram-run.trace.json";
-  std::string backend = "auto";
   bool json = false;
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
-  std::string fast_path = "planner";  // planner | plain | off (issue #8)
-  CacheArgs cache;                    // GPU hot-row cache (issue #8); warm-up window default: --warmup steps
+  EngineArgs engine;         // backend, table memory, fast path, GPU hot-row cache (warm-up default: --warmup steps)
 };
 
 nlohmann::json dist_json(const Distribution& d) {
@@ -70,13 +61,11 @@ int run_ranks(const RunArgs& a) {
   r.job = {.layout = a.layout, .table_bytes = *size, .row_layout = a.row_layout, .checkpoint = a.checkpoint,
            .seed = a.seed, .batch = a.batch, .steps = a.steps, .warmup = a.warmup, .model_layers = a.model_layers,
            .prefetch = a.prefetch, .layer_us = a.layer_us, .ids = a.ids, .tokens = a.tokens,
-           .zipf_alpha = a.zipf_alpha, .threads = a.threads, .checked = a.checked,
-           .compute_only_baseline = !a.no_baseline, .timeline = a.timeline};
-  r.job.backend = a.backend;
-  r.job.grid_fraction = a.grid_fraction;
+           .zipf_alpha = a.zipf_alpha, .compute_only_baseline = !a.no_baseline, .timeline = a.timeline,
+           .engine = lookup_option_text(a.engine, a.warmup)};
   r.options.ranks = a.ranks;
-  r.options.backing = a.backing;
-  r.options.placement = a.placement;
+  r.options.backing = a.engine.backing;
+  r.options.placement = a.engine.placement;
   r.json = a.json;
   return run_ranks_cli(r);
 }
@@ -99,10 +88,15 @@ int run(const RunArgs& a) {
   auto say = [&](const std::string& m) {
     if (!a.json) std::fprintf(stderr, "engram run: %s\n", m.c_str());
   };
-  // Cache options are checked (and a profile read) before the table is built. Warm-up window: the run's warm-up
-  // steps, so that the measured steps all run with the cache.
-  auto cache = resolve_cache(a.cache, *layout, a.warmup);
-  if (!cache.is_ok()) return report_failure("run", cache.status());
+  // Options are checked (and a cache profile read) before the table is built. The cache's warm-up window is the
+  // run's warm-up steps, so that the measured steps all run with the cache.
+  EngineOptions eo;
+  eo.table.group = "run";
+  eo.max_tokens = a.batch;
+  eo.layer_us = a.layer_us;
+  eo.prefetch = mode;
+  eo.content = TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
+  if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
 
   // Ids first: a missing token file should fail before minutes of table building.
   std::unique_ptr<IdSource> source;
@@ -128,78 +122,16 @@ int run(const RunArgs& a) {
   }
 
   say("building " + layout->name + " table (" + format_bytes(layout->total_bytes()) + ", " +
-      row_format_name(layout->format) + " rows, " + a.backing + " backing, placement " + a.placement + ") ...");
-  TableOptions topt;
-  topt.backing = a.backing;
-  topt.placement = a.placement;
-  topt.group = "run";
-  auto table = HostTable::create(*layout, topt);
-  if (!table.is_ok()) return report_failure("run", table.status());
-  std::vector<host::PageCensus> censuses = (*table)->census(host::CensusPoint::kAfterPlacement);
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  std::string content;
-  if (!a.checkpoint.empty()) {
-    say("loading " + a.checkpoint + " ...");
-    host::LoadOptions lopt;
-    Status st = host::load_checkpoint(a.checkpoint, **table, lopt);
-    if (!st.is_ok()) return report_failure("run", st);
-    content = "checkpoint " + a.checkpoint;
-  } else {
-    (*table)->fill_synthetic(a.seed, static_cast<int>(hw));
-    content = "synthetic(seed=" + std::to_string(a.seed) + ")";
-  }
-  for (auto& c : (*table)->census(host::CensusPoint::kAfterLoad)) censuses.push_back(std::move(c));
-
-  std::vector<TableView> views;
-  for (int li = 0; li < layout->n_layers(); ++li) views.push_back((*table)->view(li));
-
-  // Backend: cuda when asked, or when auto finds a usable GPU; the reason is reported either way.
-  std::string backend_name = "cpu", backend_note;
-  std::unique_ptr<ReplayBackend> cuda_backend;
-  if (a.backend == "cuda" || a.backend == "auto") {
-    CudaReplayOptions copt;
-    copt.max_tokens = a.batch;
-    copt.grid_fraction = a.grid_fraction;
-    copt.checked = a.checked;
-    copt.layer_us = a.layer_us;
-    copt.fast_path = a.fast_path != "off";
-    copt.planner = a.fast_path == "planner";
-    copt.cache = *cache;
-    auto b = make_cuda_replay_backend(*layout, views, copt);
-    if (b.is_ok()) {
-      cuda_backend = std::move(*b);
-      backend_name = "cuda";
-    } else if (a.backend == "cuda") {
-      return report_failure("run", b.status().with_context("--backend cuda"));
-    } else {
-      backend_note = "cuda not used: " + b.status().message();
-      say(backend_note);
-    }
-  }
-  std::string cache_note;
-  if (!cuda_backend) {
-    cache_note = cpu_cache_note(*cache);
-    // Said once: in the report (text) or as workload.cache_note (JSON).
-  }
-  std::unique_ptr<cpu::CpuPrefetchQueue> cpu_queue;
-  std::unique_ptr<cpu::CpuLayerCompute> cpu_compute;
-  PrefetchQueue* queue = nullptr;
-  LayerCompute* compute = nullptr;
-  if (cuda_backend) {
-    queue = &cuda_backend->queue();
-    compute = &cuda_backend->compute();
-    for (auto& c : (*table)->census(host::CensusPoint::kAfterRegistration)) censuses.push_back(std::move(c));
-  } else {
-    cpu::CpuPrefetchOptions qopt;
-    qopt.lookup_threads = a.threads;
-    qopt.checked = a.checked;
-    auto q = cpu::CpuPrefetchQueue::create(views, layout->layer_ids, layout->heads(), qopt);
-    if (!q.is_ok()) return report_failure("run", q.status());
-    cpu_queue = std::move(*q);
-    cpu_compute = std::make_unique<cpu::CpuLayerCompute>(a.layer_us);
-    queue = cpu_queue.get();
-    compute = cpu_compute.get();
-  }
+      row_format_name(layout->format) + " rows, " + eo.table.backing.to_string() + " backing, placement " +
+      eo.table.placement.to_string() + ")" + (a.checkpoint.empty() ? "" : " and loading " + a.checkpoint) + " ...");
+  auto built = Engine::create_local(*layout, eo);
+  if (!built.is_ok()) return report_failure("run", built.status());
+  Engine& engine = **built;
+  const std::string backend_name = engine.backend_name();
+  const std::string& backend_note = engine.backend_note();
+  if (!backend_note.empty()) say(backend_note);
+  PrefetchQueue* queue = &engine.queue();
+  LayerCompute* compute = &engine.compute();
 
   DecodeReplayOptions ropt;
   ropt.batch = a.batch;
@@ -212,7 +144,9 @@ int run(const RunArgs& a) {
       " backend ...");
   auto rep = run_decode_replay(*layout, *source, *queue, *compute, ropt);
   if (!rep.is_ok()) return report_failure("run", rep.status());
-  for (auto& c : (*table)->census(host::CensusPoint::kAfterReplay)) censuses.push_back(std::move(c));
+  engine.add_censuses(engine.census(host::CensusPoint::kAfterReplay));
+  const std::vector<host::PageCensus>& censuses = engine.censuses();
+  const nlohmann::json details = engine.describe();  // after the run: paths taken, cache figures
 
   std::string timeline_path = a.timeline;
   if (timeline_path != "none") {
@@ -240,18 +174,18 @@ int run(const RunArgs& a) {
                 {"row_stride_bytes", layout->row_stride_bytes()},
                 {"source_bytes_per_row", layout->source_bytes_per_row()},
                 {"bytes", layout->total_bytes()},
-                {"content", content},
-                {"backing", a.backing},
-                {"placement_requested", a.placement}};
+                {"content", eo.content.to_string()},
+                {"backing", eo.table.backing.to_string()},
+                {"placement_requested", eo.table.placement.to_string()}};
   nlohmann::json cj = nlohmann::json::array();
   for (const auto& c : censuses) cj.push_back(c.to_json());
   j["census"] = cj;
+  const bool on_cuda = engine.backend() == BackendKind::kCuda;
   j["workload"] = {{"backend", backend_name},
-                   {"backend_requested", a.backend},
+                   {"backend_requested", a.engine.backend},
                    {"backend_note", backend_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(backend_note)},
-                   {"backend_details", cuda_backend ? cuda_backend->describe() : nlohmann::json(nullptr)},
-                   {"lookup_threads", cuda_backend ? nlohmann::json(nullptr)
-                                                   : nlohmann::json(a.threads > 0 ? a.threads : std::max(1, static_cast<int>(hw) - 1))},
+                   {"backend_details", on_cuda ? details : nlohmann::json(nullptr)},
+                   {"lookup_threads", details.contains("lookup_threads") ? details["lookup_threads"] : nlohmann::json(nullptr)},
                    {"batch", a.batch},
                    {"steps", a.steps},
                    {"warmup_steps", a.warmup},
@@ -262,12 +196,9 @@ int run(const RunArgs& a) {
                    {"ids_requested", a.ids},
                    {"ids_note", ids_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(ids_note)},
                    {"layer_us", a.layer_us},
-                   {"fast_path", a.fast_path},
-                   {"cache_requested", {{"size", a.cache.size}, {"format", a.cache.format},
-                                        {"profile", a.cache.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.cache.profile)},
-                                        {"warmup_steps", cache->warmup_steps},
-                                        {"update_every", cache->update_every}, {"update_rows", cache->update_rows}}},
-                   {"cache_note", cache_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cache_note)}};
+                   {"fast_path", a.engine.fast_path},
+                   {"cache_requested", cache_requested_json(a.engine.cache, eo)},
+                   {"cache_note", details.contains("cache_note") ? details["cache_note"] : nlohmann::json(nullptr)}};
   j["lookup"] = {{"rows", r.rows_looked_up},
                  {"dead_rows", r.dead_rows},
                  {"invalid_ids", r.invalid_ids},
@@ -321,7 +252,8 @@ int run(const RunArgs& a) {
               static_cast<long long>(layout->row_stride_bytes()), layout->n_layers(),
               j["table"]["engram_layers"].dump().c_str(), layout->heads(), format_bytes(layout->total_bytes()).c_str(),
               j["table"]["content"].get<std::string>().c_str());
-  std::printf("Memory    %s backing, placement %s\n", a.backing.c_str(), a.placement.c_str());
+  std::printf("Memory    %s backing, placement %s\n", eo.table.backing.to_string().c_str(),
+              eo.table.placement.to_string().c_str());
   for (const auto& c : censuses) {
     if (c.point != host::CensusPoint::kAfterReplay) continue;
     std::string nodes;
@@ -335,8 +267,7 @@ int run(const RunArgs& a) {
   std::printf("Workload  %s backend, batch %d, %d steps (+%d warm-up), %s prefetch, ids %s, %.0f us/layer x %s layers\n",
               backend_name.c_str(), a.batch, a.steps, a.warmup, prefetch_mode_name(mode), source->describe().c_str(), a.layer_us,
               j["workload"]["model_layers"].dump().c_str());
-  if (cuda_backend) print_fast_path(j["workload"]["backend_details"], a.fast_path);
-  if (!cache_note.empty()) std::printf("Cache     %s\n", cache_note.c_str());
+  for (const auto& line : engine.describe_lines()) std::printf("%s\n", line.c_str());
   std::printf("\nLookup    %s rows/s, source %s GB/s, staging %s GB/s (separate paths; not summed)\n",
               fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), fmt_num(r.source_gbps, "%.2f").c_str(),
               fmt_num(r.staging_gbps, "%.2f").c_str());
@@ -397,29 +328,15 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::IsMember({"auto", "text", "zipf", "uniform"}));
   sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)");
   sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
-  sub.add_option("--backing", a->backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
-      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
-  sub.add_option("--placement", a->placement,
-                 "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
-                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+  add_table_memory_options(sub, a->engine);
   sub.add_option("--ranks", a->ranks,
                  "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "
-                 "each rank replays on its own CPU prefetch queue over the shared mapping")
+                 "each rank replays on its own engine (its backend, queue and lookup path) over the shared mapping")
       ->check(CLI::Range(1, 1024));
-  sub.add_option("--grid-fraction", a->grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
-      ->check(CLI::Range(0.01, 1.0));
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
-  sub.add_option("--threads", a->threads, "CPU lookup threads (default: cores - 1, at least 1)")->check(CLI::Range(0, 4096));
-  sub.add_flag("--checked", a->checked, "Validate every id before each lookup (an out-of-range id fails the run)");
   sub.add_option("--timeline", a->timeline, "Chrome trace output file (default engram-run.trace.json; 'none' to skip)");
-  sub.add_option("--backend", a->backend,
-                 "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  sub.add_option("--fast-path", a->fast_path,
-                 "CUDA lookup path (issue #8): planner (default: per batch, dedup / sort / hot-row cache / plain from "
-                 "calibrated costs, printed with its reasons), plain (the hook runs the plain gather), off (no hook)")
-      ->check(CLI::IsMember({"planner", "plain", "off"}));
-  add_cache_options(sub, a->cache, "the --warmup steps");
+  add_backend_options(sub, a->engine);
+  add_cache_options(sub, a->engine.cache, "the --warmup steps");
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(

@@ -6,13 +6,17 @@
 // and prints what happened, including each rank's census text. Connections of earlier rounds stay open
 // until the server stops, so a peer can watch for the leader's exit. A memfd table can be admitted any
 // number of times; a named (shm) table is unlinked after the first round, so a later peer gets the
-// protocol's "joined late" error (printed, and the server goes on). The group's job text is a RankJob
-// (src/replay/multi_rank.hpp): a peer rebuilds the layout from it and reads the rows directly.
+// protocol's "joined late" error (printed, and the server goes on). The table is an Engine::serve_group; the
+// layout travels with the protocol's description, and the group's job text is a RankJob
+// (src/replay/multi_rank.hpp) naming the content.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
 #include "core/units.hpp"
+#include "engram/engine.hpp"
+#include "host/census.hpp"
+#include "host/group.hpp"
 #include "replay/multi_rank.hpp"
 #include "report.hpp"
 #include "sys/process.hpp"
@@ -36,6 +40,26 @@ struct ServeArgs {
   int64_t join_timeout_ms = 0;
   bool json = false;
 };
+
+// The table's backings as the protocol describes them to peers (layer, replica, head range, placement).
+nlohmann::json table_json(const HostTable& t) {
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& p : t.parts())
+    parts.push_back({{"layer_index", p.layer_index}, {"replica", p.replica}, {"shard", p.shard},
+                     {"backing", p.backing->backing.identity().to_string()}, {"placement", p.backing->report.to_json()}});
+  return {{"layout", nlohmann::json::parse(layout_to_json(t.layout()))}, {"backings", parts}};
+}
+
+// One census (PageCensus::to_json) as a line.
+std::string census_json_line(const nlohmann::json& c) {
+  std::string s = c.value("point", std::string("?")) + ", layer " +
+                  std::to_string(c.contains("table") ? c["table"].value("layer_id", -1) : -1) + ": ";
+  if (!c.value("known", false)) return s + "unknown (" + c.value("reason", std::string()) + ")";
+  if (c.contains("pages_per_node") && c["pages_per_node"].is_object())
+    for (auto it = c["pages_per_node"].begin(); it != c["pages_per_node"].end(); ++it)
+      s += "N" + it.key() + "=" + it.value().dump() + " pages ";
+  return s + std::to_string(c.value("not_resident", int64_t{0})) + " not resident";
+}
 
 std::string census_line(const host::PageCensus& c) {
   std::string s = std::string(host::census_point_name(c.point)) + ", layer " + std::to_string(c.table.layer_id) + ": ";
@@ -65,8 +89,12 @@ int serve(const ServeArgs& a) {
   job.table_bytes = *size;
   auto layout = job_layout(job);
   if (!layout.is_ok()) return report_failure("serve-table", layout.status().with_context(a.checkpoint.empty() ? "--layout" : "--checkpoint"));
-  auto policy = host::parse_placement(a.placement);
-  if (!policy.is_ok()) return report_failure("serve-table", policy.status().with_context("--placement"));
+  EngineOptions eo;
+  if (Status st = set_engine_option(eo, "--backing", a.backing); !st.is_ok()) return report_failure("serve-table", st);
+  if (Status st = set_engine_option(eo, "--placement", a.placement); !st.is_ok()) return report_failure("serve-table", st);
+  eo.table.shm_dir = a.shm_dir;
+  eo.step_timeout_ms = a.step_timeout_ms;
+  eo.content = TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
 
   auto guard = sys::FileGuardian::start();
   if (!guard.is_ok()) return report_failure("serve-table", guard.status());
@@ -78,25 +106,13 @@ int serve(const ServeArgs& a) {
   if (!listener.is_ok()) return report_failure("serve-table", listener.status().with_context("--socket"));
   (void)guardian->arm((*listener)->socket_path());
 
-  host::SharedTableSpec spec;
-  spec.group = a.group;
-  auto segs = shared_segment_specs(*layout, a.backing, a.shm_dir, a.group);
-  if (!segs.is_ok()) return report_failure("serve-table", segs.status().with_context("--backing"));
-  spec.segments = std::move(*segs);
-  spec.placement = *policy;
-  spec.job = job.to_json().dump();
-  spec.guardian = guardian;
   if (!a.json)
     std::fprintf(stderr, "engram serve-table: building %s table (%s, %s backing, placement %s) ...\n", layout->name.c_str(),
                  format_bytes(layout->total_bytes()).c_str(), a.backing.c_str(), a.placement.c_str());
-  auto group = host::SharedTableGroup::create(spec);
-  if (!group.is_ok()) return report_failure("serve-table", group.status());
-  std::vector<host::PageCensus> census =
-      shared_table_census((*group)->segments(), *layout, a.group, host::CensusPoint::kAfterPlacement);
-  Status loaded = (*group)->load([&](std::vector<host::SharedSegment>& s) { return load_shared_table(job, *layout, s); });
-  if (!loaded.is_ok()) return report_failure("serve-table", loaded);
-  for (auto& c : shared_table_census((*group)->segments(), *layout, a.group, host::CensusPoint::kAfterLoad))
-    census.push_back(std::move(c));
+  auto served_engine = Engine::serve_group(*layout, eo, a.group, job.to_json().dump());
+  if (!served_engine.is_ok()) return report_failure("serve-table", served_engine.status());
+  Engine& engine = **served_engine;
+  const std::vector<host::PageCensus> census = engine.censuses();
 
   nlohmann::json ready = {{"event", "ready"},
                           {"socket", (*listener)->socket_path()},
@@ -104,14 +120,15 @@ int serve(const ServeArgs& a) {
                           {"pid", sys::process_id()},
                           {"peers_per_round", a.peers},
                           {"job", job.to_json()},
-                          {"table", (*group)->description()},
+                          {"table", table_json(engine.table())},
                           {"census", nlohmann::json::array()}};
   std::string text = "engram serve-table: group '" + a.group + "' at " + (*listener)->socket_path() + " (leader pid " +
                      std::to_string(sys::process_id()) + ")\n" + "table " + layout->name + ", " +
                      format_bytes(layout->total_bytes()) + ", " + std::to_string(layout->n_layers()) + " Engram layers, " +
                      a.backing + " backing, placement " + a.placement + ", " +
                      (a.checkpoint.empty() ? "synthetic(seed=" + std::to_string(a.seed) + ")" : "checkpoint " + a.checkpoint);
-  for (const auto& s : (*group)->segments()) text += "\n  " + s.backing.identity().to_string() + ": " + s.report.to_string();
+  for (const auto& p : engine.table().parts())
+    text += "\n  " + p.backing->backing.identity().to_string() + ": " + p.backing->report.to_string();
   for (const auto& c : census) {
     ready["census"].push_back(c.to_json());
     text += "\n  census " + census_line(c);
@@ -119,14 +136,6 @@ int serve(const ServeArgs& a) {
   text += "\nready: " + std::to_string(a.peers) + " peer(s) per round; SIGINT or SIGTERM stops";
   emit(ready, text);
 
-  host::ProtocolHooks hooks;
-  hooks.census = [&](host::CensusPoint p, const std::vector<host::SharedSegment>& s, int) -> Result<std::string> {
-    std::string out;
-    for (const auto& c : shared_table_census(s, *layout, a.group, p)) out += census_line(c) + "\n";
-    return out;
-  };
-  host::ProtocolTimeouts timeouts;
-  timeouts.step = host::Millis(a.step_timeout_ms);
   const host::Millis join = host::Millis(a.join_timeout_ms > 0 ? a.join_timeout_ms : int64_t{365} * 24 * 3600 * 1000);
   std::vector<std::unique_ptr<host::UnixGroupChannel>> rounds;  // kept open until we stop
   int served = 0, failed = 0;
@@ -139,19 +148,23 @@ int serve(const ServeArgs& a) {
       ++failed;
       continue;
     }
-    Status s = (*group)->admit(**ch, hooks, timeouts);
+    Status s = engine.admit(**ch);
     const int round = static_cast<int>(rounds.size()) + 1;
     nlohmann::json ev = {{"event", "round"}, {"round", round}, {"ok", s.is_ok()}, {"pids", (*ch)->pids()}};
     std::string t = "round " + std::to_string(round) + ": pids " + nlohmann::json((*ch)->pids()).dump() + " " +
                     (s.is_ok() ? "attached" : "FAILED: " + s.to_string());
     if (!s.is_ok()) ev["error"] = s.to_string();
     nlohmann::json steps = nlohmann::json::array();
-    for (const auto& r : (*group)->steps()) {
+    for (const auto& r : engine.group_steps()) {
       nlohmann::json e = nlohmann::json::array();
       for (const auto& x : r.entries) {
-        e.push_back({{"rank", x.rank}, {"pid", x.pid}, {"ok", x.status.is_ok()}, {"message", x.message}});
-        if (r.step == std::string(host::kStepCensusLoaded) && !x.message.empty())
-          t += "\n  rank " + std::to_string(x.rank) + " census:\n    " + x.message;
+        const nlohmann::json m = nlohmann::json::parse(x.message, nullptr, false);
+        const nlohmann::json census_of_rank = m.is_object() && m.contains("censuses") ? m["censuses"] : nlohmann::json(nullptr);
+        e.push_back({{"rank", x.rank}, {"pid", x.pid}, {"ok", x.status.is_ok()},
+                     {"backend", m.is_object() ? m.value("backend", nlohmann::json(nullptr)) : nlohmann::json(nullptr)},
+                     {"census", census_of_rank}});
+        if (r.step == std::string(host::kStepCensusLoaded) && census_of_rank.is_array())
+          for (const auto& c : census_of_rank) t += "\n  rank " + std::to_string(x.rank) + " census " + census_json_line(c);
       }
       steps.push_back({{"step", r.step}, {"seconds", r.seconds}, {"entries", e}});
     }
@@ -197,7 +210,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_flag("--json", a->json, "One JSON object per line: ready (socket, census), round, stopped");
   sub.footer(
       "Example: engram serve-table --layout tiny --backing memfd --placement interleave:all\n"
-      "A peer joins with host::UnixGroupChannel::connect(socket, {group}) and host::SharedTableGroup::join().");
+      "A peer joins with UnixGroupChannel::connect(socket, {group}) and Engine::join_group (C++), or\n"
+      "engram_offload.SharedTable.attach(engram_offload.UnixGroupChannel.connect(socket, group)) (Python).");
   return [a] { return serve(*a); };
 }
 

@@ -2,13 +2,13 @@
 // output checked against the scalar reference, and the processes' resources watched for growth.
 //
 // The soak runs in rounds (default 15 s each) until --duration is spent. Each round builds a new
-// shared table the way `engram run --ranks N` does (src/replay/multi_rank.hpp, used here as a user:
-// shared_segment_specs, load_shared_table, shared_table_spans; the same SharedTableGroup protocol,
-// guardian and rank spawning), with a placement, backing and row layout drawn at random from those
-// this machine can do, so that a long soak crosses every combination. Each rank (the hidden
-// `soak-worker` subcommand, a fresh exec like `rank-worker`) attaches read-only, then loops: a random
-// Engram layer, a random batch of 1..--max-batch tokens, random valid ids with some dead (-1) ones,
-// a CPU lookup (checked mode) into a poisoned staging buffer; every --sample-every-th position is
+// shared table the way `engram run --ranks N` does (Engine::serve_group on the leader, Engine::join_group
+// on every rank: the same protocol, guardian and rank spawning), with a placement, backing and row layout
+// drawn at random from those this machine can do, so that a long soak crosses every combination. Each
+// rank (the hidden `soak-worker` subcommand, a fresh exec like `rank-worker`) attaches read-only, then
+// loops: a random Engram layer, a random batch of 1..--max-batch tokens, random valid ids with some dead
+// (-1) ones, a CPU lookup of its engine (checked mode) into a poisoned staging buffer; every
+// --sample-every-th position is
 // compared bit for bit with decode_row_reference on the table's row, and with the row's expected
 // synthetic content (synth_row): a lookup bug and a corrupted shared table are both errors.
 //
@@ -33,8 +33,7 @@
 
 #include "command.hpp"
 #include "core/units.hpp"
-#include "cpu/lookup.hpp"
-#include "cpu/thread_pool.hpp"
+#include "engram/engine.hpp"
 #include "engram/format.hpp"
 #include "engram/lookup.hpp"
 #include "engram/table.hpp"
@@ -135,9 +134,8 @@ struct RankTally {
   }
 };
 
-Status soak_lookups(const EngramLayout& layout, const std::vector<TableSpan>& spans, const RankJob& job,
-                    const WorkerArgs& a, int rank, json* report) {
-  ThreadPool pool(a.threads);
+Status soak_lookups(Engine& engine, const RankJob& job, const WorkerArgs& a, int rank, json* report) {
+  const EngramLayout& layout = engine.layout();
   std::mt19937_64 rng(a.seed * 1000003u + static_cast<uint64_t>(rank));
   RankTally t;
   const int heads = layout.heads();
@@ -161,14 +159,11 @@ Status soak_lookups(const EngramLayout& layout, const std::vector<TableSpan>& sp
         ids[static_cast<size_t>(tk * heads + h)] =
             rng() % 32 == 0 ? kDeadId : offs[static_cast<size_t>(h)] + static_cast<int64_t>(rng() % static_cast<uint64_t>(rows[static_cast<size_t>(h)]));
     out.assign(static_cast<size_t>(tokens * heads * d), 0xFFFF);  // poison: a NaN pattern no row decodes to
-    LookupRequest req;
-    req.ids = ids.data();
-    req.tokens = tokens;
-    req.heads = heads;
-    req.out = out.data();
-    req.checked = true;
-    const TableView view = spans[static_cast<size_t>(li)].view();
-    auto st = cpu::lookup(view, req, &pool);
+    const TableView view = engine.table().view(li);
+    LookupCall call;
+    call.checked = true;
+    auto lr = engine.lookup(li, ids.data(), tokens, out.data(), call);
+    Result<LookupStats> st = lr.is_ok() ? Result<LookupStats>(lr->stats) : Result<LookupStats>(lr.status());
     ++t.lookups;
     if (!st.is_ok()) {
       t.error("lookup of " + std::to_string(tokens) + " tokens failed: " + st.status().to_string());
@@ -231,16 +226,16 @@ Status run_soak_worker(const WorkerArgs& a) {
   gopt.group = a.group;
   ENGRAM_ASSIGN_OR_RETURN(auto channel, host::UnixGroupChannel::connect(a.socket, gopt, Millis(60000)));
   const int rank = channel->rank();
-  host::PeerOptions po;
-  po.read_only = true;
-  host::ProtocolTimeouts to;
-  ENGRAM_ASSIGN_OR_RETURN(auto g, host::SharedTableGroup::join(*channel, po, {}, to));
+  EngineOptions eo;  // CPU lookups (checked) on this rank's read-only view of the shared table
+  eo.backend = BackendKind::kCpu;
+  eo.lookup_threads = a.threads;
+  eo.read_only = true;
+  eo.max_tokens = a.max_batch;
+  ENGRAM_ASSIGN_OR_RETURN(auto engine, Engine::join_group(eo, *channel));
   json report;
   Status local = [&]() -> Status {
-    ENGRAM_ASSIGN_OR_RETURN(RankJob job, RankJob::from_json(g->job()));
-    ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, job_layout(job));
-    ENGRAM_ASSIGN_OR_RETURN(auto spans, shared_table_spans(layout, g->segments()));
-    return soak_lookups(layout, spans, job, a, rank, &report);
+    ENGRAM_ASSIGN_OR_RETURN(RankJob job, RankJob::from_json(engine->group_job()));
+    return soak_lookups(*engine, job, a, rank, &report);
   }();
   if (local.is_ok() && report.value("errors", int64_t{0}) != 0)
     local = Status(Code::kInternal, "rank " + std::to_string(rank) + ": " + std::to_string(report["errors"].get<int64_t>()) +
@@ -306,14 +301,16 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
   job.seed = a.seed + static_cast<uint64_t>(round) * 7919u;
   job.ranks = a.ranks;
   ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, job_layout(job));
-  ENGRAM_ASSIGN_OR_RETURN(host::PlacementPolicy policy, host::parse_placement(placement));
+  EngineOptions table_opts;
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--placement", placement));
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--backing", backing));
+  table_opts.content.kind = TableContent::Kind::kSynthetic;
+  table_opts.content.seed = job.seed;
   const std::string group_name = "soak-" + std::to_string(sys::process_id()) + "-" + std::to_string(round);
-  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader,
-                          start_rank_group_leader(job, layout, policy, backing, "/dev/shm", group_name));
+  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name));
   auto& guardian = leader.guardian;
   auto& listener = leader.listener;
-  host::SharedTableSpec& spec = leader.spec;
-  ENGRAM_ASSIGN_OR_RETURN(auto group, host::SharedTableGroup::create(spec));
+  ENGRAM_ASSIGN_OR_RETURN(auto engine, Engine::serve_group(layout, table_opts, group_name, job.to_json().dump()));
   RankProcesses ranks;
   for (int r = 0; r < a.ranks; ++r) {
     auto pid = sys::spawn_process({exe, "soak-worker", "--socket", listener->socket_path(), "--group", group_name,
@@ -327,10 +324,7 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
   if (!channel.is_ok()) return channel.status().with_context("soak round " + std::to_string(round));
   (void)listener->unlink_socket();
   (void)guardian->disarm(listener->socket_path());
-  host::ProtocolHooks hooks;
-  hooks.load = [&](std::vector<host::SharedSegment>& segs) { return load_shared_table(job, layout, segs); };
-  ENGRAM_RETURN_IF_ERROR(group->admit(**channel, hooks, host::ProtocolTimeouts{})
-                             .with_context("soak round " + std::to_string(round)));
+  ENGRAM_RETURN_IF_ERROR(engine->admit(**channel).with_context("soak round " + std::to_string(round)));
   host::RankEntry mine;
   auto soaked = (*channel)->all_gather(kStepSoaked, mine, round_ms + Millis(60000));
   if (!soaked.is_ok()) return soaked.status().with_context("soak round " + std::to_string(round));
@@ -349,7 +343,7 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
   json out = {{"round", round},        {"placement", placement},
               {"backing", backing},    {"row_layout", row_layout},
               {"table_bytes", layout.total_bytes()},
-              {"placement_obtained", group->segments().empty() ? "" : group->segments()[0].report.obtained},
+              {"placement_obtained", engine->table().parts().empty() ? "" : engine->table().parts()[0].backing->report.obtained},
               {"ranks", per_rank},     {"status", failed.is_ok() ? "ok" : failed.to_string()}};
   return out;
 }
@@ -367,7 +361,7 @@ int run_soak(const SoakArgs& a) {
   if (!exe.is_ok()) return report_failure("soak", exe.status());
   const std::vector<std::string> placements = a.placements.empty() ? default_placements() : a.placements;
   for (const auto& p : placements)
-    if (auto pp = host::parse_placement(p); !pp.is_ok()) return report_failure("soak", pp.status());
+    if (auto pp = parse_placement(p); !pp.is_ok()) return report_failure("soak", pp.status());
   std::mt19937_64 rng(a.seed);
   const auto t0 = std::chrono::steady_clock::now();
   const auto end_at = t0 + *total;

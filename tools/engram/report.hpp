@@ -1,20 +1,12 @@
-// Small formatting helpers shared by subcommands: NaN -> "n/a" in text and null in JSON, never 0.
+// Formatting helpers of the subcommands: the library's (src/report/numbers.hpp), named here for the CLI.
 #pragma once
 
-#include <cmath>
-#include <cstdio>
-#include <nlohmann/json.hpp>
-#include <string>
+#include "report/numbers.hpp"
 
 namespace engram::cli {
 
-inline nlohmann::json json_num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-inline std::string fmt_num(double v, const char* fmt) {
-  if (!std::isfinite(v)) return "n/a";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
+using report::fmt_json_num;
+using report::fmt_num;
+using report::json_num;
 
 }  // namespace engram::cli

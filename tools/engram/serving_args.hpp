@@ -9,63 +9,13 @@
 #include <thread>
 
 #include "core/units.hpp"
+#include "engine_args.hpp"
+#include "engram/engine.hpp"
 #include "engram/layout.hpp"
-#include "replay/cuda_backend_factory.hpp"
 #include "replay/experiment.hpp"
 #include "replay/serving.hpp"
-#include "replay/hot_profile.hpp"
 
 namespace engram::cli {
-
-// GPU hot-row cache options (issue #8) shared by `engram run`, `engram replay` and `engram experiment`.
-struct CacheArgs {
-  std::string size = "5%";
-  std::string format = "fp8";
-  std::string profile;        // --cache-profile FILE (engram profile)
-  int warmup = -1;            // -1: the command's default
-  std::string update = "every=4,rows=256";
-};
-
-inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& warmup_default) {
-  sub.add_option("--cache-size", c.size,
-                 "CUDA GPU hot-row cache per Engram layer (issue #8): bytes (256MiB), a share of the layer's table "
-                 "(default 5%), or off; capped at half the free HBM. CUDA-only: the cpu backend says so and runs without it");
-  sub.add_option("--cache-format", c.format, "Cache rows as fp8 (default: records as stored) or bf16 (decoded once)")
-      ->check(CLI::IsMember({"fp8", "bf16"}));
-  sub.add_option("--cache-profile", c.profile,
-                 "Fill the cache at start-up from this profile (engram profile) instead of a warm-up window");
-  sub.add_option("--cache-warmup", c.warmup,
-                 "Warm-up window: the cache is filled from the ids of the first N steps, which run without it (default " +
-                     warmup_default + ")")
-      ->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--cache-update", c.update,
-                 "Online update: every=K,rows=M swaps at most M rows per layer every K steps (hottest uncached ids of "
-                 "a decayed LFU count vs the coldest of a sampled set of cached rows), or off (default every=4,rows=256)");
-}
-
-// Resolves the cache options (reads the profile, checked against the layout). `default_warmup` when --cache-warmup
-// is not given.
-inline Result<EngineCacheConfig> resolve_cache(const CacheArgs& c, const EngramLayout& layout, int default_warmup) {
-  EngineCacheConfig k;
-  k.size = c.size;
-  k.format = c.format;
-  k.warmup_steps = c.warmup > 0 ? c.warmup : std::max(1, default_warmup);
-  ENGRAM_RETURN_IF_ERROR(parse_cache_update(c.update, k));
-  if (!k.off()) {  // a bad size fails before minutes of table building, on either backend
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      ENGRAM_ASSIGN_OR_RETURN(int64_t b, parse_cache_size_text(k.size, layout.table_bytes(li)));
-      (void)b;
-    }
-  }
-  if (!c.profile.empty()) {
-    auto p = replay::read_hot_profile(c.profile);
-    if (!p.is_ok()) return p.status().with_context("--cache-profile");
-    ENGRAM_RETURN_IF_ERROR(replay::check_hot_profile_layout(*p, layout).with_context("--cache-profile"));
-    for (const auto& l : p->layers) k.profile.push_back(l.id_counts);
-    k.profile_source = "profile " + c.profile + " (" + std::to_string(p->tokens) + " tokens)";
-  }
-  return k;
-}
 
 // Default warm-up window of the hot-row cache for serving replays: live steps (the harness's own warm-up steps,
 // a repeated first chunk, are not counted).
@@ -75,11 +25,7 @@ struct ServingArgs {
   std::string layout = "v41-flash-mini";
   std::string table_size = "512MiB";
   std::string row_layout = "fused";
-  std::string backing = "memfd";
-  std::string placement = "none";
-  std::string backend = "auto";
-  int threads = 0;
-  double grid_fraction = 0.5;
+  EngineArgs engine;
   std::string model = "v41-flash";
   double tflops = 400, weight_gbps = 4000, unit_us = 50;
   double rate = 4;
@@ -93,22 +39,14 @@ struct ServingArgs {
   std::string ids = "auto", tokens;
   double zipf_alpha = 1.0;
   int warmup = 2;
-  bool checked = false;
-  std::string fast_path = "planner";
-  CacheArgs cache;
 };
 
 inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--layout", a.layout, "Table layout preset: v41-flash-mini (default), v41-flash, tiny")->check(CLI::IsMember(preset_names()));
   sub.add_option("--table-size", a.table_size, "Table bytes for v41-flash-mini (default 512MiB; GiB = 2^30 B)");
   sub.add_option("--row-layout", a.row_layout, "fused (default) or split")->check(CLI::IsMember({"fused", "split"}));
-  sub.add_option("--backing", a.backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
-      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
-  sub.add_option("--placement", a.placement, "NUMA placement before first touch (default none): bind:N, interleave:..., replica-per-node");
-  sub.add_option("--backend", a.backend, "auto (default: cuda when usable, else cpu, saying why), cpu, cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  sub.add_option("--threads", a.threads, "CPU lookup threads (default cores - 1)")->check(CLI::Range(0, 4096));
-  sub.add_option("--grid-fraction", a.grid_fraction, "CUDA background grid cap, fraction of the SMs (default 0.5)")->check(CLI::Range(0.01, 1.0));
+  add_table_memory_options(sub, a.engine);
+  add_backend_options(sub, a.engine);
   sub.add_option("--model", a.model, "Model shape that sizes the layer compute: v41-flash (default, assumed shape), tiny")
       ->check(CLI::IsMember(ModelShape::preset_names()));
   sub.add_option("--compute-tflops", a.tflops, "Assumed GEMM rate: layer time = max(weights/weight-gbps, 2*T*params/rate) (default 400)")
@@ -132,19 +70,14 @@ inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--tokens", a.tokens, "Token file for text ids (default: scripts/tokenize-setup's)");
   sub.add_option("--zipf-alpha", a.zipf_alpha, "Zipf exponent (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--warmup", a.warmup, "Warm-up steps before the clock starts (default 2)")->check(CLI::Range(0, 1000));
-  sub.add_flag("--checked", a.checked, "Validate every id before each lookup");
-  sub.add_option("--fast-path", a.fast_path,
-                 "CUDA lookup path (issue #8): planner (default: dedup / sort / hot-row cache / plain per batch from "
-                 "calibrated costs), plain (the hook runs the plain gather), off (no hook, no cache)")
-      ->check(CLI::IsMember({"planner", "plain", "off"}));
-  add_cache_options(sub, a.cache, std::to_string(kServingCacheWarmup) + " live steps");
+  add_cache_options(sub, a.engine.cache, std::to_string(kServingCacheWarmup) + " live steps");
 }
 
 struct ServingSetup {
   EngramLayout layout;
   std::vector<ServingRequest> requests;
   ServingOptions serving;
-  RigOptions rig;
+  EngineOptions engine;  // the table and backend of the replay (backend resolved: auto already decided)
   std::string ids_note, backend_note;
   std::function<Result<std::unique_ptr<ServingIdSource>>()> make_ids;
 };
@@ -193,21 +126,14 @@ inline Result<ServingSetup> resolve_serving(const ServingArgs& a, const std::fun
   for (const auto& r : s.requests)
     if (r.prompt_tokens + r.output_tokens > (int64_t{1} << 24))
       return Status(Code::kInvalidArgument, "a request longer than 16 M tokens");
-  s.rig.table.backing = a.backing;
-  s.rig.table.placement = a.placement;
-  s.rig.table.group = "replay";
-  s.rig.table_seed = a.seed;
-  s.rig.lookup_threads = a.threads;
-  s.rig.grid_fraction = a.grid_fraction;
-  s.rig.max_tokens = a.token_budget;
-  s.rig.unit_us = a.unit_us;
-  s.rig.checked = a.checked;
-  s.rig.fast_path = a.fast_path != "off";
-  s.rig.planner = a.fast_path == "planner";
-  ENGRAM_ASSIGN_OR_RETURN(s.rig.cache, resolve_cache(a.cache, s.layout, kServingCacheWarmup));
-  // Backend: cuda when asked or when auto finds it built (the rig reports a missing GPU as kUnsupported).
-  s.rig.backend = a.backend == "auto" ? (cuda_backend_built() ? "cuda" : "cpu") : a.backend;
-  if (a.backend == "auto" && !cuda_backend_built()) s.backend_note = "cuda not used: built without the CUDA backend";
+  s.engine.table.group = "replay";
+  s.engine.content.seed = a.seed;
+  s.engine.max_tokens = a.token_budget;
+  s.engine.layer_us = a.unit_us;
+  ENGRAM_RETURN_IF_ERROR(apply_engine_args(a.engine, s.layout, kServingCacheWarmup, s.engine));
+  // Backend: decided once (auto: cuda when usable, else cpu with the reason), so every arm uses the same one.
+  ENGRAM_ASSIGN_OR_RETURN(s.engine.backend, Engine::resolve_backend(s.engine, &s.backend_note));
+  if (!s.backend_note.empty()) say(s.backend_note);
   return s;
 }
 

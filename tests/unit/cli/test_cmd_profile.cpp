@@ -18,7 +18,7 @@
 #include "support/cli.hpp"
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"
-#include "replay/hot_profile.hpp"
+#include "host/hot_profile.hpp"
 
 namespace engram {
 namespace {
@@ -67,7 +67,7 @@ TEST_F(EngramProfile, ProfileEqualsTheLibrary) {
   ASSERT_EQ(o.code, 0) << o.err;
   const json j = json::parse(o.out);
   EXPECT_EQ(j["tokens"], 150);
-  auto p = replay::read_hot_profile(out);
+  auto p = host::read_hot_profile(out);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_EQ(p->seed, 11);
   EXPECT_EQ(p->seq_len, 8);
@@ -78,12 +78,12 @@ TEST_F(EngramProfile, ProfileEqualsTheLibrary) {
   ASSERT_TRUE(table.is_ok()) << table.status().to_string();
   auto layout = make_preset_layout("tiny");
   ASSERT_TRUE(layout.is_ok());
-  EXPECT_TRUE(replay::check_hot_profile_layout(*p, *layout).is_ok());
+  EXPECT_TRUE(host::check_hot_profile_layout(*p, *layout).is_ok());
   auto h = NgramHasher::create(*layout, std::move(*table), NgramHashOptions{.seed = 11});
   ASSERT_TRUE(h.is_ok());
-  replay::HotProfileOptions po;
+  host::HotProfileOptions po;
   po.seq_len = 8;
-  auto want = replay::compute_hot_profile(*h, {{&*tf, {}}}, po);
+  auto want = host::compute_hot_profile(*h, {{&*tf, {}}}, po);
   ASSERT_TRUE(want.is_ok());
   ASSERT_EQ(p->layers.size(), want->layers.size());
   for (size_t i = 0; i < want->layers.size(); ++i) {
@@ -98,7 +98,7 @@ TEST_F(EngramProfile, HoldoutIsDisjointAndWritten) {
   const std::string out = (dir_ / "train.profile").string(), held = (dir_ / "held.tokens").string();
   Out o = run_cli("profile --tokens " + tokens + " --layout tiny --holdout 0.5 --holdout-out " + held + " --out " + out, dir_);
   ASSERT_EQ(o.code, 0) << o.err;
-  auto p = replay::read_hot_profile(out);
+  auto p = host::read_hot_profile(out);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   auto h = read_token_file(held);
   ASSERT_TRUE(h.is_ok()) << h.status().to_string();
@@ -114,7 +114,7 @@ TEST_F(EngramProfile, HoldoutIsDisjointAndWritten) {
   // Deterministic: the same command gives the same split.
   const std::string out2 = (dir_ / "train2.profile").string();
   ASSERT_EQ(run_cli("profile --tokens " + tokens + " --layout tiny --holdout 0.5 --out " + out2, dir_).code, 0);
-  auto p2 = replay::read_hot_profile(out2);
+  auto p2 = host::read_hot_profile(out2);
   ASSERT_TRUE(p2.is_ok());
   EXPECT_EQ(p2->info["holdout"]["files"][0]["documents"], hj["files"][0]["documents"]);
   EXPECT_EQ(p2->layers[0].id_counts, p->layers[0].id_counts);

@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "support/table_options.hpp"
 #include "engram/layout.hpp"
 #include "engram/table.hpp"
 #include "host/checkpoint.hpp"
@@ -131,7 +132,7 @@ TEST(FaultInject, MemfdBindTableEveryCallEveryErrno) {
   auto layout = small_layout();
   ASSERT_TRUE(layout.is_ok());
   TableOptions o;
-  o.placement = "bind:0";
+  test::set_opt(o, "placement", "bind:0");
   o.prefault_threads = 2;
   std::vector<Outcome> out;
   run_matrix("memfd, placement bind:0", create_op(*layout, o), "", &out);
@@ -151,7 +152,7 @@ TEST(FaultInject, NamedShmTableEveryCallEveryErrno) {
   auto layout = small_layout();
   ASSERT_TRUE(layout.is_ok());
   TableOptions o;
-  o.backing = "shm";
+  test::set_opt(o, "backing", "shm");
   o.shm_dir = dir.path;
   o.prefault_threads = 2;
   std::vector<Outcome> out;
@@ -164,7 +165,7 @@ TEST(FaultInject, AnonThpTableEveryCallEveryErrno) {
   auto layout = small_layout();
   ASSERT_TRUE(layout.is_ok());
   TableOptions o;
-  o.backing = "anon-thp";
+  test::set_opt(o, "backing", "anon-thp");
   o.prefault_threads = 2;
   std::vector<Outcome> out;
   run_matrix("anon-thp", create_op(*layout, o), "", &out);
@@ -224,33 +225,15 @@ struct CheckpointFixture {
 
 // Loads `ck` into a fresh leader group the way serve-table does (SharedTableGroup::load).
 Status load_into_group(const CheckpointFixture& ck, bool* loaded) {
-  host::SharedTableSpec spec;
-  spec.group = "fault-ck";
-  for (int i = 0; i < ck.layout.n_layers(); ++i) {
-    host::SharedSegmentSpec seg;
-    seg.backing.size_bytes = static_cast<uint64_t>(ck.layout.table_bytes(i));
-    seg.backing.name = "engram:fault-ck:" + std::to_string(i);
-    seg.layer_index = i;
-    spec.segments.push_back(seg);
-  }
-  auto g = host::SharedTableGroup::create(spec);
+  TableOptions to;
+  to.group = "fault-ck";
+  auto t = HostTable::create(ck.layout, to);
+  if (!t.is_ok()) return t.status();
+  auto g = host::SharedTableGroup::lead(std::shared_ptr<HostTable>(std::move(*t)), "fault-ck", "");
   if (!g.is_ok()) return g.status();
-  const EngramLayout layout = ck.layout;
   const auto opts = ck.quiet();
   const std::string path = ck.path;
-  Status s = (*g)->load([&](std::vector<host::SharedSegment>& segs) {
-    std::vector<TableSpan> spans;
-    for (size_t i = 0; i < segs.size(); ++i) {
-      TableSpan sp;
-      sp.data = segs[i].backing.data();
-      sp.rows = layout.rows(static_cast<int>(i));
-      sp.d = layout.d;
-      sp.format = layout.format;
-      sp.stride_bytes = layout.row_stride_bytes();
-      spans.push_back(sp);
-    }
-    return host::load_checkpoint(path, layout, spans, opts);
-  });
+  Status s = (*g)->load([&](HostTable& table) { return host::load_checkpoint(path, table, opts); });
   *loaded = (*g)->loaded();
   return s;
 }

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "support/table_options.hpp"
 #include "cpu/lookup.hpp"
 #include "cpu/thread_pool.hpp"
 #include "engram/layout.hpp"
@@ -64,7 +65,7 @@ TEST(HeadShards, ParseCountsAndRanges) {
 TEST(HeadShards, EachShardIsItsOwnBackingInOneContiguousLayer) {
   const EngramLayout layout = mini();
   TableOptions o;
-  o.head_shards = "2";
+  test::set_opt(o, "head_shards", "2");
   o.group = "tp";
   auto t = HostTable::create(layout, o);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
@@ -131,7 +132,7 @@ TEST(HeadShards, EachShardIsItsOwnBackingInOneContiguousLayer) {
 TEST(HeadShards, LookupOverShardsIsBitIdenticalToOneBacking) {
   const EngramLayout layout = mini();
   TableOptions sharded;
-  sharded.head_shards = "0-5,5-16,16-24";
+  test::set_opt(sharded, "head_shards", "0-5,5-16,16-24");
   auto a = HostTable::create(layout, sharded);
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   auto b = HostTable::create(layout, TableOptions{});
@@ -164,8 +165,8 @@ TEST(HeadShards, LookupOverShardsIsBitIdenticalToOneBacking) {
 TEST(HeadShards, NamedFilesAreRemovedAndTheAddressRangeReleased) {
   const EngramLayout layout = mini();
   TableOptions o;
-  o.head_shards = "4";
-  o.backing = "shm";
+  test::set_opt(o, "head_shards", "4");
+  test::set_opt(o, "backing", "shm");
   uintptr_t base = 0;
   {
     auto t = HostTable::create(layout, o);
@@ -182,20 +183,20 @@ TEST(HeadShards, NamedFilesAreRemovedAndTheAddressRangeReleased) {
 
 TEST(HeadShards, RefusalsAreInvalidArgument) {
   TableOptions o;
-  o.head_shards = "2";
-  o.placement = "replica-per-node";
+  test::set_opt(o, "head_shards", "2");
+  test::set_opt(o, "placement", "replica-per-node");
   auto r = HostTable::create(mini(), o);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-  o.placement = "none";
+  test::set_opt(o, "placement", "none");
   auto split = HostTable::create(mini(24 << 20, RowFormat::kSplit), o);
   ASSERT_FALSE(split.is_ok());
   EXPECT_NE(split.status().message().find("fused"), std::string::npos);
-  o.shard_placements = "bind:0";
+  test::set_opt(o, "shard_placements", "bind:0");
   auto count = HostTable::create(mini(), o);
   ASSERT_FALSE(count.is_ok());
   EXPECT_NE(count.status().message().find("1 given for 2"), std::string::npos);
-  o.shard_placements = "none;bind:99";
+  test::set_opt(o, "shard_placements", "none;bind:99");
   auto node = HostTable::create(mini(), o);
   ASSERT_FALSE(node.is_ok());
   EXPECT_NE(node.status().message().find("heads 12-24"), std::string::npos) << node.status().to_string();

@@ -16,6 +16,8 @@ Costs costs() {
   return k;
 }
 
+std::vector<std::string> why(const Plan& p) { return explain(p, "test"); }
+
 TEST(Planner, UniformIdsKeepThePlainGather) {
   BatchStats b{196608, 0.999, kUnknown};
   const Plan p = choose(b, costs(), {});
@@ -24,7 +26,7 @@ TEST(Planner, UniformIdsKeepThePlainGather) {
   EXPECT_EQ(p.host_share, 0);
   EXPECT_DOUBLE_EQ(p.predicted_us, p.plain_us);
   EXPECT_NE(p.path_name().find("plain-uva"), std::string::npos);
-  EXPECT_GE(p.why.size(), 2u);
+  EXPECT_GE(why(p).size(), 2u);
 }
 
 TEST(Planner, UnknownStatisticsAreTreatedAsAdversarial) {
@@ -80,23 +82,23 @@ TEST(Planner, CacheHitPriorIsUsedOnlyWithACacheAndUntilMeasured) {
   const Plan with_prior = choose(b, k, o);
   EXPECT_TRUE(with_prior.cache);
   EXPECT_EQ(with_prior.host_share, 0);
-  EXPECT_NE(with_prior.why[0].find("prior"), std::string::npos);
+  EXPECT_NE(why(with_prior)[0].find("prior"), std::string::npos);
   EXPECT_LT(with_prior.predicted_us, with_prior.plain_us * 0.5);
   // No prior: the worst case (0 hits) stands, the hybrid wins.
   const Plan no_prior = choose({196608, kUnknown, kUnknown, kUnknown}, k, o);
   EXPECT_FALSE(no_prior.cache);
   EXPECT_GT(no_prior.host_share, 0);
-  EXPECT_NE(no_prior.why[0].find("assumed 0%"), std::string::npos);
+  EXPECT_NE(why(no_prior)[0].find("assumed 0%"), std::string::npos);
   // A measured rate replaces the prior (re-plan when observations arrive): 1% hits -> no cache.
   b.cache_hit_fraction = 0.01;
   const Plan measured = choose(b, k, o);
   EXPECT_FALSE(measured.cache);
-  EXPECT_EQ(measured.why[0].find("prior"), std::string::npos);
+  EXPECT_EQ(why(measured)[0].find("prior"), std::string::npos);
   // Without a cache the prior is ignored: the table's unknown stats stay worst case.
   o.cache_present = false;
   const Plan no_cache = choose({196608, kUnknown, kUnknown, 0.95}, k, o);
   EXPECT_FALSE(no_cache.cache);
-  EXPECT_NE(no_cache.why[0].find("no cache"), std::string::npos);
+  EXPECT_NE(why(no_cache)[0].find("no cache"), std::string::npos);
 }
 
 TEST(Planner, SmallBatchWithFewHitsKeepsThePlainGather) {
@@ -222,8 +224,8 @@ TEST(Planner, DisabledPlannerIsThePlainGather) {
   EXPECT_FALSE(p.planner_enabled);
   EXPECT_FALSE(p.dedup);
   EXPECT_FALSE(p.cache);
-  ASSERT_EQ(p.why.size(), 1u);
-  EXPECT_NE(p.why[0].find("disabled"), std::string::npos);
+  ASSERT_EQ(why(p).size(), 1u);
+  EXPECT_NE(why(p)[0].find("disabled"), std::string::npos);
 }
 
 }  // namespace

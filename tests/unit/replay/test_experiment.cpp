@@ -22,9 +22,11 @@ host::PageCensus census(std::map<int, uint64_t> pages, int replica_node = -1) {
   return c;
 }
 
+PlacementPolicy policy(const std::string& text) { return *parse_placement(text); }
+
 TEST(Experiment, ArmsChangeOneThing) {
-  RigOptions base;
-  base.table.placement = "none";
+  EngineOptions base;
+  base.table.placement = policy("none");
   auto b1 = make_arms("B1", base, {0}, {}, 8);
   ASSERT_TRUE(b1.is_ok());
   ASSERT_EQ(b1->size(), 2u);
@@ -35,26 +37,26 @@ TEST(Experiment, ArmsChangeOneThing) {
   ASSERT_TRUE(b2.is_ok());
   EXPECT_EQ((*b2)[0].rig.lookup_threads, 2);  // CPU analogue: 25% of 8 worker cores
   EXPECT_EQ((*b2)[1].rig.lookup_threads, 8);
-  base.backend = "cuda";
+  base.backend = BackendKind::kCuda;
   auto b2c = make_arms("B2", base, {0}, {0.25, 1.0}, 9);
   EXPECT_DOUBLE_EQ((*b2c)[0].rig.grid_fraction, 0.25);
   EXPECT_EQ(make_arms("B2", base, {0}, {1.5}, 9).status().code(), Code::kInvalidArgument);
   for (const char* a : {"A1", "A2", "A3"}) EXPECT_EQ(make_arms(a, base, {0}, {}, 8).status().code(), Code::kUnsupported) << a;
   auto a1 = make_arms("A1", base, {0, 1}, {}, 8);
   ASSERT_TRUE(a1.is_ok());
-  EXPECT_EQ((*a1)[0].rig.table.placement, "bind:0");
-  EXPECT_EQ((*a1)[1].rig.table.placement, "bind:1");
+  EXPECT_EQ((*a1)[0].rig.table.placement.to_string(), "bind:0");
+  EXPECT_EQ((*a1)[1].rig.table.placement.to_string(), "bind:1");
   EXPECT_EQ((*a1)[0].consumer_node, (*a1)[1].consumer_node);
   auto a3 = make_arms("A3", base, {0, 1}, {}, 8);
   ASSERT_TRUE(a3.is_ok());
-  EXPECT_EQ((*a3)[1].rig.table.placement, "replica-per-node");
+  EXPECT_EQ((*a3)[1].rig.table.placement.to_string(), "replica-per-node");
   EXPECT_EQ((*a3)[1].rig.table.home_node, 1);
   EXPECT_EQ(make_arms("C9", base, {0}, {}, 8).status().code(), Code::kInvalidArgument);
 }
 
 TEST(Experiment, CensusCheckAcceptsWhatWasAskedAndRejectsTheRest) {
   ArmSpec a;
-  a.rig.table.placement = "bind:1";
+  a.rig.table.placement = policy("bind:1");
   std::string ev, sig;
   EXPECT_TRUE(census_proves_placement(a, {census({{1, 100}})}, 1, -1, &ev, &sig));
   EXPECT_NE(ev.find("N1=100.0%"), std::string::npos) << ev;
@@ -64,10 +66,10 @@ TEST(Experiment, CensusCheckAcceptsWhatWasAskedAndRejectsTheRest) {
   unknown.reason = "move_pages: EPERM";
   EXPECT_FALSE(census_proves_placement(a, {unknown}, 1, -1, &ev, &sig));
   EXPECT_NE(ev.find("EPERM"), std::string::npos);
-  a.rig.table.placement = "interleave:0,1";
+  a.rig.table.placement = policy("interleave:0,1");
   EXPECT_TRUE(census_proves_placement(a, {census({{0, 50}, {1, 50}})}, 1, -1, &ev, &sig));
   EXPECT_FALSE(census_proves_placement(a, {census({{0, 100}})}, 1, -1, &ev, &sig));
-  a.rig.table.placement = "replica-per-node";
+  a.rig.table.placement = policy("replica-per-node");
   EXPECT_TRUE(census_proves_placement(a, {census({{0, 10}}, 0), census({{1, 10}}, 1)}, 2, 1, &ev, &sig));
   EXPECT_FALSE(census_proves_placement(a, {census({{0, 10}}, 0), census({{0, 10}}, 1)}, 2, 1, &ev, &sig));
 }
@@ -76,10 +78,10 @@ TEST(Experiment, B1OnTheCpuBackendComputesTheChain) {
   ExperimentOptions o;
   o.id = "B1";
   o.layout = *make_preset_layout("tiny");
-  o.base.backend = "cpu";
-  o.base.table.backing = "memfd";
+  o.base.backend = BackendKind::kCpu;
+  o.base.table.backing.kind = BackingKind::kMemfd;
   o.base.lookup_threads = 1;
-  o.base.unit_us = 5;
+  o.base.layer_us = 5;
   o.base.max_tokens = 32;
   o.serving.model = *ModelShape::preset("tiny");
   o.serving.rates = {400, 4000, 5};

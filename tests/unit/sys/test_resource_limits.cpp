@@ -14,6 +14,7 @@
 #include <fstream>
 #include <random>
 
+#include "support/table_options.hpp"
 #include "engram/layout.hpp"
 #include "engram/table.hpp"
 #include "host/placement.hpp"
@@ -69,7 +70,7 @@ TEST(ResourceLimits, SmallMemlockLimitDoesNotAffectTables) {
     if (!layout.is_ok()) _exit(4);
     for (const char* backing : {"memfd", "anon-thp"}) {
       TableOptions o;
-      o.backing = backing;
+      test::set_opt(o, "backing", backing);
       auto t = HostTable::create(*layout, o);
       if (!t.is_ok()) _exit(5);
       (*t)->fill_synthetic(1, 1);
@@ -96,7 +97,7 @@ TEST(ResourceLimits, SmallShmMountIsNoSpaceBeforeAnyFile) {
   auto layout = make_preset_layout("v41-flash-mini", 32 << 20);
   ASSERT_TRUE(layout.is_ok());
   TableOptions o;
-  o.backing = "shm";
+  test::set_opt(o, "backing", "shm");
   o.shm_dir = dir;
   const ResourceCensus before = ResourceCensus::take(16 << 20, dir);
   sys::start_call_trace();
@@ -130,7 +131,7 @@ TEST(ResourceLimits, VmaCountIsPerBackingNotPerRow) {
       auto layout = make_preset_layout("v41-flash-mini", sizes[k]);
       ASSERT_TRUE(layout.is_ok());
       TableOptions o;
-      o.placement = placement;
+      test::set_opt(o, "placement", placement);
       auto t = HostTable::create(*layout, o);
       if (!t.is_ok() && t.status().code() == Code::kUnsupported) GTEST_SKIP() << t.status().to_string();
       ASSERT_TRUE(t.is_ok()) << placement << ": " << t.status().to_string();
@@ -152,7 +153,7 @@ TEST(ResourceLimits, TableLargerThanMemoryFailsBeforeAnyAllocation) {
   ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
   for (const char* backing : {"memfd", "shm", "anon-thp"}) {
     TableOptions o;
-    o.backing = backing;
+    test::set_opt(o, "backing", backing);
     const ResourceCensus before = ResourceCensus::take(uint64_t{1} << 30, "/dev/shm");
     sys::start_call_trace();
     auto t = HostTable::create(*layout, o);

@@ -19,9 +19,9 @@
 
 #include "core/ngram_hash.hpp"
 #include "engram/layout.hpp"
-#include "replay/hot_profile.hpp"
+#include "host/hot_profile.hpp"
 
-namespace engram::replay {
+namespace engram::host {
 namespace {
 
 CompressionTable random_table(std::mt19937_64& rng, int64_t vocab) {
@@ -283,4 +283,4 @@ TEST_F(HotProfileTest, HoldoutSplitIsDeterministic) {
 }
 
 }  // namespace
-}  // namespace engram::replay
+}  // namespace engram::host

@@ -30,7 +30,7 @@
 #include "engram/status.hpp"
 #include "host/token_io.hpp"
 
-namespace engram::replay {
+namespace engram::host {
 
 inline constexpr const char* kHotProfileFormat = "engram-hot-profile";
 inline constexpr int kHotProfileVersion = 1;
@@ -102,4 +102,4 @@ Result<HotProfile> compute_hot_profile(const NgramHasher& hasher, const std::vec
 // The same file, fraction and seed always give the same split.
 std::vector<int64_t> holdout_documents(const TokenFile& tokens, double holdout_fraction, uint64_t seed);
 
-}  // namespace engram::replay
+}  // namespace engram::host

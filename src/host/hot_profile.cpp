@@ -2,7 +2,7 @@
 // layer's ids of every counted document into one vector and sorts it (run lengths are the counts): no hash map of
 // tens of millions of entries, and the order is deterministic. Ids always come from NgramHasher::hash, so a profile
 // counts exactly the ids a lookup of the same text reads.
-#include "replay/hot_profile.hpp"
+#include "host/hot_profile.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -16,7 +16,7 @@
 #include "core/splitmix.hpp"
 #include "sys/file.hpp"
 
-namespace engram::replay {
+namespace engram::host {
 
 using json = nlohmann::json;
 
@@ -326,4 +326,4 @@ std::vector<int64_t> holdout_documents(const TokenFile& tokens, double fraction,
   return out;
 }
 
-}  // namespace engram::replay
+}  // namespace engram::host

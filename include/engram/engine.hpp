@@ -1,0 +1,250 @@
+// Engine: the one place where a rank's serving stack is assembled. Every consumer — the `engram` commands, the
+// replay harnesses, the Python module, the benches that time an engine path — gets its table, backend,
+// registration and prefetch queue from here, and from nowhere else.
+//
+//   EngineOptions (typed; text parsed once at the edge: options.hpp, set_engine_option)
+//     -> table      HostTable: created and placed before first touch (local), created and shared (group leader),
+//                   or attached to a leader's backings (group peer); censused at named points
+//     -> content    synthetic rows, a checkpoint, or nothing (zero pages)
+//     -> backend    from the registry: cpu, cuda, or auto (cuda when the library has it and a device is usable,
+//                   else cpu, with the reason kept in backend_note())
+//     -> register   the backend's registration of the table memory (CUDA: cudaHostRegister in chunks; CPU:
+//                   nothing). In a group this is the protocol's "register" step on every rank, so the census
+//                   "after registration" is taken after it
+//     -> queue      the serial prefetch queue with the lookup path fixed when it is built: the fast path
+//                   (planner, dedup, sort, hot-row cache with its online updates, host-gather hybrid) or the plain
+//                   gather; plus the synthetic layer compute where a harness asks for it (layer_us > 0)
+//
+// A shared group runs the shared-table protocol (host/group.hpp) over a GroupChannel: the leader calls
+// lead_group(), every peer join_group(); the peers learn the layout from the leader. An engine that already
+// has a process group implements GroupChannel (broadcast, all-gather, barrier) and plugs it in.
+//
+// Thread safety: an Engine is driven by one thread (its queue's contract). Process safety: see host/group.hpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engram/layout.hpp"
+#include "engram/lookup.hpp"
+#include "engram/options.hpp"
+#include "engram/status.hpp"
+#include "engram/table.hpp"
+
+namespace engram {
+
+class PrefetchQueue;
+class LayerCompute;
+namespace host {
+class GroupChannel;
+class SharedTableGroup;
+struct PageCensus;
+struct StepRecord;
+enum class CensusPoint;
+}  // namespace host
+
+// The GPU hot-row cache of each Engram layer (CUDA fast path with the planner). Filled from `profile` when given
+// (an offline `engram profile`), else from the ids of the first `warmup_steps` steps numbered >= 0 that the
+// engine sees (those steps run without it); then online updates swap at most update.rows rows per layer every
+// update.every steps (hottest uncached ids of a decayed LFU count, for the coldest of a sampled set of cached rows).
+struct CacheOptions {
+  CacheSize size;                        // per layer; off by default
+  CacheFormat format = CacheFormat::kFp8;
+  double hbm_fraction = 0.5;             // all layers' caches together take at most this share of the free HBM
+  int warmup_steps = 4;                  // warm-up window in counted steps (>= 1); unused with a profile
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> profile;  // per layer (id, count), hottest first
+  std::string profile_source;            // where `profile` came from (reports)
+  // A profile file (`engram profile`) read and checked against the layout when the engine is built, when
+  // `profile` is empty.
+  std::string profile_path;
+  CacheUpdate update;                    // online updates
+};
+
+// What the table holds once the engine is built.
+struct TableContent {
+  enum class Kind {
+    kZero,        // pages as allocated (zero); the caller writes rows later
+    kSynthetic,   // synth_row(seed, layer, row) in every row (engram table create writes the same bytes)
+    kCheckpoint,  // a safetensors checkpoint of this project's format (host/checkpoint.hpp), at `path`
+  };
+  Kind kind = Kind::kSynthetic;
+  uint64_t seed = 1;
+  std::string path;
+  int threads = 0;  // fill/load threads; 0 = all CPUs
+  // Load progress (bytes done, bytes total, seconds); called from the loading thread about every 100 ms.
+  std::function<void(int64_t, int64_t, double)> on_progress;
+  std::string to_string() const;  // "synthetic(seed=1)", "checkpoint FILE", "zero"
+  // The checkpoint at `checkpoint` when it is not empty, else synthetic rows of `seed`.
+  static TableContent synthetic_or_checkpoint(uint64_t seed, const std::string& checkpoint);
+};
+
+struct EngineOptions {
+  BackendKind backend = BackendKind::kAuto;
+  int device = -1;                  // CUDA ordinal; -1: rank % visible devices
+  int rank = 0;                     // timeline rank
+  TableOptions table;               // backing, placement, shards (leader / local; a peer maps the leader's)
+  TableContent content;             // leader / local only
+  FastPathMode fast_path = FastPathMode::kPlanner;
+  CacheOptions cache;               // off by default
+  double grid_fraction = 0.5;       // CUDA: background grid cap of the lookups (fraction of the SMs)
+  int grid_blocks = 0;              // CUDA: > 0 caps the queue's grid at this many blocks instead of a fraction
+  int lookup_threads = 0;           // CPU: gather threads; 0 = CPUs - 1 (at least 1)
+  bool checked = false;             // reject ids >= rows before a lookup (host-side pass)
+  PrefetchMode prefetch = PrefetchMode::kEarly;  // how a harness submits (the queue serves both)
+  int64_t max_tokens = 8192;        // largest batch (tokens) of one prepare()
+  double layer_us = 0;              // synthetic compute per model layer for harnesses; 0 = none
+  bool record_timeline = true;
+  void* main_stream = nullptr;      // CUDA: adopt this cudaStream_t as the consumer's stream; null: create one
+  std::function<double()> clock_ns; // CPU queue's clock (tests); default steady clock
+  // Shared groups.
+  bool read_only = true;            // peers map the table PROT_READ (and register it read-only)
+  int64_t step_timeout_ms = 30000;  // every protocol step
+  int64_t load_timeout_ms = 600000; // peers wait this long for the leader's load
+  // Called as this rank enters each protocol step (tracing; tests inject crashes here).
+  std::function<void(const std::string& step, int rank)> on_protocol_step;
+};
+
+// How one direct lookup (Engine::lookup) runs.
+struct LookupCall {
+  void* stream = nullptr;     // CUDA: cudaStream_t to enqueue on; null = the engine's main stream
+  bool checked = false;       // reject ids >= rows before anything is written (CUDA: synchronises the stream)
+  double grid_fraction = 0;   // CUDA grid cap as a fraction of the SMs; 0 = every SM (a direct lookup is in the
+                              // foreground)
+  int grid_blocks = 0;        // CUDA: > 0 caps the grid at this many blocks instead
+};
+
+// What a lookup launched: the grid of a CUDA launch and the path the planner took; on the CPU only `path`.
+struct LaunchShape {
+  int64_t rows = 0, tiles = 0;
+  int grid = 0, cap = 0, block_threads = 0, tile_rows = 0, lanes_per_row = 0, rows_in_flight = 0;
+  std::string path;  // "cpu", "plain-uva", "dedup(hash)+cache+uva, background", ...
+};
+
+struct LookupResult {
+  LookupStats stats;  // rows; dead and invalid counts on the CPU (CUDA counts them on the device: 0 here)
+  LaunchShape launch;
+};
+
+// Sets one option from text (`key` as in EngineOptions, with '-' or '_', leading "--" allowed: "placement",
+// "--cache-size", "fast_path"). kInvalidArgument naming the option and quoting the text for a malformed value
+// or an unknown key (listing the known ones). CLI, Python keyword arguments and config files all go through it.
+Status set_engine_option(EngineOptions& options, std::string_view key, const std::string& value);
+// The keys set_engine_option accepts, with a one-line description each.
+std::vector<std::pair<std::string, std::string>> engine_option_keys();
+
+// True when the library was built with the CUDA backend (it may still find no usable device).
+bool cuda_backend_built();
+
+// CUDA stream ordering for consumers that hand the engine's device memory to other code (DLPack): `consumer`
+// waits on the GPU for what was enqueued on `producer` so far (nothing when they are the same stream), on device
+// `device`. Streams are cudaStream_t (null = the legacy default stream). kUnsupported without the CUDA backend.
+Status cuda_stream_wait(void* consumer, void* producer, int device);
+
+class Engine {
+ public:
+  // A table of this process only: create, place, fill (options.content), register, build the queue.
+  static Result<std::unique_ptr<Engine>> create_local(const EngramLayout& layout, const EngineOptions& options);
+  // Builds the backend over a table that already exists (Python's SharedTable, a caller's HostTable); the table
+  // is kept alive by the engine. Content is the caller's: options.content is not applied.
+  static Result<std::unique_ptr<Engine>> over_table(std::shared_ptr<HostTable> table, const EngineOptions& options);
+  // The leader of a shared group (channel rank 0): creates and places the table, runs the protocol with the
+  // channel's peers (describe, attach, register, census, load, ready, census) and builds its own backend. `job` is
+  // opaque text handed to every peer (group_job()). Errors name the protocol step and the rank.
+  static Result<std::unique_ptr<Engine>> lead_group(const EngramLayout& layout, const EngineOptions& options,
+                                                    host::GroupChannel& channel, const std::string& job = "");
+  // A leader that holds the table for peers that come later (serve-table): creates, places and loads it, builds no
+  // lookup backend; admit() runs the protocol with each round of peers.
+  static Result<std::unique_ptr<Engine>> serve_group(const EngramLayout& layout, const EngineOptions& options,
+                                                     const std::string& group, const std::string& job = "");
+  // A peer (channel rank >= 1): attaches the leader's table (the layout comes with it), registers it with its
+  // backend at the protocol's register step, and builds its queue. `configure`, when given, is called with the
+  // leader's job text and the table's layout before this rank attaches: a rank that takes its options from the
+  // leader (its failure fails the group's "attach" step with this rank's message).
+  using Configure = std::function<Status(const std::string& job, const EngramLayout& layout, EngineOptions& options)>;
+  static Result<std::unique_ptr<Engine>> join_group(const EngineOptions& options, host::GroupChannel& channel,
+                                                    const Configure& configure = {});
+  // The backend `options` would get here and why (the registry's one auto rule: cuda when the library has it and
+  // a usable device exists, else cpu, with the reason in `note`). kUnsupported when a backend named by
+  // options.backend cannot run here.
+  static Result<BackendKind> resolve_backend(const EngineOptions& options, std::string* note = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngramLayout& layout() const;
+  HostTable& table();
+  const HostTable& table() const;
+  std::shared_ptr<HostTable> shared_table() const;
+  const EngineOptions& options() const { return options_; }
+
+  // The backend that runs the lookups, and why (auto: "cuda not used: <reason>"; "" when asked for by name).
+  BackendKind backend() const;
+  const char* backend_name() const;
+  const std::string& backend_note() const { return backend_note_; }
+  bool has_backend() const;  // false for serve_group()
+
+  // The prefetch queue (fast path, planner and cache behind it on CUDA) and the synthetic layer compute (no work
+  // when layer_us == 0). kInvalidArgument-free: an engine without a backend (serve_group) aborts here.
+  PrefetchQueue& queue();
+  LayerCompute& compute();
+  // One lookup outside the queue, through the same lookup path (CUDA: the planner's fast path). CPU: ids/out are
+  // host pointers ([tokens][heads] int64, [tokens][heads][d] bf16 bits), the call returns when done. CUDA: device
+  // pointers, enqueued on call.stream without synchronising. kInvalidArgument for a bad layer index, sizes, or
+  // (checked) an id >= rows.
+  Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
+                              const LookupCall& call = {});
+  // Waits for everything the engine enqueued (CUDA streams; CPU: the queue is idle after end_step).
+  Status synchronize();
+
+  // CUDA queue extensions (kUnsupported on the cpu backend). prepare_device: the layer's ids are already in device
+  // memory ([tokens][heads], written in main-stream order). write_ids: refills the pinned buffer a captured step's
+  // copy reads before a graph replay. main_wait_event: the main stream waits (on the GPU) for a cudaEvent_t of
+  // the caller (the ids' producer).
+  Status prepare_device(int layer_index, const int64_t* ids_device, int64_t tokens);
+  Status write_ids(int layer_index, const int64_t* ids, int64_t tokens);
+  Status main_wait_event(void* cuda_event);
+  Result<LaunchShape> last_launch(int layer_index) const;
+  // CUDA: the consumer's (main) stream and the prefetch stream as cudaStream_t, and the device ordinal; null / -1
+  // on the cpu backend.
+  void* main_stream() const;
+  void* prefetch_stream() const;
+  int device() const;
+
+  // Page census of every backing now, at a named point. The censuses the engine took while it was built
+  // (after placement, registration, load) are in censuses(), in order.
+  std::vector<host::PageCensus> census(host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
+  const std::vector<host::PageCensus>& censuses() const;
+  void add_censuses(std::vector<host::PageCensus> more);
+
+  // Backend, device, registration, lookup path per layer (paths taken, last plan and why, costs, cache: state,
+  // size, hit rate, link bytes avoided, online updates). Synchronises the streams (call it after a run).
+  nlohmann::json describe() const;
+  // The same as report lines: "Path ...", "Cache ...", "why ..." (indented two spaces under their layer).
+  std::vector<std::string> describe_lines() const;
+
+  // Shared groups: rank (-1 outside a group), world size, the leader's job text, this rank's protocol steps.
+  int group_rank() const;
+  int group_world_size() const;
+  const std::string& group_name() const;
+  const std::string& group_job() const;
+  const std::vector<host::StepRecord>& group_steps() const;
+  // serve_group(): runs the protocol with a new round of peers on `channel`.
+  Status admit(host::GroupChannel& channel);
+
+  struct Impl;  // src/engine/engine_impl.hpp
+
+ private:
+  Engine();
+  EngineOptions options_;
+  std::string backend_note_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace engram

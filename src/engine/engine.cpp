@@ -1,0 +1,210 @@
+// Engine (see engram/engine.hpp): the order of assembly is the design's protocol, for one process as for a group:
+//   choose the backend (fail before minutes of table building when a named one cannot run)
+//   -> create and place the table -> census "after placement"
+//   -> register the memory with the backend -> census "after registration"
+//   -> write the content (synthetic rows / checkpoint; every replica) -> census "after load"
+//   -> build the rank's lookup stack (queue with its lookup path, compute).
+// A shared group runs the same steps through the protocol (engine/group.cpp); a table handed in (over_table) skips
+// creation and content.
+#include "engram/engine.hpp"
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "engine/backend.hpp"
+#include "engine/engine_impl.hpp"
+#include "host/census.hpp"
+#include "host/checkpoint.hpp"
+#include "host/group.hpp"
+#include "host/hot_profile.hpp"
+
+namespace engram {
+
+using engine::Backend;
+
+Engine::Engine() : impl_(std::make_unique<Impl>()) {}
+
+Engine::~Engine() {
+  // The backend first (its queue reads the table, its registration pins it), then the group, then the table.
+  if (impl_) {
+    impl_->backend.reset();
+    impl_->registration.reset();
+    impl_->group.reset();
+    impl_->table.reset();
+  }
+}
+
+namespace engine {
+
+std::vector<TableView> table_views(const HostTable& t) {
+  std::vector<TableView> views;
+  for (int li = 0; li < t.n_layers(); ++li) views.push_back(t.view(li));
+  return views;
+}
+
+Status write_content(HostTable& table, const TableContent& c) {
+  switch (c.kind) {
+    case TableContent::Kind::kZero: return Status::ok();
+    case TableContent::Kind::kSynthetic: {
+      const int threads = c.threads > 0 ? c.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      table.fill_synthetic(c.seed, threads);
+      return Status::ok();
+    }
+    case TableContent::Kind::kCheckpoint: {
+      host::LoadOptions lo;
+      lo.threads = c.threads;
+      lo.display = host::ProgressDisplay::kOff;
+      if (c.on_progress) {
+        auto fn = c.on_progress;
+        lo.on_progress = [fn](const host::CheckpointProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
+      }
+      return host::load_checkpoint(c.path, table, lo).with_context("checkpoint " + c.path);
+    }
+  }
+  return Status(Code::kInternal, "unknown table content");
+}
+
+Status load_cache_profile(EngineOptions& o, const EngramLayout& layout) {
+  if (o.cache.profile_path.empty() || !o.cache.profile.empty()) return Status::ok();
+  auto p = host::read_hot_profile(o.cache.profile_path);
+  if (!p.is_ok()) return p.status().with_context("cache profile");
+  ENGRAM_RETURN_IF_ERROR(host::check_hot_profile_layout(*p, layout).with_context("cache profile"));
+  for (const auto& l : p->layers) o.cache.profile.push_back(l.id_counts);
+  o.cache.profile_source = "profile " + o.cache.profile_path + " (" + std::to_string(p->tokens) + " tokens)";
+  return Status::ok();
+}
+
+Status build_stack(Engine::Impl& impl, const EngineOptions& o) {
+  ENGRAM_ASSIGN_OR_RETURN(impl.backend,
+                          impl.entry->create(impl.table->layout(), table_views(*impl.table), impl.registration, o));
+  return Status::ok();
+}
+
+// Registrations are per table and backend, shared by every engine over that table (registering the same host
+// range twice fails with cudaErrorHostMemoryAlreadyRegistered): the first engine registers, later ones reuse it
+// while any engine holds it.
+Status register_table(Engine::Impl& impl, const EngineOptions& o, bool read_only) {
+  static std::mutex mu;
+  static std::map<std::pair<const HostTable*, BackendKind>, std::weak_ptr<Registration>> live;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(static_cast<const HostTable*>(impl.table.get()), impl.entry->kind);
+  if (auto it = live.find(key); it != live.end()) {
+    if (auto reg = it->second.lock()) {
+      impl.registration = std::move(reg);
+      return Status::ok();
+    }
+    live.erase(it);
+  }
+  ENGRAM_ASSIGN_OR_RETURN(impl.registration,
+                          impl.entry->register_memory(impl.table->layout(), table_views(*impl.table), o, read_only));
+  if (impl.registration) live[key] = impl.registration;
+  return Status::ok();
+}
+
+}  // namespace engine
+
+Result<std::unique_ptr<Engine>> Engine::create_local(const EngramLayout& layout, const EngineOptions& o) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = o;
+  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, layout));
+  ENGRAM_ASSIGN_OR_RETURN(e->impl_->entry, engine::choose_backend(o, &e->backend_note_));
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, o.table));
+  e->impl_->table = std::shared_ptr<HostTable>(std::move(t));
+  Impl& im = *e->impl_;
+  e->add_censuses(im.table->census(host::CensusPoint::kAfterPlacement));
+  ENGRAM_RETURN_IF_ERROR(engine::register_table(im, o, /*read_only=*/false));
+  if (im.registration) e->add_censuses(im.table->census(host::CensusPoint::kAfterRegistration));
+  ENGRAM_RETURN_IF_ERROR(engine::write_content(*im.table, o.content));
+  if (o.content.kind != TableContent::Kind::kZero) e->add_censuses(im.table->census(host::CensusPoint::kAfterLoad));
+  ENGRAM_RETURN_IF_ERROR(engine::build_stack(im, e->options_));
+  return e;
+}
+
+Result<std::unique_ptr<Engine>> Engine::over_table(std::shared_ptr<HostTable> table, const EngineOptions& o) {
+  if (!table) return Status(Code::kInvalidArgument, "Engine::over_table: no table");
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = o;
+  ENGRAM_ASSIGN_OR_RETURN(e->impl_->entry, engine::choose_backend(o, &e->backend_note_));
+  Impl& im = *e->impl_;
+  im.table = std::move(table);
+  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, im.table->layout()));
+  ENGRAM_RETURN_IF_ERROR(engine::register_table(im, o, im.table->read_only()));
+  if (im.registration) e->add_censuses(im.table->census(host::CensusPoint::kAfterRegistration));
+  ENGRAM_RETURN_IF_ERROR(engine::build_stack(im, e->options_));
+  return e;
+}
+
+Result<BackendKind> Engine::resolve_backend(const EngineOptions& o, std::string* note) {
+  std::string n;
+  ENGRAM_ASSIGN_OR_RETURN(const engine::BackendEntry* e, engine::choose_backend(o, &n));
+  if (note) *note = n;
+  return e->kind;
+}
+
+const EngramLayout& Engine::layout() const { return impl_->table->layout(); }
+HostTable& Engine::table() { return *impl_->table; }
+const HostTable& Engine::table() const { return *impl_->table; }
+std::shared_ptr<HostTable> Engine::shared_table() const { return impl_->table; }
+
+BackendKind Engine::backend() const { return impl_->entry ? impl_->entry->kind : BackendKind::kAuto; }
+const char* Engine::backend_name() const { return impl_->backend && impl_->entry ? impl_->entry->name : "none"; }
+bool Engine::has_backend() const { return impl_->backend != nullptr; }
+
+PrefetchQueue& Engine::queue() { return impl_->require_backend().queue(); }
+LayerCompute& Engine::compute() { return impl_->require_backend().compute(); }
+
+Result<LookupResult> Engine::lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
+                                    const LookupCall& call) {
+  if (!impl_->backend) return Status(Code::kInvalidArgument, "lookup: this engine holds a table for peers, no backend");
+  LookupCall c = call;
+  c.checked = c.checked || options_.checked;
+  return impl_->backend->lookup(layer_index, ids, tokens, out, c);
+}
+
+Status Engine::prepare_device(int li, const int64_t* ids, int64_t tokens) {
+  return impl_->require_backend().prepare_device(li, ids, tokens);
+}
+Status Engine::write_ids(int li, const int64_t* ids, int64_t tokens) {
+  return impl_->require_backend().write_ids(li, ids, tokens);
+}
+Status Engine::main_wait_event(void* ev) { return impl_->require_backend().main_wait_event(ev); }
+Result<LaunchShape> Engine::last_launch(int li) const { return impl_->require_backend().last_launch(li); }
+void* Engine::main_stream() const { return impl_->backend ? impl_->backend->main_stream() : nullptr; }
+void* Engine::prefetch_stream() const { return impl_->backend ? impl_->backend->prefetch_stream() : nullptr; }
+int Engine::device() const { return impl_->backend ? impl_->backend->device() : -1; }
+
+Status Engine::synchronize() { return impl_->backend ? impl_->backend->synchronize() : Status::ok(); }
+
+std::vector<host::PageCensus> Engine::census(host::CensusPoint point, uint64_t max_samples) const {
+  return impl_->table->census(point, max_samples);
+}
+const std::vector<host::PageCensus>& Engine::censuses() const { return impl_->censuses; }
+void Engine::add_censuses(std::vector<host::PageCensus> more) {
+  for (auto& c : more) impl_->censuses.push_back(std::move(c));
+}
+
+nlohmann::json Engine::describe() const {
+  nlohmann::json j = impl_->backend ? impl_->backend->describe() : nlohmann::json{{"backend", nullptr}};
+  j["backend_requested"] = backend_kind_name(options_.backend);
+  j["backend_note"] = backend_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(backend_note_);
+  j["registration_holder"] = impl_->registration ? impl_->registration->describe() : nlohmann::json(nullptr);
+  return j;
+}
+
+std::vector<std::string> Engine::describe_lines() const { return engine::describe_lines(describe()); }
+
+int Engine::group_rank() const { return impl_->group_rank; }
+int Engine::group_world_size() const { return impl_->group_world; }
+const std::string& Engine::group_name() const { return impl_->group_name; }
+const std::string& Engine::group_job() const { return impl_->group_job; }
+
+Backend& Engine::Impl::require_backend() const {
+  if (!backend) {
+    std::fprintf(stderr, "engram: Engine::queue()/compute() on an engine without a backend (serve_group)\n");
+    std::abort();
+  }
+  return *backend;
+}
+
+}  // namespace engram

@@ -1,0 +1,41 @@
+// Engine::Impl: what an Engine holds, in destruction order from last to first member (the table outlives the
+// group, which outlives the registration, which outlives the backend). Internal to src/engine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "engram/engine.hpp"
+#include "host/census.hpp"
+#include "host/group.hpp"
+
+namespace engram {
+
+struct Engine::Impl {
+  std::shared_ptr<HostTable> table;
+  std::unique_ptr<host::SharedTableGroup> group;  // leader or peer of a shared group
+  int group_rank = -1;
+  int group_world = 0;
+  std::string group_name;
+  std::string group_job;
+  const engine::BackendEntry* entry = nullptr;
+  std::shared_ptr<engine::Registration> registration;
+  std::unique_ptr<engine::Backend> backend;
+  std::vector<host::PageCensus> censuses;
+
+  engine::Backend& require_backend() const;
+};
+
+namespace engine {
+std::vector<TableView> table_views(const HostTable& table);
+// Writes the content into every replica of the table.
+Status write_content(HostTable& table, const TableContent& content);
+Status register_table(Engine::Impl& impl, const EngineOptions& options, bool read_only);
+Status build_stack(Engine::Impl& impl, const EngineOptions& options);
+// Reads options.cache.profile_path into options.cache.profile (checked against `layout`) when the profile is empty.
+Status load_cache_profile(EngineOptions& options, const EngramLayout& layout);
+}  // namespace engine
+
+}  // namespace engram

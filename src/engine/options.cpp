@@ -1,0 +1,192 @@
+// set_engine_option: the one options table of the engine (as mimalloc keeps one). Each row is a key, a
+// one-line description and a setter that parses the text with engram/options.hpp's parsers and stores the typed
+// value. The CLI, the Python keyword arguments and config files go through it, so an option is added by adding its
+// field, its row here and its one user.
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "engram/engine.hpp"
+
+namespace engram {
+namespace {
+
+std::string canonical_key(std::string_view key) {
+  while (!key.empty() && key.front() == '-') key.remove_prefix(1);
+  std::string k(key);
+  for (char& c : k)
+    if (c == '-') c = '_';
+  return k;
+}
+
+Result<bool> parse_bool(const std::string& t) {
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return false;
+  return Status(Code::kInvalidArgument, "'" + t + "': expected true/false (1/0, on/off, yes/no)");
+}
+
+Result<int64_t> parse_int(const std::string& t, int64_t lo, int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+    return Status(Code::kInvalidArgument, "'" + t + "': expected an integer in [" + std::to_string(lo) + ", " +
+                                              std::to_string(hi) + "]");
+  return static_cast<int64_t>(v);
+}
+
+Result<uint64_t> parse_u64(const std::string& t) {
+  if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
+    return Status(Code::kInvalidArgument, "'" + t + "': expected a non-negative integer");
+  errno = 0;
+  const unsigned long long v = std::strtoull(t.c_str(), nullptr, 10);
+  if (errno == ERANGE) return Status(Code::kInvalidArgument, "'" + t + "': out of range");
+  return static_cast<uint64_t>(v);
+}
+
+Result<double> parse_double(const std::string& t, double lo, double hi, bool lo_open) {
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  const bool in = lo_open ? v > lo : v >= lo;
+  if (t.empty() || *end != '\0' || !std::isfinite(v) || !in || v > hi)
+    return Status(Code::kInvalidArgument, "'" + t + "': expected a number in " + (lo_open ? "(" : "[") +
+                                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+struct Row {
+  const char* key;
+  const char* help;
+  std::function<Status(EngineOptions&, const std::string&)> set;
+};
+
+template <typename T, typename F>
+Status assign(Result<T> r, F&& store) {
+  if (!r.is_ok()) return r.status();
+  store(std::move(*r));
+  return Status::ok();
+}
+
+const std::vector<Row>& rows() {
+  using O = EngineOptions;
+  using S = const std::string&;
+  static const std::vector<Row> table = {
+      {"backend", "auto (cuda when usable, else cpu), cpu, cuda",
+       [](O& o, S v) { return assign(parse_backend_kind(v), [&](BackendKind k) { o.backend = k; }); }},
+      {"device", "CUDA ordinal; -1 = rank % visible devices",
+       [](O& o, S v) { return assign(parse_int(v, -1, 1 << 16), [&](int64_t x) { o.device = static_cast<int>(x); }); }},
+      {"rank", "timeline rank",
+       [](O& o, S v) { return assign(parse_int(v, 0, 1 << 20), [&](int64_t x) { o.rank = static_cast<int>(x); }); }},
+      {"seed", "synthetic table content: synth_row(seed, layer, row)",
+       [](O& o, S v) {
+         return assign(parse_u64(v), [&](uint64_t x) {
+           o.content.kind = TableContent::Kind::kSynthetic;
+           o.content.seed = x;
+         });
+       }},
+      {"checkpoint", "load the table from this safetensors checkpoint", [](O& o, S v) {
+         if (v.empty()) return Status(Code::kInvalidArgument, "'': expected a file path");
+         o.content.kind = TableContent::Kind::kCheckpoint;
+         o.content.path = v;
+         return Status::ok();
+       }},
+      {"content", "zero (pages as allocated) or synthetic", [](O& o, S v) {
+         if (v == "zero") o.content.kind = TableContent::Kind::kZero;
+         else if (v == "synthetic") o.content.kind = TableContent::Kind::kSynthetic;
+         else return Status(Code::kInvalidArgument, "'" + v + "': expected zero or synthetic (or set checkpoint)");
+         return Status::ok();
+       }},
+      {"fast_path", "planner, plain, off",
+       [](O& o, S v) { return assign(parse_fast_path_mode(v), [&](FastPathMode m) { o.fast_path = m; }); }},
+      {"cache_size", "GPU hot-row cache per layer: bytes (256MiB), a share of the layer's table (5%), or off",
+       [](O& o, S v) { return assign(parse_cache_size(v), [&](CacheSize c) { o.cache.size = c; }); }},
+      {"cache_format", "fp8 or bf16",
+       [](O& o, S v) { return assign(parse_cache_format(v), [&](CacheFormat f) { o.cache.format = f; }); }},
+      {"cache_hbm_fraction", "all caches together take at most this share of the free HBM",
+       [](O& o, S v) { return assign(parse_double(v, 0, 1, true), [&](double x) { o.cache.hbm_fraction = x; }); }},
+      {"cache_warmup", "warm-up window of the cache in steps (>= 1)",
+       [](O& o, S v) { return assign(parse_int(v, 1, 1 << 20), [&](int64_t x) { o.cache.warmup_steps = static_cast<int>(x); }); }},
+      {"cache_update", "online updates: every=K,rows=M or off",
+       [](O& o, S v) { return assign(parse_cache_update(v, o.cache.update), [&](CacheUpdate u) { o.cache.update = u; }); }},
+      {"cache_profile", "fill the cache at start-up from this profile file (engram profile)", [](O& o, S v) {
+         if (v.empty()) return Status(Code::kInvalidArgument, "'': expected a profile file");
+         o.cache.profile_path = v;
+         o.cache.profile.clear();
+         return Status::ok();
+       }},
+      {"grid_fraction", "CUDA background grid cap, fraction of the SMs in (0, 1]",
+       [](O& o, S v) { return assign(parse_double(v, 0, 1, true), [&](double x) { o.grid_fraction = x; }); }},
+      {"lookup_threads", "CPU gather threads; 0 = CPUs - 1",
+       [](O& o, S v) { return assign(parse_int(v, 0, 4096), [&](int64_t x) { o.lookup_threads = static_cast<int>(x); }); }},
+      {"checked", "validate every id before a lookup",
+       [](O& o, S v) { return assign(parse_bool(v), [&](bool b) { o.checked = b; }); }},
+      {"prefetch", "early or on_demand",
+       [](O& o, S v) { return assign(parse_prefetch_mode(v), [&](PrefetchMode m) { o.prefetch = m; }); }},
+      {"max_tokens", "largest batch (tokens) of one lookup",
+       [](O& o, S v) { return assign(parse_int(v, 1, int64_t{1} << 24), [&](int64_t x) { o.max_tokens = x; }); }},
+      {"layer_us", "synthetic compute per model layer in microseconds (harnesses); 0 = none",
+       [](O& o, S v) { return assign(parse_double(v, 0, 1e7, false), [&](double x) { o.layer_us = x; }); }},
+      {"record_timeline", "record the prefetch timeline",
+       [](O& o, S v) { return assign(parse_bool(v), [&](bool b) { o.record_timeline = b; }); }},
+      {"read_only", "group peers map the table read-only",
+       [](O& o, S v) { return assign(parse_bool(v), [&](bool b) { o.read_only = b; }); }},
+      {"step_timeout_ms", "timeout of every shared-group protocol step",
+       [](O& o, S v) { return assign(parse_int(v, 1, int64_t{1} << 40), [&](int64_t x) { o.step_timeout_ms = x; }); }},
+      {"load_timeout_ms", "how long peers wait for the leader's load",
+       [](O& o, S v) { return assign(parse_int(v, 1, int64_t{1} << 40), [&](int64_t x) { o.load_timeout_ms = x; }); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+Status set_engine_option(EngineOptions& o, std::string_view key, const std::string& value) {
+  const std::string k = canonical_key(key);
+  const std::string shown = key.empty() ? std::string("''") : std::string(key);
+  if (Status t = set_table_option(o.table, key, value); t.code() != Code::kNotFound) return t;
+  for (const Row& r : rows()) {
+    if (k != r.key) continue;
+    Status s = r.set(o, value);
+    return s.is_ok() ? s : Status(Code::kInvalidArgument, "option " + shown + ": " + s.message());
+  }
+  if (k == "threads") return set_engine_option(o, "lookup_threads", value);
+  std::string known;
+  for (const auto& [name, help] : engine_option_keys()) known += std::string(known.empty() ? "" : ", ") + name;
+  return Status(Code::kInvalidArgument, "unknown option " + shown + " (options: " + known + ")");
+}
+
+std::vector<std::pair<std::string, std::string>> engine_option_keys() {
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"backing", "memfd, shm, hugetlb, hugetlb-1g, anon-thp"},
+      {"placement", "none, local, bind:N, preferred:N, interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node"},
+      {"shard_placements", "one placement per head shard, ';'-separated"},
+      {"shm_dir", "directory of named shm backings (a tmpfs)"},
+      {"group", "shared-group name carried in backing names"},
+      {"prefault", "allocate every page at creation (true/false)"},
+      {"prefault_threads", "threads that allocate the pages; 0 = one per CPU of the target nodes, at most 8"},
+      {"allow_fallback", "a refused placement keeps the default policy (reported) instead of failing"},
+      {"home_node", "replica-per-node: the replica this process reads; -1 = its CPU's node"}};
+  for (const Row& r : rows()) out.emplace_back(r.key, r.help);
+  return out;
+}
+
+TableContent TableContent::synthetic_or_checkpoint(uint64_t seed, const std::string& checkpoint) {
+  TableContent c;
+  c.kind = checkpoint.empty() ? Kind::kSynthetic : Kind::kCheckpoint;
+  c.seed = seed;
+  c.path = checkpoint;
+  return c;
+}
+
+std::string TableContent::to_string() const {
+  switch (kind) {
+    case Kind::kZero: return "zero";
+    case Kind::kSynthetic: return "synthetic(seed=" + std::to_string(seed) + ")";
+    case Kind::kCheckpoint: return "checkpoint " + path;
+  }
+  return "?";
+}
+
+}  // namespace engram

@@ -1,0 +1,111 @@
+// The engine's command-line options, shared by `engram run`, `replay`, `experiment`, `soak` and `serve-table`: the
+// text each flag takes is kept as typed by the user and turned into EngineOptions once, by set_engine_option
+// (engram/engine.hpp), so every command names a bad value the same way and the library never parses text.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engram/engine.hpp"
+
+namespace engram::cli {
+
+// GPU hot-row cache options.
+struct CacheArgs {
+  std::string size = "5%";
+  std::string format = "fp8";
+  std::string profile;  // --cache-profile FILE (engram profile)
+  int warmup = -1;      // -1: the command's default
+  std::string update = "every=4,rows=256";
+};
+
+inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& warmup_default) {
+  sub.add_option("--cache-size", c.size,
+                 "CUDA GPU hot-row cache per Engram layer: bytes (256MiB), a share of the layer's table (default 5%), "
+                 "or off; capped at half the free HBM. CUDA-only: the cpu backend says so and runs without it");
+  sub.add_option("--cache-format", c.format, "Cache rows as fp8 (default: records as stored) or bf16 (decoded once)")
+      ->check(CLI::IsMember({"fp8", "bf16"}));
+  sub.add_option("--cache-profile", c.profile,
+                 "Fill the cache at start-up from this profile (engram profile) instead of a warm-up window");
+  sub.add_option("--cache-warmup", c.warmup,
+                 "Warm-up window: the cache is filled from the ids of the first N steps, which run without it (default " +
+                     warmup_default + ")")
+      ->check(CLI::Range(1, 1 << 20));
+  sub.add_option("--cache-update", c.update,
+                 "Online update: every=K,rows=M swaps at most M rows per layer every K steps (hottest uncached ids of "
+                 "a decayed LFU count vs the coldest of a sampled set of cached rows), or off (default every=4,rows=256)");
+}
+
+// The lookup-stack options every engine command takes.
+struct EngineArgs {
+  std::string backend = "auto";
+  std::string backing = "memfd";
+  std::string placement = "none";
+  std::string fast_path = "planner";
+  double grid_fraction = 0.5;
+  int threads = 0;
+  bool checked = false;
+  CacheArgs cache;
+};
+
+inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
+  sub.add_option("--backend", a.backend,
+                 "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub.add_option("--grid-fraction", a.grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
+      ->check(CLI::Range(0.01, 1.0));
+  sub.add_option("--threads", a.threads, "CPU lookup threads (default: cores - 1, at least 1)")->check(CLI::Range(0, 4096));
+  sub.add_flag("--checked", a.checked, "Validate every id before each lookup (an out-of-range id fails the run)");
+  sub.add_option("--fast-path", a.fast_path,
+                 "CUDA lookup path: planner (default: per batch, dedup / sort / hot-row cache / plain from calibrated "
+                 "costs, printed with its reasons), plain (the fast-path machinery runs the plain gather), off (the "
+                 "plain kernel, no cache)")
+      ->check(CLI::IsMember({"planner", "plain", "off"}));
+}
+
+inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
+  sub.add_option("--backing", a.backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
+      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
+  sub.add_option("--placement", a.placement,
+                 "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
+                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+}
+
+// The lookup-side flags as (flag, text) pairs, for set_engine_option: what a rank process of `run --ranks` gets
+// from the leader's job (the table's backing and placement are the leader's).
+inline std::vector<std::pair<std::string, std::string>> lookup_option_text(const EngineArgs& a, int default_warmup) {
+  std::vector<std::pair<std::string, std::string>> v = {
+      {"--backend", a.backend},           {"--fast-path", a.fast_path},
+      {"--cache-size", a.cache.size},     {"--cache-format", a.cache.format},
+      {"--cache-update", a.cache.update}, {"--grid-fraction", std::to_string(a.grid_fraction)},
+      {"--threads", std::to_string(a.threads)},
+      {"--checked", a.checked ? "true" : "false"},
+      {"--cache-warmup", std::to_string(a.cache.warmup > 0 ? a.cache.warmup : std::max(1, default_warmup))}};
+  if (!a.cache.profile.empty()) v.emplace_back("--cache-profile", a.cache.profile);
+  return v;
+}
+
+// Turns the arguments into `o` (its other fields kept). The cache's warm-up window defaults to `default_warmup`
+// counted steps. kInvalidArgument naming the flag.
+inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout, int default_warmup, EngineOptions& o) {
+  (void)layout;  // a cache profile is checked against the layout when the engine is built
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--backing", a.backing));
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--placement", a.placement));
+  for (const auto& [flag, value] : lookup_option_text(a, default_warmup))
+    ENGRAM_RETURN_IF_ERROR(set_engine_option(o, flag, value));
+  return Status::ok();
+}
+
+// The cache options as asked for (report JSON).
+inline nlohmann::json cache_requested_json(const CacheArgs& a, const EngineOptions& o) {
+  return {{"size", a.size},
+          {"format", a.format},
+          {"profile", a.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.profile)},
+          {"warmup_steps", o.cache.warmup_steps},
+          {"update_every", o.cache.update.every},
+          {"update_rows", o.cache.update.rows}};
+}
+
+}  // namespace engram::cli
