@@ -3,7 +3,8 @@
 // look-back rows included; and the look-back upkeep an engine needs to keep every request's state on the device.
 //
 // A DeviceHasher uploads the hasher's constants once (compression table, multipliers, head primes with their
-// Barrett constants, head offsets: core/fast_mod.hpp does the modulo exactly without a 64-bit division). Per step:
+// Barrett constants, head offsets: core/fast_mod.hpp does the modulo exactly without a 64-bit division). The work
+// of each thread is core/hash_step.hpp, which the unit tests also run on the CPU. Per step:
 //   launch_hash            ids of the step's new tokens for every Engram layer;
 //   launch_update_lookback after verification: each request's look-back row advances past its accepted tokens
 //                          (rollback of a rejected draft = accepting fewer);
@@ -25,6 +26,7 @@
 #include <memory>
 
 #include "core/hash_batch.hpp"
+#include "core/hash_step.hpp"
 #include "engram/status.hpp"
 
 namespace engram::cuda {
@@ -82,17 +84,10 @@ class DeviceHasher {
   int n_layers_ = 0;
   int max_ngram_ = 0;
   int heads_ = 0;
-  int heads_per_order_ = 0;
   HashIdType id_type_ = HashIdType::kInt64;
-  int64_t vocab_size_ = 0;
-  int64_t pad_ = 0;
   int64_t bytes_ = 0;
-  void* mem_ = nullptr;                  // one device allocation holding the arrays below
-  const uint32_t* canonical_ = nullptr;  // [vocab_size] or null (precompressed)
-  const uint64_t* multipliers_ = nullptr;  // [n_layers][N]
-  const uint64_t* head_rows_ = nullptr;    // [n_layers][heads] p
-  const uint64_t* head_magic_ = nullptr;   // [n_layers][heads] make_fast_mod(p)
-  const int64_t* head_offsets_ = nullptr;  // [n_layers][heads]
+  void* mem_ = nullptr;   // one device allocation: the constants' words, then the compression table
+  HashStepConsts consts_;  // pointing into mem_
 };
 
 }  // namespace engram::cuda
