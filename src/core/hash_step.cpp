@@ -33,6 +33,7 @@ Result<HashStepTables> make_hash_step_tables(const NgramHashParams& p, bool int3
     return bad("inconsistent shape (layers " + std::to_string(p.n_layers) + ", N " + std::to_string(p.max_ngram) +
                ", heads " + std::to_string(p.heads) + " for " + std::to_string(p.heads_per_order) +
                " per order); N must be in [2, " + std::to_string(kHashMaxWindow + 1) + "]");
+  if (p.n_layers > 65535) return bad(std::to_string(p.n_layers) + " Engram layers: the kernels' grid has one row each (<= 65535)");
   const size_t lh = static_cast<size_t>(p.n_layers) * static_cast<size_t>(p.heads);
   if (p.multipliers.size() != static_cast<size_t>(p.n_layers) * static_cast<size_t>(p.max_ngram) ||
       p.head_rows.size() != lh || p.head_offsets.size() != lh || p.layer_rows.size() != static_cast<size_t>(p.n_layers))

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -559,27 +560,55 @@ inline void check_fuzzed_steps(const MakeRunner& make, std::mt19937_64& rng) {
   }
 }
 
-// Real text (a token file of the DeepSeek-V3 tokenizer) on the V4.1-Flash layout: 64 sequences of 400 tokens
-// through fuzzed steps, int64 and int32 ids. Skips (with the reason) when the token file cannot be read.
+// Real text hashed as the engine hashes it: the V4.1-Flash layout with the committed DeepSeek-V3 compression table.
+// `skip` says why there is no case (the token file cannot be read); failures to build the hasher are test failures.
+struct TextCase {
+  std::optional<NgramHasher> hasher;
+  TokenFile tokens;
+  std::string skip;
+};
+inline TextCase text_case(const std::string& path, const std::string& what) {
+  TextCase c;
+  auto tokens = read_token_file(path);
+  if (!tokens.is_ok()) {
+    c.skip = what + " tokens not available (" + tokens.status().message() +
+             "): scripts/setup writes build/data/common-licenses.tokens (ENGRAM_DATA_DIR), scripts/tokenize-corpus the corpus";
+    return c;
+  }
+  auto table = read_compression_table(default_compression_table_path());
+  auto layout = make_preset_layout("v41-flash");
+  if (!table.is_ok() || !layout.is_ok()) {
+    ADD_FAILURE() << (table.is_ok() ? layout.status().to_string() : table.status().to_string());
+    c.skip = "no hasher";
+    return c;
+  }
+  EXPECT_TRUE(check_token_file_matches_table(*tokens, *table, default_compression_table_path()).is_ok());
+  auto h = NgramHasher::create(*layout, std::move(*table));
+  EXPECT_TRUE(h.is_ok()) << h.status().to_string();
+  if (!h.is_ok()) {
+    c.skip = "no hasher";
+    return c;
+  }
+  c.hasher.emplace(std::move(*h));
+  c.tokens = std::move(*tokens);
+  return c;
+}
+
+// Real text through fuzzed steps (64 sequences of 400 tokens), int64 and int32 ids, against the CPU reference.
+// Skips (with the reason) when the token file cannot be read.
 inline void check_text_steps(const MakeRunner& make, const std::string& path, const std::string& what,
                              std::mt19937_64& rng) {
-  auto tokens = read_token_file(path);
-  if (!tokens.is_ok()) GTEST_SKIP() << what << " tokens not available: " << tokens.status().message();
-  auto table = read_compression_table(default_compression_table_path());
-  ASSERT_TRUE(table.is_ok()) << table.status().to_string();
-  ASSERT_TRUE(check_token_file_matches_table(*tokens, *table, default_compression_table_path()).is_ok());
-  auto layout = make_preset_layout("v41-flash");
-  ASSERT_TRUE(layout.is_ok());
-  auto h = NgramHasher::create(*layout, std::move(*table));
-  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  TextCase tc = text_case(path, what);
+  if (!tc.skip.empty()) GTEST_SKIP() << tc.skip;
+  const NgramHasher& h = *tc.hasher;
   for (bool int32_ids : {false, true}) {
     SCOPED_TRACE(what + (int32_ids ? ", int32" : ", int64"));
-    std::unique_ptr<StepRunner> run = make(ngram_hash_params(*h, HashIdKind::kGlobalRow), int32_ids);
+    std::unique_ptr<StepRunner> run = make(ngram_hash_params(h, HashIdKind::kGlobalRow), int32_ids);
     ASSERT_TRUE(run);
     FuzzOptions o;
     o.prefix_start_fraction = 0.5;
-    StepFuzzer fz(text_sequences(*tokens, 64, 400), layout->max_ngram - 1, rng, h->vocab_size(), o);
-    check_steps_against_reference(*h, *run, fz, HashIdKind::kGlobalRow, rng);
+    StepFuzzer fz(text_sequences(tc.tokens, 64, 400), h.layout().max_ngram - 1, rng, h.vocab_size(), o);
+    check_steps_against_reference(h, *run, fz, HashIdKind::kGlobalRow, rng);
     EXPECT_TRUE(fz.done());
   }
 }

@@ -223,23 +223,14 @@ TEST(HashBatch, FuzzedStepsEqualWholeSequenceHashing) {
 }
 
 TEST(HashBatch, DefaultTextInChunksAndDecodeStepsEqualsWholeSequenceHashing) {
-  const std::string path = default_token_file_path();
-  auto tokens = read_token_file(path);
-  if (!tokens.is_ok())
-    GTEST_SKIP() << "default text tokens not available (" << tokens.status().message()
-                 << "): scripts/setup writes build/data/common-licenses.tokens, or set ENGRAM_DATA_DIR";
-  auto table = read_compression_table(default_compression_table_path());
-  ASSERT_TRUE(table.is_ok()) << table.status().to_string();
-  ASSERT_TRUE(check_token_file_matches_table(*tokens, *table, default_compression_table_path()).is_ok());
-  auto layout = make_preset_layout("v41-flash");
-  ASSERT_TRUE(layout.is_ok());
-  auto h = NgramHasher::create(*layout, std::move(*table));
-  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  testing::TextCase tc = testing::text_case(default_token_file_path(), "default text");
+  if (!tc.skip.empty()) GTEST_SKIP() << tc.skip;
   std::mt19937_64 rng{std::random_device{}()};
   testing::FuzzOptions o;
   o.prefix_start_fraction = 0.5;
-  StepFuzzer fz(testing::text_sequences(*tokens, 24, 600), layout->max_ngram - 1, rng, h->vocab_size(), o);
-  const int steps = run_fuzz(*h, fz, rng, HashIdKind::kGlobalRow);
+  StepFuzzer fz(testing::text_sequences(tc.tokens, 24, 600), tc.hasher->layout().max_ngram - 1, rng,
+                tc.hasher->vocab_size(), o);
+  const int steps = run_fuzz(*tc.hasher, fz, rng, HashIdKind::kGlobalRow);
   EXPECT_TRUE(fz.done()) << "stopped after " << steps << " steps";
 }
 
