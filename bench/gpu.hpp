@@ -14,6 +14,7 @@
 
 #include "bench/measure.hpp"
 #include "bench/registry.hpp"
+#include "core/hash_batch.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 
@@ -82,6 +83,29 @@ struct FastSectionOptions {
 // Appends the sections' tables, notes and data["fast"] to `rep`. kUnsupported without a usable GPU.
 Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, const FastSectionOptions& o,
                          Context& ctx, Report& rep);
+
+// ---- `engram bench hash` (bench/hash.cpp; GPU part bench/hash_gpu.cu) -------------------------------------------
+// One step's batch in host memory: CSR offsets, new tokens, and each request's look-back row (rows in request order).
+struct HashBenchStep {
+  std::vector<int32_t> query_start_loc;  // [requests + 1]
+  std::vector<int64_t> tokens;           // [query_start_loc.back()]
+  std::vector<int64_t> lookback;         // [requests][N-1]
+};
+// Device hashers (int64 and, when every layer fits, int32 ids) and every step's batch uploaded in advance (step k =
+// repetition k), so a timed call only launches: CUDA events around the launches on a non-blocking stream.
+class GpuHashSession {
+ public:
+  virtual ~GpuHashSession() = default;
+  virtual nlohmann::json info() const = 0;  // device, device bytes of the hashers and the steps
+  virtual bool has_int32() const = 0;
+  // Step `step` hashed (int32 or int64 ids); with_update adds the look-back update (into a scratch copy of the
+  // rows, so every step stays repeatable). host_launch_ns (optional): host time of the launch calls themselves.
+  virtual Result<Sample> hash(int step, bool int32, bool with_update, double* host_launch_ns) = 0;
+  // The int64 ids of step `step`: [layers][tokens][heads].
+  virtual Result<std::vector<int64_t>> ids(int step) = 0;
+};
+Result<std::unique_ptr<GpuHashSession>> open_gpu_hash(const NgramHashParams& params,
+                                                      const std::vector<HashBenchStep>& steps);
 
 Result<Report> run_copy_bench(Context& ctx);
 Result<Report> run_register_bench(Context& ctx);

@@ -18,6 +18,9 @@ Result<std::unique_ptr<GpuLookupSession>> open_gpu_lookup(const TableView&, int6
 Status run_fast_sections(const TableView&, int64_t, int, const FastSectionOptions&, Context&, Report&) {
   return Status(Code::kUnsupported, kNoCuda);
 }
+Result<std::unique_ptr<GpuHashSession>> open_gpu_hash(const NgramHashParams&, const std::vector<HashBenchStep>&) {
+  return Status(Code::kUnsupported, kNoCuda);
+}
 Result<Report> run_copy_bench(Context&) { return Status(Code::kUnsupported, kNoCuda); }
 Result<Report> run_register_bench(Context&) { return Status(Code::kUnsupported, kNoCuda); }
 

@@ -4,6 +4,8 @@
 // chunk behind an all-pad window and chunked hashing cannot drift from it.
 // Products and XORs run on uint64 (the wrap-around of numpy's int64 multiply, without C++'s signed
 // overflow UB); the final modulo follows Python's sign rule, which only matters for negative ids.
+// DEAD tokens (kDeadToken) pass through compress() like other negative ids and are replaced, with every older
+// token of the walk, by the pad while mixing; without them the loop computes exactly the reference's mix.
 #include "core/ngram_hash.hpp"
 
 #include <algorithm>
@@ -175,12 +177,17 @@ void NgramHasher::hash_compressed(const std::vector<int64_t>& window, std::span<
   std::vector<int64_t> ext(window);
   ext.insert(ext.end(), compressed.begin(), compressed.end());
   const bool global = kind == HashIdKind::kGlobalRow;
+  const int64_t pad = compressed_pad_id_;
   for (size_t t = 0; t < compressed.size(); ++t) {
     const int64_t* cur = ext.data() + w + t;
-    uint64_t mix = static_cast<uint64_t>(cur[0]) * static_cast<uint64_t>(m[0]);
+    // From the first DEAD token of the walk back on, every token counts as the pad.
+    bool dead = cur[0] == kDeadToken;
+    uint64_t mix = static_cast<uint64_t>(dead ? pad : cur[0]) * static_cast<uint64_t>(m[0]);
     int64_t* o = out + t * static_cast<size_t>(heads);
     for (int n = 2; n <= n_max; ++n) {
-      mix ^= static_cast<uint64_t>(cur[-(n - 1)]) * static_cast<uint64_t>(m[n - 1]);
+      const int64_t x = cur[-(n - 1)];
+      dead = dead || x == kDeadToken;
+      mix ^= static_cast<uint64_t>(dead ? pad : x) * static_cast<uint64_t>(m[n - 1]);
       const int64_t smix = static_cast<int64_t>(mix);
       const int h0 = (n - 2) * k_heads;
       for (int j = 0; j < k_heads; ++j) {

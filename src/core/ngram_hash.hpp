@@ -17,7 +17,11 @@
 // prefix-cache hit starts from resume_sequence() (or a saved SequenceSnapshot) in the middle of a
 // sequence; rollback(k) drops the last k tokens after a rejected speculative draft.
 //
-// Negative token ids pass through the compression unchanged, as in the reference (its _compress keeps
+// DEAD tokens (kDeadToken, core/hash_batch.hpp: image-span positions) take part in no n-gram: walking an n-gram
+// from its newest token back, the first DEAD token and every older one count as the compressed pad id, as the
+// positions before the sequence start do. A DEAD position thus hashes the all-pad n-grams; a SequenceState keeps
+// DEAD tokens as kDeadToken. Inputs without kDeadToken hash exactly as the reference does.
+// Other negative token ids pass through the compression unchanged, as in the reference (its _compress keeps
 // ids < 0); ids >= the tokenizer vocabulary are errors, never silently re-hashed.
 // An NgramHasher is immutable after create() and may be shared by threads; a SequenceState is not.
 #pragma once
@@ -28,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash_batch.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 
@@ -62,7 +67,7 @@ struct NgramHashOptions {
 };
 
 // What a prefix cache stores to resume a sequence: its length and its last min(position, N-1)
-// compressed tokens, oldest first.
+// compressed tokens, oldest first (kDeadToken for DEAD ones).
 struct SequenceSnapshot {
   int64_t position = 0;
   std::vector<int64_t> tail;
@@ -110,6 +115,8 @@ class NgramHasher {
   // Raw vocabulary size (token ids accepted): the table's size, or V' for a precompressed hasher.
   int64_t vocab_size() const { return identity_ ? compressed_vocab_ : table_.vocab_size(); }
   int64_t compressed_pad_id() const { return compressed_pad_id_; }
+  // The compression table, or nullptr for a precompressed hasher (ids are their own canonical ids).
+  const CompressionTable* compression_table() const { return identity_ ? nullptr : &table_; }
   int64_t half_bound() const { return half_bound_; }
   // m[max_ngram] of Engram layer `layer_index` (index into layout().layer_ids).
   const std::vector<int64_t>& multipliers(int layer_index) const { return multipliers_.at(layer_index); }

@@ -21,6 +21,7 @@
 
 #include "core/ngram_hash.hpp"
 #include "engram/layout.hpp"
+#include "support/hash_support.hpp"
 
 namespace engram {
 namespace {
@@ -64,29 +65,8 @@ EngramLayout custom_layout(std::vector<int> layer_ids, int max_ngram, int heads_
   return l;
 }
 
-// A random valid compression table: canonical ids in first-seen order, about `vocab * keep` distinct.
-CompressionTable random_table(std::mt19937_64& rng, int64_t vocab, double keep) {
-  CompressionTable t;
-  t.tokenizer = "random-test";
-  t.canonical.resize(static_cast<size_t>(vocab));
-  std::uniform_real_distribution<double> u(0, 1);
-  uint32_t next = 0;
-  for (auto& c : t.canonical) {
-    if (next == 0 || u(rng) < keep) {
-      c = next++;
-    } else {
-      c = static_cast<uint32_t>(rng() % next);
-    }
-  }
-  t.compressed_vocab = next;
-  return t;
-}
-
-std::vector<int64_t> random_tokens(std::mt19937_64& rng, size_t n, int64_t vocab) {
-  std::vector<int64_t> v(n);
-  for (auto& x : v) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
-  return v;
-}
+using testing::random_table;
+using testing::random_tokens;
 
 struct GoldenCase {
   std::string what;
