@@ -50,44 +50,12 @@ class MetaReader {
     return v;
   }
 
-  static Result<int64_t> as_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-    int64_t x;
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(hi)) return out_of_range(field, std::to_string(u), lo, hi);
-      x = static_cast<int64_t>(u);
-    } else if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-    } else {
-      return invalid(field + ": expected an integer, got " + a_type(v));
-    }
-    if (x < lo || x > hi) return out_of_range(field, std::to_string(x), lo, hi);
-    return x;
-  }
-
-  static Result<std::vector<int64_t>> as_int_list(const json& v, const std::string& field, int64_t lo, int64_t hi,
-                                                  size_t max_len) {
-    if (!v.is_array()) return invalid(field + ": expected an array of integers, got " + a_type(v));
-    if (v.size() > max_len)
-      return invalid(field + ": " + std::to_string(v.size()) + " entries, at most " + std::to_string(max_len));
-    std::vector<int64_t> out;
-    out.reserve(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      ENGRAM_ASSIGN_OR_RETURN(const int64_t x, as_int(v[i], field + "[" + std::to_string(i) + "]", lo, hi));
-      out.push_back(x);
-    }
-    return out;
-  }
-
   Result<int64_t> int_field(const std::string& key, int64_t lo, int64_t hi) const {
     ENGRAM_ASSIGN_OR_RETURN(const json v, value(key, true));
-    return as_int(v, "__metadata__." + key, lo, hi);
+    return json_integer(v, "__metadata__." + key, lo, hi);
   }
 
  private:
-  static Status out_of_range(const std::string& field, const std::string& v, int64_t lo, int64_t hi) {
-    return invalid(field + " = " + v + " is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
   const SafetensorsHeader& h_;
 };
 
@@ -122,7 +90,7 @@ Result<CheckpointInfo> decode_impl(const SafetensorsHeader& h) {
 
   ENGRAM_ASSIGN_OR_RETURN(const json ids, meta.value("layer_ids", true));
   ENGRAM_ASSIGN_OR_RETURN(const std::vector<int64_t> layer_ids,
-                          MetaReader::as_int_list(ids, "__metadata__.layer_ids", 0, 1 << 20, kMaxLayers));
+                          json_integer_list(ids, "__metadata__.layer_ids", 0, 1 << 20, kMaxLayers));
   if (layer_ids.empty()) return invalid("__metadata__.layer_ids is empty");
   for (int64_t id : layer_ids) l.layer_ids.push_back(static_cast<int>(id));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t max_ngram, meta.int_field("max_ngram", 2, 16));
@@ -134,7 +102,7 @@ Result<CheckpointInfo> decode_impl(const SafetensorsHeader& h) {
   l.d = static_cast<int>(d);
   ENGRAM_ASSIGN_OR_RETURN(const json vocab, meta.value("vocab_size_per_order", true));
   ENGRAM_ASSIGN_OR_RETURN(l.vocab_size_per_order,
-                          MetaReader::as_int_list(vocab, "__metadata__.vocab_size_per_order", 2, int64_t{1} << 40, 15));
+                          json_integer_list(vocab, "__metadata__.vocab_size_per_order", 2, int64_t{1} << 40, 15));
   if (static_cast<int64_t>(l.vocab_size_per_order.size()) != max_ngram - 1)
     return invalid("__metadata__.vocab_size_per_order has " + std::to_string(l.vocab_size_per_order.size()) +
                    " entries, expected max_ngram - 1 = " + std::to_string(max_ngram - 1));
@@ -149,7 +117,7 @@ Result<CheckpointInfo> decode_impl(const SafetensorsHeader& h) {
   for (size_t li = 0; li < hr.size(); ++li) {
     const std::string field = "__metadata__.head_rows[" + std::to_string(li) + "]";
     ENGRAM_ASSIGN_OR_RETURN(std::vector<int64_t> rows_of_layer,
-                            MetaReader::as_int_list(hr[li], field, 2, int64_t{1} << 41, 15 * 1024));
+                            json_integer_list(hr[li], field, 2, int64_t{1} << 41, 15 * 1024));
     if (static_cast<int>(rows_of_layer.size()) != l.heads())
       return invalid(field + " has " + std::to_string(rows_of_layer.size()) + " entries, expected " +
                      std::to_string(l.heads()) + " heads");

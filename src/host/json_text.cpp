@@ -73,4 +73,38 @@ bool json_depth_within(std::string_view text, int max_depth) {
   return true;
 }
 
+Result<int64_t> json_integer(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi) {
+  auto out_of_range = [&](const std::string& text) {
+    return Status(Code::kInvalidArgument,
+                  field + " = " + text + " is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return out_of_range(std::to_string(u));
+    x = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else {
+    return Status(Code::kInvalidArgument, field + ": expected an integer, got " + a_type(v));
+  }
+  if (x < lo || x > hi) return out_of_range(std::to_string(x));
+  return x;
+}
+
+Result<std::vector<int64_t>> json_integer_list(const nlohmann::json& v, const std::string& field, int64_t lo,
+                                               int64_t hi, size_t max_len) {
+  if (!v.is_array()) return Status(Code::kInvalidArgument, field + ": expected an array of integers, got " + a_type(v));
+  if (v.size() > max_len)
+    return Status(Code::kInvalidArgument,
+                  field + ": " + std::to_string(v.size()) + " entries, at most " + std::to_string(max_len));
+  std::vector<int64_t> out;
+  out.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    ENGRAM_ASSIGN_OR_RETURN(const int64_t x, json_integer(v[i], field + "[" + std::to_string(i) + "]", lo, hi));
+    out.push_back(x);
+  }
+  return out;
+}
+
 }  // namespace engram::host

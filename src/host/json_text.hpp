@@ -1,7 +1,7 @@
-// Helpers for messages about untrusted JSON (safetensors headers, model config.json and index.json):
-// untrusted text made printable, a JSON value's kind in words, lists in brackets, and a nesting-depth
+// Helpers for untrusted JSON (safetensors headers and metadata, model config.json and index.json):
+// untrusted text made printable, a JSON value's kind in words, lists in brackets, a nesting-depth
 // guard run before parsing so that neither the parser nor a destructor recurses as deep as an
-// attacker likes.
+// attacker likes, and range-checked integer fields.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engram/status.hpp"
 
 namespace engram::host {
 
@@ -25,5 +27,12 @@ std::string list_text(const std::vector<int>& v);
 // the parser's depth exactly; the parser stops at the first invalid byte, so the bound holds for
 // invalid input too.
 bool json_depth_within(std::string_view text, int max_depth = kMaxJsonDepth);
+
+// An integer in [lo, hi]. kInvalidArgument "<field>: expected an integer, got a string" or
+// "<field> = 7 is not in [lo, hi]".
+Result<int64_t> json_integer(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi);
+// An array of at most max_len integers in [lo, hi] (may be empty); errors name "<field>[i]".
+Result<std::vector<int64_t>> json_integer_list(const nlohmann::json& v, const std::string& field, int64_t lo,
+                                               int64_t hi, size_t max_len);
 
 }  // namespace engram::host

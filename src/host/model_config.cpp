@@ -37,44 +37,19 @@ class Fields {
   Result<int64_t> integer(const char* name, int64_t lo, int64_t hi) const {
     const json* v = find(name);
     if (!v) return invalid(prefix_ + name + " is missing");
-    return as_integer(*v, prefix_ + name, lo, hi);
+    return json_integer(*v, prefix_ + name, lo, hi);
   }
 
+  // A non-empty array of at most max_len integers in [lo, hi].
   Result<std::vector<int64_t>> integers(const char* name, int64_t lo, int64_t hi, size_t max_len) const {
     const json* v = find(name);
     if (!v) return invalid(prefix_ + name + " is missing");
-    if (!v->is_array()) return invalid(prefix_ + name + ": expected an array of integers, got " + a_type(*v));
-    if (v->empty()) return invalid(prefix_ + name + " is empty");
-    if (v->size() > max_len)
-      return invalid(prefix_ + name + ": " + std::to_string(v->size()) + " entries, at most " + std::to_string(max_len));
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < v->size(); ++i) {
-      ENGRAM_ASSIGN_OR_RETURN(const int64_t x,
-                              as_integer((*v)[i], prefix_ + name + "[" + std::to_string(i) + "]", lo, hi));
-      out.push_back(x);
-    }
+    ENGRAM_ASSIGN_OR_RETURN(std::vector<int64_t> out, json_integer_list(*v, prefix_ + name, lo, hi, max_len));
+    if (out.empty()) return invalid(prefix_ + name + " is empty");
     return out;
   }
 
  private:
-  static Result<int64_t> as_integer(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-    int64_t x = 0;
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(hi)) return out_of_range(field, std::to_string(u), lo, hi);
-      x = static_cast<int64_t>(u);
-    } else if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-    } else {
-      return invalid(field + ": expected an integer, got " + a_type(v));
-    }
-    if (x < lo || x > hi) return out_of_range(field, std::to_string(x), lo, hi);
-    return x;
-  }
-  static Status out_of_range(const std::string& field, const std::string& v, int64_t lo, int64_t hi) {
-    return invalid(field + " = " + v + " is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-
   const json& obj_;
   std::string prefix_;
 };

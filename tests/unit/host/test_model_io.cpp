@@ -123,16 +123,24 @@ class ModelIo : public ::testing::Test {
   uint64_t seed_ = 0;
 };
 
+// Private memory for every layer of `layout`, filled with `poison`, and its spans.
+struct Tables {
+  Tables(const EngramLayout& layout, uint8_t poison) {
+    for (int i = 0; i < layout.n_layers(); ++i) {
+      mem.emplace_back(static_cast<size_t>(layout.table_bytes(i)), poison);
+      spans.push_back(layer_span(mem.back().data(), layout, i));
+    }
+  }
+  std::vector<std::vector<uint8_t>> mem;
+  std::vector<TableSpan> spans;
+};
+
 // Loads `info` into freshly poisoned buffers of `format` and checks every row against synth_row.
 void expect_loads_synth_rows(const ModelInfo& info, RowFormat format, uint64_t seed, ModelLoadOptions opt = {}) {
   auto layout = model_layout(info, format);
   ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
-  std::vector<std::vector<uint8_t>> mem;
-  std::vector<TableSpan> spans;
-  for (int i = 0; i < layout->n_layers(); ++i) {
-    mem.emplace_back(static_cast<size_t>(layout->table_bytes(i)), uint8_t{0xA5});
-    spans.push_back(layer_span(mem.back().data(), *layout, i));
-  }
+  Tables tables(*layout, 0xA5);
+  const std::vector<TableSpan>& spans = tables.spans;
   const Status s = load_model(info, *layout, spans, opt);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   const int d = layout->d;
@@ -485,12 +493,8 @@ TEST_F(ModelIo, LoadRejectsMismatchedLayoutSpansAndChangedShards) {
   ASSERT_TRUE(info.is_ok());
   auto layout = model_layout(*info, RowFormat::kSplit);
   ASSERT_TRUE(layout.is_ok());
-  std::vector<std::vector<uint8_t>> mem;
-  std::vector<TableSpan> spans;
-  for (int i = 0; i < layout->n_layers(); ++i) {
-    mem.emplace_back(static_cast<size_t>(layout->table_bytes(i)), uint8_t{0});
-    spans.push_back(layer_span(mem.back().data(), *layout, i));
-  }
+  Tables tables(*layout, 0);
+  const std::vector<TableSpan>& spans = tables.spans;
   EngramLayout other = *layout;
   other.d = 32;
   ASSERT_TRUE(other.finalize().is_ok());
@@ -541,13 +545,9 @@ TEST_F(ModelIo, ProgressAndPinnedReaders) {
   ModelLoadOptions bad;
   bad.reader_node = 4095;
   auto layout = model_layout(*info, RowFormat::kSplit);
-  std::vector<std::vector<uint8_t>> mem;
-  std::vector<TableSpan> spans;
-  for (int i = 0; i < layout->n_layers(); ++i) {
-    mem.emplace_back(static_cast<size_t>(layout->table_bytes(i)), uint8_t{0});
-    spans.push_back(layer_span(mem.back().data(), *layout, i));
-  }
-  EXPECT_EQ(load_model(*info, *layout, spans, bad).code(), Code::kNotFound);
+  ASSERT_TRUE(layout.is_ok());
+  Tables tables(*layout, 0);
+  EXPECT_EQ(load_model(*info, *layout, tables.spans, bad).code(), Code::kNotFound);
 }
 
 TEST_F(ModelIo, LoadDropsTheTableFromThePageCache) {
