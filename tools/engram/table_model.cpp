@@ -386,6 +386,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   TableOptions topt;
   topt.backing = a.backing;
   topt.placement = a.placement;
+  topt.prefault = !a.no_prefault;
   const auto t_place = Clock::now();
   auto table = HostTable::create(*layout, topt);
   if (!table.is_ok()) return report_failure(cmd, table.status());
@@ -419,6 +420,7 @@ int load_model_dir(const ModelLoadArgs& a) {
                     {"row_layout", row_format_name(*fmt)},
                     {"backing", a.backing},
                     {"placement", a.placement},
+                    {"prefault", !a.no_prefault},
                     {"rows", layout->total_rows()},
                     {"unused_rows", unused_rows},
                     {"bytes", bytes},
@@ -438,11 +440,11 @@ int load_model_dir(const ModelLoadArgs& a) {
                     {"mismatched_rows", a.verify ? json(mismatches) : json(nullptr)}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("loaded %s into a %s %s table (%s, placement %s): %s of rows in %.2f s (%s); placing it took %.2f s "
-                "(place+load %s)\n",
+    std::printf("loaded %s into a %s %s table (%s, placement %s%s): %s of rows in %.2f s (%s); placing it took "
+                "%.2f s (place+load %s)\n",
                 a.dir.c_str(), format_bytes(layout->total_bytes()).c_str(), row_format_name(*fmt), a.backing.c_str(),
-                a.placement.c_str(), format_bytes(bytes).c_str(), load_s, format_gbps(b, load_s).c_str(), place_s,
-                format_gbps(b, place_s + load_s).c_str());
+                a.placement.c_str(), a.no_prefault ? ", not prefaulted" : "", format_bytes(bytes).c_str(), load_s,
+                format_gbps(b, load_s).c_str(), place_s, format_gbps(b, place_s + load_s).c_str());
     std::printf("rows         %lld loaded, %lld past the primes not loaded\n",
                 static_cast<long long>(layout->total_rows()), static_cast<long long>(unused));
     std::printf("page cache   %s: %s of the shards before the load, %s after\n", a.cache.c_str(),

@@ -42,6 +42,7 @@ struct ModelLoadArgs {
   std::string row_layout = "fused";
   std::string backing = "memfd";
   std::string placement = "none";
+  bool no_prefault = false;          // the readers' first writes allocate the table's pages
   int threads = 0;
   int reader_node = -1;
   std::string cache = "as-is";       // as-is | cold | warm

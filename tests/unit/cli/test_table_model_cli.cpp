@@ -1,7 +1,7 @@
 // `engram table create --format hf-model | info DIR | load DIR` as a user runs them: a synthetic model
 // directory is written, described (--json: tensors, shards, rows past the primes, the compression
-// table's V'), loaded and verified row by row in both row layouts and with the side-by-side
-// sequential read; bad input (existing output, options of the other format, a V' mismatch, a
+// table's V'), loaded and verified row by row in both row layouts (prefaulted or first touched by
+// the readers) and with the side-by-side sequential read; bad input (existing output, options of the other format, a V' mismatch, a
 // truncated shard, a wrong dtype, unknown tensor names) exits 2 and leaves nothing behind.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -87,9 +87,12 @@ TEST_F(TableModelCli, CreateInfoLoadVerify) {
   EXPECT_NE(r.out.find("V' 98627 = engram_compressed_vocab_size"), std::string::npos) << r.out;
 
   for (const char* layout : {"fused", "split"}) {
-    r = cli("table load " + dir_ + " --verify --json --row-layout " + layout + " --cache cold --compare-sequential");
+    const bool prefault = std::string(layout) == "fused";
+    r = cli("table load " + dir_ + " --verify --json --row-layout " + layout + " --cache cold --compare-sequential" +
+            (prefault ? "" : " --no-prefault"));
     ASSERT_EQ(r.code, 0) << r.out << r.err;
     const json load = parse(r.out);
+    EXPECT_EQ(load["prefault"], prefault);
     EXPECT_EQ(load["mismatched_rows"], 0);
     EXPECT_EQ(load["row_layout"], layout);
     EXPECT_EQ(load["unused_rows"], json({3, 3}));
