@@ -112,6 +112,10 @@ class ModelIo : public ::testing::Test {
     return out;
   }
   fs::path file(const std::string& name) const { return fs::path(dir_) / name; }
+ public:
+  const std::string& dir() const { return dir_; }
+
+ protected:
   std::string engram_shard(int layer_index) const {
     auto info = read_model_dir(dir_);
     EXPECT_TRUE(info.is_ok()) << info.status().to_string();
@@ -582,17 +586,23 @@ TEST_F(ModelIo, CompressionTableMatchesConfig) {
       << cmd;
 }
 
+// Writes a fresh directory with `o` and expects its compression table refused with all of `message`.
+void expect_table_refused(ModelIo& t, const SyntheticModelOptions& o, const std::vector<std::string>& message) {
+  fs::remove_all(t.dir());
+  ASSERT_TRUE(write_synthetic_model_dir(t.dir(), small_layout(), o).is_ok());
+  auto info = read_model_dir(t.dir());
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  auto table = read_model_compression_table(*info);
+  ASSERT_FALSE(table.is_ok());
+  EXPECT_EQ(table.status().code(), Code::kInvalidArgument);
+  for (const std::string& m : message)
+    EXPECT_NE(table.status().message().find(m), std::string::npos) << table.status().to_string();
+}
+
 TEST_F(ModelIo, CompressedVocabMismatchNamesBothNumbers) {
   SyntheticModelOptions o = options();
   o.compressed_vocab_size = 99092;
-  make(o);
-  auto info = read_model_dir(dir_);
-  ASSERT_TRUE(info.is_ok());
-  auto t = read_model_compression_table(*info);
-  ASSERT_FALSE(t.is_ok());
-  EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("V' = 98627"), std::string::npos) << t.status().to_string();
-  EXPECT_NE(t.status().message().find("engram_compressed_vocab_size = 99092"), std::string::npos) << t.status().to_string();
+  expect_table_refused(*this, o, {"V' = 98627", "engram_compressed_vocab_size = 99092"});
   const Status s = check_compressed_vocab_size(10, "a.bin", 11, "config.json");
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_TRUE(check_compressed_vocab_size(11, "a.bin", 11, "config.json").is_ok());
@@ -601,27 +611,13 @@ TEST_F(ModelIo, CompressedVocabMismatchNamesBothNumbers) {
 TEST_F(ModelIo, CompressionTableOfAnotherPadIdOrTokenizerIsRefused) {
   SyntheticModelOptions o = options();
   o.pad_token_id = 3;
-  make(o);
-  auto info = read_model_dir(dir_);
-  ASSERT_TRUE(info.is_ok());
-  auto t = read_model_compression_table(*info);
-  ASSERT_FALSE(t.is_ok());
-  EXPECT_NE(t.status().message().find("pad id 2"), std::string::npos) << t.status().to_string();
-  EXPECT_NE(t.status().message().find("engram_pad_token_id = 3"), std::string::npos) << t.status().to_string();
-
+  expect_table_refused(*this, o, {"pad id 2", "engram_pad_token_id = 3"});
   // A tokenizer.json other than the one the table was built from (its sidecar names the bundled file's SHA-256).
-  fs::remove_all(dir_);
   const fs::path other = root_ / "tokenizer.json";
   write_text(other, "{\"model\": {}}");
   o = options();
   o.tokenizer_json = other.string();
-  make(o);
-  info = read_model_dir(dir_);
-  ASSERT_TRUE(info.is_ok());
-  t = read_model_compression_table(*info);
-  ASSERT_FALSE(t.is_ok());
-  EXPECT_NE(t.status().message().find("SHA-256"), std::string::npos) << t.status().to_string();
-  EXPECT_NE(t.status().message().find("--tokenizer-json"), std::string::npos) << t.status().to_string();
+  expect_table_refused(*this, o, {"SHA-256", "--tokenizer-json"});
 }
 
 TEST_F(ModelIo, CompressionTableBuiltFromTheDirectorysTokenizer) {
