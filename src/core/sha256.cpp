@@ -83,8 +83,8 @@ std::array<uint8_t, 32> Sha256::digest() {
   for (int i = 0; i < 8; ++i) pad[pad_len + static_cast<size_t>(i)] = static_cast<uint8_t>(bits >> (56 - 8 * i));
   update({pad, pad_len + 8});
   std::array<uint8_t, 32> out{};
-  for (int i = 0; i < 8; ++i)
-    for (int k = 0; k < 4; ++k) out[static_cast<size_t>(4 * i + k)] = static_cast<uint8_t>(h_[static_cast<size_t>(i)] >> (24 - 8 * k));
+  for (size_t i = 0; i < 8; ++i)
+    for (size_t k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(h_[i] >> (24 - 8 * k));
   return out;
 }
 

@@ -159,7 +159,7 @@ Status write_impl(const std::string& dir, const EngramLayout& layout, const Synt
       noise_tensor("head.weight", "BF16", {kModelVocabRows, kHidden}, seed));
   std::vector<int64_t> num_embeddings;
   for (int li = 0; li < n_engram; ++li) {
-    Shard& sh = shards[static_cast<size_t>(opt.other_shards + li)];
+    Shard& sh = shards[static_cast<size_t>(opt.other_shards) + static_cast<size_t>(li)];
     const int id = layout.layer_ids[static_cast<size_t>(li)];
     const std::string p = "layers." + std::to_string(id) + ".engram.";
     const int64_t rows = layout.rows(li) + opt.extra_rows;
