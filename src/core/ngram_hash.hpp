@@ -48,6 +48,8 @@ struct CompressionTable {
   std::string tokenizer_version;       // version of the package that built the table
   std::vector<uint32_t> canonical;     // [vocab_size] canonical id of each token id
   int64_t compressed_vocab = 0;        // V': number of distinct canonical ids
+  int64_t pad_id = kDefaultPadId;      // the pad token id the sidecar names
+  std::string tokenizer_json_sha256;   // SHA-256 (hex) of the tokenizer.json it was built from; "" = not recorded
 
   int64_t vocab_size() const { return static_cast<int64_t>(canonical.size()); }
   // kInvalidArgument unless the table is non-empty and canonical ids are numbered in first-seen order

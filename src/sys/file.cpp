@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <vector>
 
 #include "sys/fault.hpp"
@@ -224,6 +225,49 @@ Result<bool> path_exists(const std::string& path) {
   if (::lstat(path.c_str(), &st) == 0) return true;
   if (errno == ENOENT) return false;
   return errno_status(errno, "lstat(" + path + ")");
+}
+
+Result<std::string> read_small_file(const std::string& path, int64_t max_bytes) {
+  ENGRAM_ASSIGN_OR_RETURN(File f, open_read(path));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t size, file_size_bytes(f));
+  if (size > max_bytes)
+    return Status(Code::kInvalidArgument, path + " is " + std::to_string(size) + " bytes, more than the " +
+                                              std::to_string(max_bytes) + " bytes such a file may have");
+  std::string data(static_cast<size_t>(size), '\0');
+  if (size > 0) ENGRAM_RETURN_IF_ERROR(pread_full(f, data.data(), data.size(), 0));
+  return data;
+}
+
+Status write_new_file(const std::string& path, std::string_view data) {
+  ENGRAM_ASSIGN_OR_RETURN(File f, create_new(path));
+  Status s = data.empty() ? Status::ok() : pwrite_full(f, data.data(), data.size(), 0);
+  if (s.is_ok()) s = fsync(f);
+  if (s.is_ok()) s = f.close();
+  if (!s.is_ok()) {
+    (void)f.close();
+    (void)unlink_path(path);
+  }
+  return s;
+}
+
+Status make_directory(const std::string& path, unsigned mode) {
+  ErrnoGuard guard;
+  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0) return errno_status(errno, "mkdir(" + path + ")");
+  return Status::ok();
+}
+
+Status remove_tree(const std::string& path) {
+  ErrnoGuard guard;
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return errno_status(ec.value(), "removing " + path + " and its contents");
+  return Status::ok();
+}
+
+bool is_directory(const std::string& path) noexcept {
+  ErrnoGuard guard;
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool is_terminal(int fd) noexcept {

@@ -1,5 +1,5 @@
-// File primitives for checkpoint I/O: the only place that calls open/pread/pwrite/posix_fadvise/
-// fstat/fsync/sync_file_range/rename/unlink/mincore on table files.
+// File primitives for checkpoint and model I/O: the only place that calls open/pread/pwrite/
+// posix_fadvise/fstat/fsync/sync_file_range/rename/unlink/mkdir/mincore on table files.
 //
 // Contract (as in memory.hpp): every function returns a Status (or Result), leaves the caller's
 // errno exactly as it found it, and names the call, the path and the arguments on failure
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "engram/status.hpp"
 
@@ -75,6 +76,20 @@ Status rename_path(const std::string& from, const std::string& to, bool replace)
 Status unlink_path(const std::string& path);
 // lstat(2): true when `path` names anything (file, directory, dangling symlink); false on ENOENT.
 Result<bool> path_exists(const std::string& path);
+
+// The whole content of a regular file of at most max_bytes bytes (open, fstat, pread). kInvalidArgument
+// when the file is larger (naming both sizes); errors of open/pread otherwise.
+Result<std::string> read_small_file(const std::string& path, int64_t max_bytes);
+// Writes `data` to a new file (create_new: it must not exist), fsyncs and closes it; on error the file
+// is removed.
+Status write_new_file(const std::string& path, std::string_view data);
+
+// mkdir(2) of one directory. EEXIST is returned as a Status whose sys_error() is EEXIST.
+Status make_directory(const std::string& path, unsigned mode = 0755);
+// Removes `path` and everything below it (symlinks are removed, never followed); a missing path is OK.
+Status remove_tree(const std::string& path);
+// stat(2): true when `path` is a directory (symlinks followed); false when it is not or does not exist.
+bool is_directory(const std::string& path) noexcept;
 
 // isatty(fd): true when fd is a terminal (progress lines go to stderr only then).
 bool is_terminal(int fd) noexcept;

