@@ -1618,6 +1618,7 @@ PYBIND11_MODULE(_engram, m) {
           auto g = host::SharedTableGroup::create(spec);
           if (!g.is_ok()) {
             s = g.status();
+            (void)host::SharedTableGroup::fail_peers(ch, spec.group, s, timeouts_of(step_timeout_s, load_timeout_s).step);
           } else {
             t->group = std::move(*g);
             s = t->group->admit(ch, hooks, timeouts_of(step_timeout_s, load_timeout_s));

@@ -34,6 +34,7 @@
 
 #include "core/units.hpp"
 #include "sys/file.hpp"
+#include "sys/owner.hpp"
 
 namespace engram::host {
 namespace {
@@ -738,16 +739,24 @@ Status write_impl(const std::string& path, const EngramLayout& layout, std::map<
   const int64_t data_offset = static_cast<int64_t>(head.size());
   const int64_t total = static_cast<int64_t>(offset);
 
-  // Temp file next to the target, removed on every error path.
+  // Temp file next to the target, removed on every error path (and on a cancel: SIGINT / SIGTERM).
+  // Its owner record (sys/owner.hpp) comes first, so that a writer killed by SIGKILL leaves a temp
+  // file the next sweep of this directory (host/sweep.hpp) can tell from a live writer's.
   std::string tmp;
   sys::File f;
   for (int attempt = 0;; ++attempt) {
     tmp = temp_name_for(target);
+    Status rec = sys::write_owner_record(tmp);
+    if (!rec.is_ok()) {
+      if (rec.sys_error() == EEXIST && attempt < 8) continue;
+      return rec;
+    }
     auto r = sys::create_new(tmp);
     if (r.is_ok()) {
       f = std::move(r).value();
       break;
     }
+    (void)sys::remove_owner_record(tmp);
     if (r.status().sys_error() != EEXIST || attempt >= 8) return r.status();
   }
   bool committed = false;
@@ -760,6 +769,7 @@ Status write_impl(const std::string& path, const EngramLayout& layout, std::map<
         (void)f.close();
         (void)sys::unlink_path(tmp);
       }
+      (void)sys::remove_owner_record(tmp);
     }
   } cleanup{f, tmp, committed};
 
@@ -790,6 +800,10 @@ Status write_impl(const std::string& path, const EngramLayout& layout, std::map<
   const Status written = run_chunked(
       items.size(), threads, static_cast<size_t>(max_rows * row_bytes), item_bytes, progress,
       [&](size_t i, uint8_t* scratch) -> Status {
+        if (opt.cancelled && opt.cancelled())
+          return Status(Code::kIo, "write of " + path + " cancelled after " + std::to_string(i) + " of " +
+                                       std::to_string(items.size()) + " chunks; the partial temp file is removed",
+                        4 /* EINTR */);
         const WriteItem& it = items[i];
         const int64_t n = it.row_hi - it.row_lo;
         uint8_t* payload = scratch;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "host/table_fit.hpp"
 #include "sys/affinity.hpp"
 #include "sys/memfd.hpp"
 #include "sys/protect.hpp"
@@ -215,7 +216,9 @@ Result<Description> decode_description(const std::string& bytes) {
     Status s;
     if (!status_from_json(*err, &s) || s.is_ok())
       return Status(Code::kInvalidArgument, "malformed error in the table description");
-    return Status(s.code(), "the leader could not describe the table: " + s.message(), s.sys_error());
+    (void)get_str(d, "group", &out.group);
+    out.leader_failure = Status(s.code(), "the leader failed: " + s.message(), s.sys_error());
+    return out;
   }
   auto it = d.find("segments");
   if (!get_str(d, "group", &out.group) || !get_str(d, "job", &out.job) || it == d.end() || !it->is_array() || it->empty())
@@ -594,6 +597,7 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::create(const SharedT
                                                 "shared (use memfd, shm or hugetlb)");
     named = named || s.backing.kind == BackingKind::kShmFile;
   }
+  ENGRAM_RETURN_IF_ERROR(check_shared_table_fits(spec));  // every segment and replica at once
   std::unique_ptr<SharedTableGroup> g(new SharedTableGroup());
   g->leader_ = true;
   g->group_ = spec.group;
@@ -606,7 +610,13 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::create(const SharedT
   }
   for (size_t i = 0; i < spec.segments.size(); ++i) {
     const auto& s = spec.segments[i];
-    auto placed = create_placed_backings(s.backing, spec.placement, spec.placement_options);
+    BackingOptions o = s.backing;  // a named file is guarded from the moment it exists
+    if (g->guardian_)
+      o.on_named_created = [guard = g->guardian_, next = s.backing.on_named_created](const std::string& path) {
+        ENGRAM_RETURN_IF_ERROR(guard->arm(path));
+        return next ? next(path) : Status::ok();
+      };
+    auto placed = create_placed_backings(o, spec.placement, spec.placement_options);
     if (!placed.is_ok())
       return placed.status().with_context("shared group '" + spec.group + "', segment " + std::to_string(i) +
                                           " (layer index " + std::to_string(s.layer_index) + ")");
@@ -616,8 +626,6 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::create(const SharedT
       seg.layer_index = s.layer_index;
       seg.replica_node = pb.report.replica_node;
       seg.report = std::move(pb.report);
-      if (seg.backing.kind() == BackingKind::kShmFile && g->guardian_)
-        ENGRAM_RETURN_IF_ERROR(g->guardian_->arm(seg.backing.identity().path));
       g->segments_.push_back(std::move(seg));
     }
   }
@@ -657,6 +665,15 @@ Status SharedTableGroup::unlink_named() {
     if (!u.is_ok() && first.is_ok()) first = u;
   }
   return first;
+}
+
+Status SharedTableGroup::fail_peers(GroupChannel& channel, const std::string& group, const Status& failure,
+                                    Millis timeout) {
+  const Status why = failure.is_ok() ? Status(Code::kInternal, "fail_peers called without a failure") : failure;
+  std::string bytes = dump({{"protocol", kProtocolVersion}, {"group", group}, {"error", status_json(why)}});
+  std::vector<int> none;
+  (void)channel.broadcast(kStepDescribe, &bytes, &none, timeout);
+  return why.with_context("shared group '" + group + "', step 'describe'");
 }
 
 Status SharedTableGroup::load(const std::function<Status(std::vector<SharedSegment>&)>& loader) {
@@ -724,22 +741,16 @@ Status SharedTableGroup::admit(GroupChannel& channel, const ProtocolHooks& hooks
         fds.push_back(s.backing.fd());
     std::string bytes = dump(description());
     // An engine's channel that cannot pass descriptors still works with named files; with a memfd
-    // the peers are told why and fail at attach.
-    Status local;
-    if (!fds.empty() && !channel.can_pass_fds()) {
-      local = Status(Code::kUnsupported, "the channel (" + channel.describe() +
-                                             ") cannot pass descriptors: share a named backing (shm) instead");
-      fds.clear();
-      bytes = dump({{"protocol", kProtocolVersion}, {"group", group_}, {"error", status_json(local)}});
-    }
+    // the peers are told why in place of the description, and their join() returns it.
+    if (!fds.empty() && !channel.can_pass_fds())
+      return fail(fail_peers(channel, group_,
+                             Status(Code::kUnsupported, "the channel (" + channel.describe() +
+                                                            ") cannot pass descriptors: share a named backing (shm) "
+                                                            "instead"),
+                             timeouts.step));
     ENGRAM_RETURN_IF_ERROR(fail(channel.broadcast(kStepDescribe, &bytes, &fds, timeouts.step)
                                     .with_context("shared group '" + group_ + "'")));
     steps_.push_back({kStepDescribe, std::chrono::duration<double>(Clock::now() - t0).count(), {}});
-    if (!local.is_ok()) {
-      StepRunner r{channel, hooks, steps_, group_};
-      (void)r.run(kStepAttach, timeouts.step, [&](std::string*) { return local; });
-      return fail(local.with_context("shared group '" + group_ + "', step 'describe'"));
-    }
   }
   StepRunner r{channel, hooks, steps_, group_};
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepAttach, timeouts.step, [](std::string*) { return Status::ok(); })));
@@ -861,6 +872,9 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& c
   auto description = wire::decode_description(bytes);
   const Status described = description.status();
   if (described.is_ok()) {
+    // The leader gave up before admitting us: its failure is ours, now (it waits for no answer).
+    if (!description->leader_failure.is_ok())
+      return description->leader_failure.with_context("shared group '" + description->group + "', step 'describe'");
     g->group_ = description->group;
     g->job_ = description->job;
     infos = std::move(description->segments);

@@ -21,6 +21,7 @@
 #include "core/units.hpp"
 #include "host/census.hpp"
 #include "host/placement.hpp"
+#include "host/table_fit.hpp"
 #include "sys/affinity.hpp"
 #include "sys/memfd.hpp"
 #include "sys/memory.hpp"
@@ -134,6 +135,7 @@ std::vector<std::string> split_placements(const std::string& text) {
 Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout, const TableOptions& options) {
   if (layout.head_offsets.size() != layout.layer_ids.size())
     return Status(Code::kInvalidArgument, "HostTable: layout is not finalized");
+  ENGRAM_RETURN_IF_ERROR(host::check_table_fits(layout, options));  // every layer, replica and shard at once
   uint64_t huge_page_bytes = 0;
   ENGRAM_ASSIGN_OR_RETURN(host::BackingKind kind, host::parse_backing_kind(options.backing, &huge_page_bytes));
   ENGRAM_ASSIGN_OR_RETURN(std::vector<HeadRange> shards, parse_head_shards(options.head_shards, layout.heads()));

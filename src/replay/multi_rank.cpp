@@ -316,6 +316,7 @@ Result<RankGroupLeader> start_rank_group_leader(const RankJob& job, const Engram
                                                 const host::PlacementPolicy& policy, const std::string& backing,
                                                 const std::string& shm_dir, const std::string& group_name) {
   RankGroupLeader l;
+  l.swept = host::sweep_stale({host::default_sweep_dirs(shm_dir)});
   ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
   l.guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
   host::UnixGroupOptions gopt;
@@ -402,6 +403,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   auto& guardian = leader.guardian;
   auto& listener = leader.listener;
   host::SharedTableSpec& spec = leader.spec;
+  for (const auto& line : leader.swept.lines(false)) say(line);
   say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
       " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks ...");
   ENGRAM_ASSIGN_OR_RETURN(auto group, host::SharedTableGroup::create(spec));

@@ -26,6 +26,7 @@
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 #include "host/group.hpp"
+#include "host/sweep.hpp"
 #include "sys/process.hpp"
 
 namespace engram {
@@ -77,11 +78,12 @@ Status load_shared_table(const RankJob& job, const EngramLayout& layout, std::ve
 Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLayout& layout, const std::string& backing,
                                                                  const std::string& shm_dir, const std::string& group);
 
-// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: the file guardian
-// first (it is forked, and removes the socket and named tables if the leader is killed), then the listening
+// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: a sweep of the shm
+// and socket directories (dead leaders' leftovers), the file guardian (it is forked, and removes the socket and named tables if the leader is killed), then the listening
 // socket (armed in the guardian), then the table spec (segments per layer, placement, job, guardian) that
 // SharedTableGroup::create takes. Errors: the guardian's, the listener's, shared_segment_specs'.
 struct RankGroupLeader {
+  host::SweepReport swept;  // stale tables and sockets of dead leaders, removed first (host/sweep.hpp)
   std::shared_ptr<sys::FileGuardian> guardian;
   std::unique_ptr<host::UnixGroupListener> listener;
   host::SharedTableSpec spec;

@@ -38,7 +38,8 @@ class File {
   std::string path_;
 };
 
-// open(path, O_RDONLY|O_CLOEXEC). kNotFound / kPermission / kIo from open(2).
+// open(path, O_RDONLY|O_CLOEXEC). kNotFound / kPermission / kIo from open(2); kInvalidArgument
+// (EISDIR) when `path` is a directory.
 Result<File> open_read(const std::string& path);
 // open(path, O_WRONLY|O_CREAT|O_EXCL|O_TRUNC|O_NOFOLLOW|O_CLOEXEC, mode): a new file that did not
 // exist (a temp name). EEXIST -> kIo, ENOENT (no such directory) -> kNotFound, EACCES -> kPermission.
@@ -75,6 +76,15 @@ Status rename_path(const std::string& from, const std::string& to, bool replace)
 Status unlink_path(const std::string& path);
 // lstat(2): true when `path` names anything (file, directory, dangling symlink); false on ENOENT.
 Result<bool> path_exists(const std::string& path);
+
+enum class PathKind { kRegular, kSocket, kDirectory, kSymlink, kOther };
+struct PathInfo {
+  PathKind kind = PathKind::kOther;
+  uint32_t uid = 0;             // st_uid
+  int64_t allocated_bytes = 0;  // st_blocks x 512: what the file holds in memory or on disk
+};
+// lstat(2) (a symlink is reported, not followed). kNotFound when nothing is there.
+Result<PathInfo> lstat_path(const std::string& path);
 
 // isatty(fd): true when fd is a terminal (progress lines go to stderr only then).
 bool is_terminal(int fd) noexcept;

@@ -507,7 +507,7 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   sub.add_option("--threads", a->threads, "Lookup threads per rank")->check(CLI::Range(1, 256))->capture_default_str();
-  sub.add_option("--seed", a->seed, "Seed of placements, batches, ids and table content")->capture_default_str();
+  sub.add_option("--seed", a->seed, "Seed of placements, batches, ids and table content")->check(unsigned_integer())->capture_default_str();
   sub.add_option("--placement", a->placements,
                  "Placements to draw from (repeatable; default: none, local, interleave:all, bind and preferred "
                  "on the first node, replica-per-node with 2+ nodes)");
@@ -525,7 +525,7 @@ auto setup_worker(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--max-batch", a->max_batch)->check(CLI::Range(1, 1 << 16));
   sub.add_option("--sample-every", a->sample_every)->check(CLI::Range(1, 1 << 20));
   sub.add_option("--threads", a->threads)->check(CLI::Range(1, 256));
-  sub.add_option("--seed", a->seed);
+  sub.add_option("--seed", a->seed)->check(unsigned_integer());
   return [a] {
     Status s = run_soak_worker(*a);
     if (!s.is_ok()) return report_failure("soak-worker", s);

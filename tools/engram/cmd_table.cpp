@@ -3,7 +3,8 @@
 //
 // create validates everything it can before the first byte is written (preset, size, seed, output
 // directory, an existing file without --force): bad input exits 2 and leaves nothing behind; the
-// writer itself only ever renames a complete file into place. info prints the layout rebuilt from the
+// writer itself only ever renames a complete file into place. SIGINT / SIGTERM stop it and remove the
+// temp file; after a SIGKILL, the next create in the directory sweeps the dead writer's temp file. info prints the layout rebuilt from the
 // file's metadata and the tensor table, as text or (--json) as one JSON object.
 #include <algorithm>
 #include <cerrno>
@@ -24,7 +25,9 @@
 #include "engram/layout.hpp"
 #include "engram/table.hpp"
 #include "host/checkpoint.hpp"
+#include "host/sweep.hpp"
 #include "sys/file.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -34,6 +37,7 @@ namespace fs = std::filesystem;
 struct CreateArgs {
   std::string layout;
   std::string table_size;
+  bool table_size_given = false;  // --table-size was on the command line (an empty value is refused)
   std::string seed = "1";
   std::string out;
   bool force = false;
@@ -68,7 +72,7 @@ Result<uint64_t> parse_seed(const std::string& s) {
 int create(const CreateArgs& a) {
   const char* cmd = "table create";
   int64_t size = 512LL << 20;
-  if (!a.table_size.empty()) {
+  if (a.table_size_given) {
     if (a.layout != "v41-flash-mini")
       return report_failure(cmd, bad("--table-size applies to the v41-flash-mini preset only (layout '" + a.layout +
                                      "' has a fixed size)"));
@@ -92,11 +96,24 @@ int create(const CreateArgs& a) {
   if (fs::exists(fs::symlink_status(out, ec)) && !a.force)
     return report_failure(cmd, bad("--out " + a.out + " already exists; pass --force to replace it"));
 
+  // Temp files of writers killed by SIGKILL in this directory (their owner is dead): named, removed.
+  const host::SweepReport swept = host::sweep_stale({{dir.string()}});
+  for (const auto& line : swept.lines(false)) std::fprintf(stderr, "engram table create: %s\n", line.c_str());
+
+  // SIGINT / SIGTERM stop the writers at their next chunk; the partial temp file is removed.
+  Status handlers = sys::install_stop_handlers();
+  if (!handlers.is_ok()) return report_failure(cmd, handlers);
   host::WriteOptions opt;
   opt.overwrite = a.force;
   opt.threads = a.threads;
+  opt.cancelled = [] { return sys::stop_requested(); };
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::write_synthetic_checkpoint(a.out, *layout, *seed, opt);
+  if (!s.is_ok() && sys::stop_requested()) {
+    std::fprintf(stderr, "engram table create: stopped by signal %d; %s not written, no temp file left\n",
+                 sys::stop_signal(), a.out.c_str());
+    return 128 + sys::stop_signal();
+  }
   if (!s.is_ok()) return report_failure(cmd, s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t row_bytes = layout->total_rows() * layout->source_bytes_per_row();
@@ -284,8 +301,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   std::string presets;
   for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   c->add_option("--layout", create_args->layout, "Layout preset: " + presets)->required();
-  c->add_option("--table-size", create_args->table_size,
-                "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB)");
+  CLI::Option* size_opt = c->add_option("--table-size", create_args->table_size,
+                                        "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB)");
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
   c->add_option("--out", create_args->out, "Output file (.safetensors)")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file");
@@ -304,7 +321,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   i->add_option("file", info_args->path, "Checkpoint file")->required();
   i->add_flag("--json", info_args->json, "Print JSON");
 
-  return [c, i, ld, create_args, info_args, load_args]() -> int {
+  c->footer("SIGINT or SIGTERM stops the write and removes the partial file (exit 128 + signal). A writer killed\n"
+            "by SIGKILL leaves a hidden temp file; the next create in that directory removes it and says so.");
+  return [c, i, ld, create_args, info_args, load_args, size_opt]() -> int {
+    create_args->table_size_given = size_opt->count() > 0;
     if (c->parsed()) return create(*create_args);
     if (ld->parsed()) return load(*load_args);
     if (i->parsed()) return info(*info_args);
