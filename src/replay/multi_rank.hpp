@@ -79,8 +79,9 @@ Result<std::vector<host::SharedSegmentSpec>> shared_segment_specs(const EngramLa
                                                                  const std::string& shm_dir, const std::string& group);
 
 // The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: a sweep of the shm
-// and socket directories (dead leaders' leftovers), the file guardian (it is forked, and removes the socket and named tables if the leader is killed), then the listening
-// socket (armed in the guardian), then the table spec (segments per layer, placement, job, guardian) that
+// and socket directories (what dead leaders left, host/sweep.hpp), the file guardian (it is forked, and
+// removes the socket and named tables if the leader is killed), then the listening socket (armed in the
+// guardian), then the table spec (segments per layer, placement, job, guardian) that
 // SharedTableGroup::create takes. Errors: the guardian's, the listener's, shared_segment_specs'.
 struct RankGroupLeader {
   host::SweepReport swept;  // stale tables and sockets of dead leaders, removed first (host/sweep.hpp)

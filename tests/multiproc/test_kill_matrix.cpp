@@ -207,7 +207,7 @@ const char* victim_name(Victim v) {
 
 struct Outcome {
   std::map<std::string, double> first_ms;  // marker -> first time seen
-  std::string at_kill;                     // last marker seen when the kill was sent ("" = no kill)
+  std::string at_kill;                     // the victim's last marker when the kill was sent ("" = no kill)
   bool killed = false;
   bool hung = false;
 };
@@ -255,7 +255,8 @@ Outcome run_group(const TrialSetup& t, Victim victim, const std::string& marker,
           buf.erase(0, nl + 1);
           const double now = ms_since(t0);
           out.first_ms.emplace(line, now);
-          last = line;
+          // The victim's own last phase: the leader's for a leader or group kill, P1's for a peer.
+          if (line.rfind(victim == Victim::kPeer ? "P1 " : "L ", 0) == 0) last = line;
           if (victim != Victim::kNone && kill_at < 0 && line == marker) kill_at = now + delay_ms;
         }
       }
@@ -346,7 +347,7 @@ TEST(KillMatrix, EveryPhaseEveryVictimLeavesNothingAfterTheNextStart) {
     trials.push_back({host::BackingKind::kShmFile, static_cast<Victim>(1 + pick() % 3), kPhases[pick() % kPhases.size()]});
 
   std::map<std::string, Tally> tally;  // "<kind> <victim> <phase>"
-  std::map<std::string, int> hit;      // the last marker seen when the kill was sent
+  std::map<std::string, int> hit;      // the victim's last marker when the kill was sent
   int index = 0;
   for (auto kind : {host::BackingKind::kMemfd, host::BackingKind::kShmFile}) {
     Dirs d;
@@ -418,7 +419,7 @@ TEST(KillMatrix, EveryPhaseEveryVictimLeavesNothingAfterTheNextStart) {
               "Shmem %lld -> %lld kB\n",
               total, killed, before, swept, after, static_cast<long long>(shmem_before),
               static_cast<long long>(shmem_after));
-  std::printf("last marker seen at the kill:");
+  std::printf("the victim's last marker at the kill:");
   for (const auto& [m, n] : hit) std::printf(" '%s' %d;", m.c_str(), n);
   std::printf("\n");
   EXPECT_GE(total, 50);
