@@ -209,20 +209,21 @@ Status write_owner_record(const std::string& object_path) {
   const int tmp = ::open(dir_of(path).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
   if (tmp >= 0) {
     Status w = write_all(tmp, text, what);
+    int link_err = 0;
     if (w.is_ok()) {
       const std::string self_fd = "/proc/self/fd/" + std::to_string(tmp);
-      if (::linkat(AT_FDCWD, self_fd.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
-        const int err = errno;
-        w = err == EEXIST ? Status(Code::kInvalidArgument, what + ": exists already", err)
-                          : errno_status(err, what + ": linkat");
-      }
+      if (::linkat(AT_FDCWD, self_fd.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) link_err = errno;
     }
     (void)::close(tmp);
-    return w;
+    if (!w.is_ok()) return w;
+    if (link_err == 0) return Status::ok();
+    if (link_err == EEXIST) return Status(Code::kInvalidArgument, what + ": exists already", link_err);
+    // No /proc to link through (ENOENT): the plain way below.
+  } else if (errno == ENOENT) {
+    return errno_status(errno, what + ": directory");
   }
-  const int tmp_err = errno;
-  if (tmp_err == ENOENT) return errno_status(tmp_err, what + ": directory");
-  // No O_TMPFILE here (EOPNOTSUPP, EISDIR on kernels that do not know the flag): create, write.
+  // No O_TMPFILE here (EOPNOTSUPP; EISDIR on kernels that do not know the flag), or no /proc: create
+  // O_EXCL and write at once.
   const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int err = errno;

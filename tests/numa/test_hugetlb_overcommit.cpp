@@ -51,25 +51,36 @@ struct OvercommitPool {
   }
 };
 
+// The 32 MiB v41-flash-mini table of both tests, on hugetlb and bound to node 1.
+Result<std::unique_ptr<HostTable>> hugetlb_table_on_node1(bool allow_fallback) {
+  auto layout = make_preset_layout("v41-flash-mini", 32 << 20);  // 2 layers of 9 x 2 MiB pages
+  if (!layout.is_ok()) return layout.status();
+  TableOptions o;
+  o.backing = "hugetlb";
+  o.placement = "bind:1";
+  o.allow_fallback = allow_fallback;
+  return HostTable::create(*layout, o);
+}
+
 }  // namespace
+
+// Both tests change the machine's hugepage pool (to `pages` of overcommit, none reserved): in the
+// 2-node guest only, and `pool` puts the settings back at the end of the test.
+#define ENGRAM_OVERCOMMIT_POOL(pool, pages)                                                           \
+  ENGRAM_NEED_TWO_NODES();                                                                            \
+  if (std::getenv("ENGRAM_NUMA_GUEST") == nullptr)                                                    \
+    GTEST_SKIP() << "changes the hugepage pool: runs in the numa guest only (ENGRAM_NUMA_GUEST=1)";   \
+  OvercommitPool pool(pages);                                                                         \
+  if (!pool.ok) GTEST_SKIP() << "cannot set " << kNr << " / " << kOvercommit << " here"
 
 class HugetlbOvercommit : public ::testing::TestWithParam<bool> {};
 
 TEST_P(HugetlbOvercommit, OvercommitOnlyPoolServesABoundTable) {
-  ENGRAM_NEED_TWO_NODES();
-  if (std::getenv("ENGRAM_NUMA_GUEST") == nullptr)
-    GTEST_SKIP() << "changes the hugepage pool: runs in the numa guest only (ENGRAM_NUMA_GUEST=1)";
-  OvercommitPool pool(64);
-  if (!pool.ok) GTEST_SKIP() << "cannot set " << kNr << " / " << kOvercommit << " here";
-  auto layout = make_preset_layout("v41-flash-mini", 32 << 20);
-  ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
-  TableOptions o;
-  o.backing = "hugetlb";
-  o.placement = "bind:1";
-  o.allow_fallback = GetParam();
-  auto t = HostTable::create(*layout, o);
+  ENGRAM_OVERCOMMIT_POOL(pool, 64);
+  auto t = hugetlb_table_on_node1(GetParam());
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-  std::printf("surplus_hugepages after create: %d\n", read_sysctl("/sys/kernel/mm/hugepages/hugepages-2048kB/surplus_hugepages"));
+  std::printf("surplus_hugepages after create: %d\n",
+              read_sysctl("/sys/kernel/mm/hugepages/hugepages-2048kB/surplus_hugepages"));
   (*t)->fill_synthetic(5, 1);
   for (const PageCensus& c : (*t)->census(CensusPoint::kAfterLoad)) {
     std::printf("%s", c.to_text().c_str());
@@ -86,17 +97,8 @@ INSTANTIATE_TEST_SUITE_P(Fallback, HugetlbOvercommit, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "AllowFallback" : "Strict"; });
 
 TEST(HugetlbOvercommitLimit, PastTheHeadroomIsRefusedUpFront) {
-  ENGRAM_NEED_TWO_NODES();
-  if (std::getenv("ENGRAM_NUMA_GUEST") == nullptr)
-    GTEST_SKIP() << "changes the hugepage pool: runs in the numa guest only (ENGRAM_NUMA_GUEST=1)";
-  OvercommitPool pool(4);
-  if (!pool.ok) GTEST_SKIP() << "cannot set " << kNr << " / " << kOvercommit << " here";
-  auto layout = make_preset_layout("v41-flash-mini", 32 << 20);  // 16 x 2 MiB pages in all
-  ASSERT_TRUE(layout.is_ok());
-  TableOptions o;
-  o.backing = "hugetlb";
-  o.placement = "bind:1";
-  auto t = HostTable::create(*layout, o);
+  ENGRAM_OVERCOMMIT_POOL(pool, 4);
+  auto t = hugetlb_table_on_node1(false);
   ASSERT_FALSE(t.is_ok());
   EXPECT_EQ(t.status().code(), Code::kNoSpace) << t.status().to_string();
   EXPECT_NE(t.status().message().find("by overcommit"), std::string::npos) << t.status().to_string();
