@@ -7,8 +7,9 @@
 //   6 raw packets: the payload, cut at each "\xffPKT" marker, is written as SEQPACKET packets into one
 //     end of a socketpair and read back with recv_message (limit 64 KiB), as the leader reads a peer
 // Promises: decoders answer a value or kInvalidArgument (a refusal decodes to the leader's code);
-// an accepted description has sizes in (0, 2^56) and fd_index in [-1, 64); recv_message never
-// returns more payload than its limit and closes every descriptor (there are none here).
+// an accepted description is the leader's failure (no segment, a message) or segments with sizes in
+// (0, 2^56) and fd_index in [-1, 64); recv_message never returns more payload than its limit and
+// closes every descriptor (there are none here).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -66,6 +67,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto d = wire::decode_description(payload);
       if (!d.is_ok()) {
         check_error(d.status());
+        break;
+      }
+      if (!d->leader_failure.is_ok()) {  // the leader's failure in place of a table
+        check(d->segments.empty());
+        check_error(d->leader_failure);
         break;
       }
       check(!d->segments.empty());

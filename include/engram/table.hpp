@@ -100,6 +100,10 @@ struct TableOptions {
   // backing. Needs fused rows; not with replica-per-node.
   std::vector<HeadRange> head_shards;
   std::vector<PlacementPolicy> shard_placements;  // one per shard; empty = `placement` for every shard
+  // shm backing: called with each named file's path as soon as it exists, before it is sized and allocated (a
+  // process that guards named files arms its guardian here, so no instant leaves a file unguarded). An error
+  // fails the creation (the file is removed).
+  std::function<Status(const std::string& path)> on_named_created;
 };
 
 // Sets one TableOptions field from text: backing, placement, shm_dir, group, prefault, prefault_threads,

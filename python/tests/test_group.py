@@ -75,9 +75,9 @@ def _peer_unix(path, group, ids, q):
         q.put(("error", repr(e), None))
 
 
-def _peer_pair(sock, can_pass_fds, ids, q):
+def _peer_pair(sock, can_pass_fds, ids, q, step_timeout_s=30.0):
     try:
-        t = eo.SharedTable.attach(PairChannel(sock, 1, can_pass_fds))
+        t = eo.SharedTable.attach(PairChannel(sock, 1, can_pass_fds), step_timeout_s=step_timeout_s)
         q.put(("ok", eo.lookup(t, 1, ids, threads=1).tobytes(), None))
     except eo.EngramError as e:
         q.put(("error", e.code, e.message))
@@ -126,19 +126,27 @@ def test_python_channel(rng, backing, can_pass_fds):
         assert not any(f.startswith("engram") and table.group_name in f for f in os.listdir("/dev/shm"))
 
 
-def test_python_channel_without_fds_refuses_memfd(rng):
+@pytest.mark.parametrize("backing,placement,can_pass_fds,code,says", [
+    ("memfd", "none", False, "unsupported", "cannot pass descriptors"),  # admit refuses the channel
+    ("memfd", "bind:63", True, "invalid_argument", "63"),                # create fails: no such node
+])
+def test_leader_failure_reaches_the_peer(rng, backing, placement, can_pass_fds, code, says):
+    # The peer's attach raises the leader's error at once, not a timeout -- it would wait up to
+    # 600 s for each step.
     lay = eo.Layout.preset("tiny")
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     q = ctx.Queue()
-    peer = ctx.Process(target=_peer_pair, args=(b, False, random_ids(rng, lay, 0, 2), q))
+    peer = ctx.Process(target=_peer_pair, args=(b, can_pass_fds, random_ids(rng, lay, 0, 2), q, 600.0))
     peer.start()
     b.close()
     with pytest.raises(eo.EngramError) as e:
-        eo.SharedTable.create(lay, backing="memfd", group=PairChannel(a, 0, False), seed=1)
-    assert e.value.code == "unsupported" and "cannot pass descriptors" in e.value.message
-    status, code, message = q.get(timeout=60)
+        eo.SharedTable.create(lay, backing=backing, placement=placement, group=PairChannel(a, 0, can_pass_fds),
+                              seed=1)
+    assert e.value.code == code and says in e.value.message
+    status, peer_code, message = q.get(timeout=120)
     peer.join(60)
-    assert status == "error" and code == "unsupported", (code, message)
+    assert status == "error" and peer_code == code, (peer_code, message)
+    assert "the leader failed" in message and says in message, message
 
 
 def test_group_argument_errors():

@@ -41,6 +41,20 @@ host::ProtocolHooks hooks_for(Engine& e, Engine::Impl& im, const EngineOptions& 
   return h;
 }
 
+// A named (shm) table is guarded from the moment each file exists: the guardian is forked before the table is
+// created (no thread of ours runs yet), and the table's creation arms it for each file it makes. The group takes
+// it over. Other backings need none (null).
+Result<std::shared_ptr<sys::FileGuardian>> start_guardian(TableOptions& table) {
+  if (table.backing.kind != BackingKind::kShmFile) return std::shared_ptr<sys::FileGuardian>();
+  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian g, sys::FileGuardian::start());
+  auto guardian = std::make_shared<sys::FileGuardian>(std::move(g));
+  table.on_named_created = [guardian, next = table.on_named_created](const std::string& path) -> Status {
+    ENGRAM_RETURN_IF_ERROR(guardian->arm(path));
+    return next ? next(path) : Status::ok();
+  };
+  return guardian;
+}
+
 std::string default_group_name(const EngineOptions& o) {
   return o.table.group.empty() ? "engram-" + std::to_string(sys::process_id()) : o.table.group;
 }
@@ -54,12 +68,25 @@ Result<std::unique_ptr<Engine>> Engine::lead_group(const EngramLayout& layout, c
   e->options_ = o;
   e->options_.table.group = default_group_name(o);
   Impl& im = *e->impl_;
-  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, layout));
-  ENGRAM_ASSIGN_OR_RETURN(im.entry, engine::choose_backend(o, &e->backend_note_));
-  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, e->options_.table));
-  im.table = std::shared_ptr<HostTable>(std::move(t));
+  // Until admit() runs, the peers wait for the description: a failure here is sent to them in its place, so each
+  // peer's join returns it at once instead of waiting out its step timeout.
+  const std::string& group = e->options_.table.group;
+  auto tell_peers = [&](const Status& s) {
+    return host::SharedTableGroup::fail_peers(channel, group, s, host::Millis(o.step_timeout_ms));
+  };
+  if (Status s = engine::load_cache_profile(e->options_, layout); !s.is_ok()) return tell_peers(s);
+  auto entry = engine::choose_backend(o, &e->backend_note_);
+  if (!entry.is_ok()) return tell_peers(entry.status());
+  im.entry = *entry;
+  auto guardian = start_guardian(e->options_.table);
+  if (!guardian.is_ok()) return tell_peers(guardian.status());
+  auto t = HostTable::create(layout, e->options_.table);
+  if (!t.is_ok()) return tell_peers(t.status());
+  im.table = std::shared_ptr<HostTable>(std::move(*t));
   e->add_censuses(im.table->census(host::CensusPoint::kAfterPlacement));
-  ENGRAM_ASSIGN_OR_RETURN(im.group, host::SharedTableGroup::lead(im.table, e->options_.table.group, job));
+  auto g = host::SharedTableGroup::lead(im.table, group, job, *guardian);
+  if (!g.is_ok()) return tell_peers(g.status());
+  im.group = std::move(*g);
   im.group_rank = 0;
   im.group_world = channel.world_size();
   im.group_name = e->options_.table.group;
@@ -76,10 +103,11 @@ Result<std::unique_ptr<Engine>> Engine::serve_group(const EngramLayout& layout, 
   e->options_ = o;
   e->options_.table.group = group.empty() ? default_group_name(o) : group;
   Impl& im = *e->impl_;
+  ENGRAM_ASSIGN_OR_RETURN(std::shared_ptr<sys::FileGuardian> guardian, start_guardian(e->options_.table));
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, e->options_.table));
   im.table = std::shared_ptr<HostTable>(std::move(t));
   e->add_censuses(im.table->census(host::CensusPoint::kAfterPlacement));
-  ENGRAM_ASSIGN_OR_RETURN(im.group, host::SharedTableGroup::lead(im.table, e->options_.table.group, job));
+  ENGRAM_ASSIGN_OR_RETURN(im.group, host::SharedTableGroup::lead(im.table, e->options_.table.group, job, guardian));
   im.group_rank = 0;
   im.group_world = 1;
   im.group_name = e->options_.table.group;

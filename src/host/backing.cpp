@@ -11,6 +11,7 @@
 // (ENOSPC / ENOMEM there becomes kNoSpace / kOutOfMemory, still before any SIGBUS could happen).
 #include "host/backing.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -76,32 +77,31 @@ Status check_memory(uint64_t bytes, const std::vector<int>& nodes, const std::st
   return Status::ok();
 }
 
+// Pages the free pool can give and pages overcommit can add (see HugepagePool).
+std::pair<int64_t, int64_t> obtainable_parts(const HugepagePool& p) {
+  int64_t from_pool = std::max<int64_t>(0, p.free_pages - p.reserved_pages);
+  if (p.per_node) from_pool = std::min(from_pool, std::max<int64_t>(0, p.node_free_pages));
+  int64_t surplus = std::max<int64_t>(0, p.overcommit_pages - p.surplus_pages);
+  if (p.node_room_pages >= 0) surplus = std::min(surplus, p.node_room_pages);
+  return {from_pool, surplus};
+}
+
 Status check_hugepages(uint64_t bytes, uint64_t page_bytes, const std::vector<int>& nodes, const std::string& what) {
-  const std::string dir = "hugepages-" + std::to_string(page_bytes / 1024) + "kB";
   const uint64_t need = round_up(bytes, page_bytes) / page_bytes;
-  auto free_p = sys::read_int_file("/sys/kernel/mm/hugepages/" + dir + "/free_hugepages");
-  auto resv_p = sys::read_int_file("/sys/kernel/mm/hugepages/" + dir + "/resv_hugepages");
-  if (!free_p.is_ok())
-    return Status(Code::kUnsupported, what + ": no " + format_bytes(static_cast<int64_t>(page_bytes)) +
-                                          " hugepage pool (/sys/kernel/mm/hugepages/" + dir + " missing)");
-  int64_t avail = *free_p - (resv_p.is_ok() ? *resv_p : 0);
-  std::string where = "the pool";
-  if (!nodes.empty()) {
-    int64_t node_free = 0;
-    for (int n : nodes) {
-      auto f = sys::read_int_file("/sys/devices/system/node/node" + std::to_string(n) + "/hugepages/" + dir +
-                                  "/free_hugepages");
-      if (f.is_ok()) node_free += *f;
-    }
-    if (node_free < avail) avail = node_free;
-    where = "node(s) " + sys::format_int_list(nodes);
-  }
-  if (static_cast<int64_t>(need) > avail)
-    return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(bytes)) + " needs " +
-                                      std::to_string(need) + " x " + format_bytes(static_cast<int64_t>(page_bytes)) +
-                                      " hugepages; " + where + " has " + std::to_string(avail < 0 ? 0 : avail) +
-                                      " available (" + "/sys/kernel/mm/hugepages/" + dir + ")");
-  return Status::ok();
+  auto pool = read_hugepage_pool(page_bytes, nodes);
+  if (!pool.is_ok()) return pool.status().with_context(what);
+  const auto [from_pool, by_overcommit] = obtainable_parts(*pool);
+  if (static_cast<int64_t>(need) <= from_pool + by_overcommit) return Status::ok();
+  const std::string where = nodes.empty() ? std::string("the pool") : "node(s) " + sys::format_int_list(nodes);
+  return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(bytes)) + " needs " +
+                                    std::to_string(need) + " x " + format_bytes(static_cast<int64_t>(page_bytes)) +
+                                    " hugepages; " + where + " can give " + std::to_string(from_pool + by_overcommit) +
+                                    ": " + std::to_string(from_pool) + " free + " + std::to_string(by_overcommit) +
+                                    " by overcommit (nr_overcommit_hugepages " +
+                                    std::to_string(pool->overcommit_pages) + ", surplus " +
+                                    std::to_string(pool->surplus_pages) + "; /sys/kernel/mm/hugepages/hugepages-" +
+                                    std::to_string(page_bytes / 1024) + "kB)",
+                28 /* ENOSPC */);
 }
 
 }  // namespace
@@ -115,6 +115,51 @@ std::string BackingIdentity::to_string() const {
       return std::string(backing_kind_name(kind)) + ":" + name + " inode " + std::to_string(inode);
   }
   return "unknown";
+}
+
+int64_t hugepages_obtainable(const HugepagePool& p) {
+  const auto [from_pool, by_overcommit] = obtainable_parts(p);
+  return from_pool + by_overcommit;
+}
+
+Result<HugepagePool> read_hugepage_pool(uint64_t page_bytes, const std::vector<int>& nodes) {
+  const std::string sub = "hugepages-" + std::to_string(page_bytes / 1024) + "kB";
+  const std::string dir = "/sys/kernel/mm/hugepages/" + sub;
+  auto free_p = sys::read_int_file(dir + "/free_hugepages");
+  if (!free_p.is_ok())
+    return Status(Code::kUnsupported, "no " + format_bytes(static_cast<int64_t>(page_bytes)) + " hugepage pool (" +
+                                          dir + " missing)");
+  auto value = [](const std::string& path) {
+    auto v = sys::read_int_file(path);
+    return v.is_ok() ? *v : int64_t{0};
+  };
+  HugepagePool p;
+  p.free_pages = *free_p;
+  p.reserved_pages = value(dir + "/resv_hugepages");
+  p.surplus_pages = value(dir + "/surplus_hugepages");
+  p.overcommit_pages = value(dir + "/nr_overcommit_hugepages");
+  int64_t room_bytes = 0;
+  bool room_known = true;
+  if (nodes.empty()) {
+    auto t = sys::read_text_file("/proc/meminfo");
+    const int64_t f = t.is_ok() ? meminfo_bytes(*t, "MemFree") : -1;
+    room_known = f >= 0;
+    room_bytes = f;
+  } else {
+    p.per_node = true;
+    for (int n : nodes) {
+      const std::string node = "/sys/devices/system/node/node" + std::to_string(n);
+      auto f = sys::read_int_file(node + "/hugepages/" + sub + "/free_hugepages");
+      if (f.is_ok()) p.node_free_pages += *f;
+      else p.per_node = false;  // the kernel does not say: the global count stands
+      auto t = sys::read_text_file(node + "/meminfo");
+      const int64_t m = t.is_ok() ? meminfo_bytes(*t, "MemFree") : -1;
+      if (m < 0) room_known = false;
+      else room_bytes += m;
+    }
+  }
+  p.node_room_pages = room_known ? room_bytes / static_cast<int64_t>(page_bytes) : -1;
+  return p;
 }
 
 Status check_backing_fits(const BackingOptions& o) {
@@ -207,6 +252,8 @@ Result<Backing> Backing::create(const BackingOptions& o) {
     b.fd_ = f.fd;
     b.identity_.path = f.path;
     b.identity_.name = f.path;
+    // Hand the name over before the file is sized and allocated (minutes for a large table).
+    if (o.on_named_created) ENGRAM_RETURN_IF_ERROR(o.on_named_created(f.path));
   } else {
     const sys::HugePage hp = o.kind != BackingKind::kHugetlb ? sys::HugePage::kNone
                              : o.huge_page_bytes == (1u << 30) ? sys::HugePage::k1GiB

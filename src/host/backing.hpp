@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct BackingOptions {
   // this Backing (sys::reserve_range). On destruction the range goes back to the reserved state, so no
   // other mapping can slip into the hole. Used for head-range shards of one contiguous layer table.
   uint8_t* map_at = nullptr;
+  // kShmFile: called with the file's path the moment it exists (after O_CREAT|O_EXCL, before it is
+  // sized, mapped or allocated), so that a guardian (sys/process.hpp) can take it over before the
+  // long prefault; a failure fails the creation (the file is removed again).
+  std::function<Status(const std::string& path)> on_named_created;
 };
 
 // What names a backing in a census, a log line or the protocol.
@@ -64,9 +69,29 @@ struct BackingIdentity {
 
 // Up-front size check, without creating anything: kNoSpace naming the size, the mount and its free
 // space ("table of 2.00 GiB does not fit: /dev/shm (tmpfs) has 1.00 GiB free of 12.0 GiB"), or the
-// hugepage pool ("needs 1024 x 2 MiB hugepages, pool has 12 free"), or the target nodes' free memory.
-// OK when it fits. kNotFound when shm_dir does not exist.
+// hugepage pool ("needs 1024 x 2 MiB hugepages; node(s) 1 can give 12: 12 free + 0 by overcommit"),
+// or the target nodes' free memory. OK when it fits. kNotFound when shm_dir does not exist.
 Status check_backing_fits(const BackingOptions& options);
+
+// What a hugepage pool can hand out, from /sys/kernel/mm/hugepages/hugepages-<size>kB and the
+// nodes' .../node<N>/hugepages/... and meminfo. The kernel allocates a page from the pool's free
+// pages (per node) and, past those, a "surplus" page from the buddy allocator while the surplus
+// count stays below nr_overcommit_hugepages (global; the page itself comes from the node's free
+// memory). An overcommit-only pool (nr_hugepages = 0) gives pages this way.
+struct HugepagePool {
+  int64_t free_pages = 0;        // free_hugepages
+  int64_t reserved_pages = 0;    // resv_hugepages: free pages promised to existing mappings
+  int64_t surplus_pages = 0;     // surplus_hugepages
+  int64_t overcommit_pages = 0;  // nr_overcommit_hugepages
+  bool per_node = false;         // the counts below are known for the target nodes
+  int64_t node_free_pages = 0;   // sum of the target nodes' free_hugepages
+  int64_t node_room_pages = -1;  // target nodes' (or the machine's) free memory in whole pages; -1 unknown
+};
+// Pages obtainable: min(free - reserved, target nodes' free) + min(overcommit headroom, memory room).
+int64_t hugepages_obtainable(const HugepagePool& pool);
+// Reads the pool of `page_bytes` pages for `nodes` (empty: any node). kUnsupported when the kernel
+// has no pool of that page size.
+Result<HugepagePool> read_hugepage_pool(uint64_t page_bytes, const std::vector<int>& nodes);
 
 class Backing {
  public:

@@ -18,6 +18,7 @@
 #include "host/json_text.hpp"
 #include "host/safetensors_write.hpp"
 #include "sys/file.hpp"
+#include "sys/owner.hpp"
 
 namespace engram::host {
 namespace {
@@ -240,18 +241,27 @@ Status write_impl(const std::string& path, const EngramLayout& layout, std::map<
   wo.drop_page_cache = opt.drop_page_cache;
   wo.on_progress = progress_fn(path, opt.display, opt.on_progress);
 
-  // Temp file next to the target; write_safetensors_file removes it on its own errors.
+  wo.cancelled = opt.cancelled;
+
+  // Temp file next to the target; write_safetensors_file removes it on its own errors (a cancel included).
+  // Its owner record (sys/owner.hpp) comes first, so that a writer killed by SIGKILL leaves a temp file the
+  // next sweep of this directory (host/sweep.hpp) can tell from a live writer's.
   std::string tmp;
   for (int attempt = 0;; ++attempt) {
     tmp = temp_sibling_name(path);
+    if (Status rec = sys::write_owner_record(tmp); !rec.is_ok()) {
+      if (rec.sys_error() == EEXIST && attempt < 8) continue;
+      return rec;
+    }
     const Status s = write_safetensors_file(tmp, groups, metadata, {}, wo);
     if (s.is_ok()) break;
+    (void)sys::remove_owner_record(tmp);
     if (s.sys_error() != EEXIST || attempt >= 8) return s;
   }
-  if (Status s = sys::rename_path(tmp, path, opt.overwrite); !s.is_ok()) {
-    (void)sys::unlink_path(tmp);
-    return s;
-  }
+  const Status renamed = sys::rename_path(tmp, path, opt.overwrite);
+  if (!renamed.is_ok()) (void)sys::unlink_path(tmp);
+  (void)sys::remove_owner_record(tmp);
+  if (!renamed.is_ok()) return renamed;
   // The data is durable (fsync'ed by the writer); this makes the new name durable too. A failure here
   // is not an error of the checkpoint, which is complete under its name.
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");

@@ -97,6 +97,9 @@ struct WriteOptions {
   bool drop_page_cache = true;                       // write back and drop each chunk as it goes
   ProgressDisplay display = ProgressDisplay::kAuto;
   CheckpointProgressFn on_progress;                  // as in LoadOptions
+  // Polled before each chunk (from the writer threads): true stops the write, removes the temp file
+  // and returns kIo "... cancelled ..." (sys_error EINTR). The CLI passes sys::stop_requested.
+  std::function<bool()> cancelled;
 };
 
 // Reads the checkpoint at `path` into `spans` (one per Engram layer of `layout`, in layer order, each

@@ -215,7 +215,9 @@ Result<Description> decode_description(const std::string& bytes) {
     Status s;
     if (!status_from_json(*err, &s) || s.is_ok())
       return Status(Code::kInvalidArgument, "malformed error in the table description");
-    return Status(s.code(), "the leader could not describe the table: " + s.message(), s.sys_error());
+    (void)get_str(d, "group", &out.group);
+    out.leader_failure = Status(s.code(), "the leader failed: " + s.message(), s.sys_error());
+    return out;
   }
   auto it = d.find("segments");
   if (!get_str(d, "group", &out.group) || !get_str(d, "job", &out.job) || !get_str(d, "layout", &out.layout) ||
@@ -621,6 +623,7 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::lead(std::shared_ptr
     if (!guard.is_ok()) return guard.status().with_context("shared group '" + group + "': file guardian");
     g->guardian_ = std::make_shared<sys::FileGuardian>(std::move(*guard));
   }
+  // Arming is idempotent: a file already armed by the creator's TableOptions::on_named_created keeps one entry.
   if (g->guardian_)
     for (const auto& p : parts) {
       const Backing& b = p.backing->backing;
@@ -666,6 +669,15 @@ Status SharedTableGroup::unlink_named() {
   return table_->unlink_named_files([this](const std::string& path) {
     if (guardian_) (void)guardian_->disarm(path);
   });
+}
+
+Status SharedTableGroup::fail_peers(GroupChannel& channel, const std::string& group, const Status& failure,
+                                    Millis timeout) {
+  const Status why = failure.is_ok() ? Status(Code::kInternal, "fail_peers called without a failure") : failure;
+  std::string bytes = dump({{"protocol", kProtocolVersion}, {"group", group}, {"error", status_json(why)}});
+  std::vector<int> none;
+  (void)channel.broadcast(kStepDescribe, &bytes, &none, timeout);
+  return why.with_context("shared group '" + group + "', step 'describe'");
 }
 
 Status SharedTableGroup::load(const std::function<Status(HostTable&)>& loader) {
@@ -736,22 +748,16 @@ Status SharedTableGroup::admit(GroupChannel& channel, const ProtocolHooks& hooks
     }
     std::string bytes = dump(description());
     // An engine's channel that cannot pass descriptors still works with named files; with a memfd
-    // the peers are told why and fail at attach.
-    Status local;
-    if (!fds.empty() && !channel.can_pass_fds()) {
-      local = Status(Code::kUnsupported, "the channel (" + channel.describe() +
-                                             ") cannot pass descriptors: share a named backing (shm) instead");
-      fds.clear();
-      bytes = dump({{"protocol", kProtocolVersion}, {"group", group_}, {"error", status_json(local)}});
-    }
+    // the peers are told why in place of the description, and their join() returns it.
+    if (!fds.empty() && !channel.can_pass_fds())
+      return fail(fail_peers(channel, group_,
+                             Status(Code::kUnsupported, "the channel (" + channel.describe() +
+                                                            ") cannot pass descriptors: share a named backing (shm) "
+                                                            "instead"),
+                             timeouts.step));
     ENGRAM_RETURN_IF_ERROR(fail(channel.broadcast(kStepDescribe, &bytes, &fds, timeouts.step)
                                     .with_context("shared group '" + group_ + "'")));
     steps_.push_back({kStepDescribe, std::chrono::duration<double>(Clock::now() - t0).count(), {}});
-    if (!local.is_ok()) {
-      StepRunner r{channel, hooks, steps_, group_};
-      (void)r.run(kStepAttach, timeouts.step, [&](std::string*) { return local; });
-      return fail(local.with_context("shared group '" + group_ + "', step 'describe'"));
-    }
   }
   StepRunner r{channel, hooks, steps_, group_};
   ENGRAM_RETURN_IF_ERROR(fail(r.run(kStepAttach, timeouts.step, [](std::string*) { return Status::ok(); })));
@@ -843,6 +849,9 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& c
   Status described = description.status();
   EngramLayout layout;
   if (described.is_ok()) {
+    // The leader gave up before admitting us: its failure is ours, now (it waits for no answer).
+    if (!description->leader_failure.is_ok())
+      return description->leader_failure.with_context("shared group '" + description->group + "', step 'describe'");
     g->group_ = description->group;
     g->job_ = description->job;
     infos = std::move(description->segments);

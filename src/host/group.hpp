@@ -15,7 +15,8 @@
 //      leader  admit() / peer join(), in lock step, each step ending in an all-gather so that one
 //      rank's failure fails every rank with that rank's message:
 //        "describe"                  leader broadcasts the description (layout, every backing with its
-//                                    layer, replica, head range and offset; + memfds via SCM_RIGHTS)
+//                                    layer, replica, head range and offset; + memfds via SCM_RIGHTS),
+//                                    or its failure (fail_peers): every peer's join() returns it
 //        "attach"                    peers map each backing (fd or path; read-only option) where the
 //                                    leader's table has it, check the inode; then the leader unlinks
 //                                    named files
@@ -235,9 +236,13 @@ struct Description {
   std::string group, job;
   std::string layout;  // layout_to_json() text
   std::vector<SegmentInfo> segments;
+  // The leader sent its failure instead of a table (SharedTableGroup::fail_peers): its code and
+  // message; segments is then empty.
+  Status leader_failure;
 };
-// The leader's description (SharedTableGroup::description()). kInvalidArgument for malformed JSON,
-// another protocol version, a missing field; the leader's own error when it sent one instead.
+// The leader's description (SharedTableGroup::description()), or the leader's failure in its place
+// (a Description whose leader_failure is set, code 1..kInternal). kInvalidArgument for malformed
+// JSON, another protocol version, a missing field, a malformed failure.
 // Checks that every announced size and offset is below 2^56 bytes (sizes non-zero), fd_index is -1 or < 64, and
 // head ranges are ordered and below 2^16, so a
 // hostile description cannot make a peer map beyond what its kernel object holds (attach checks the
@@ -308,6 +313,13 @@ class SharedTableGroup {
   ~SharedTableGroup();
   SharedTableGroup(const SharedTableGroup&) = delete;
   SharedTableGroup& operator=(const SharedTableGroup&) = delete;
+
+  // Leader that cannot go on before admit() (its table could not be built, a hook refused): sends `failure` to
+  // every peer at once, in place of the description, so that each peer's join() returns it
+  // (its code, "the leader failed: <message>") instead of waiting out its timeouts. Call it on the
+  // channel the peers joined; the channel stays usable for nothing else. Returns `failure` with
+  // the group's name for context (a peer the broadcast could not reach is dropped, as in admit).
+  static Status fail_peers(GroupChannel& channel, const std::string& group, const Status& failure, Millis timeout);
 
   // Leader: runs the loader now, before any peer (a server that holds a loaded table for others).
   Status load(const std::function<Status(HostTable&)>& loader);

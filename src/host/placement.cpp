@@ -302,23 +302,21 @@ Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved,
   return Status::ok();
 }
 
-Result<std::vector<PlacedBacking>> create_placed_backings(const BackingOptions& backing, const PlacementPolicy& policy,
-                                                          const PlacementOptions& options) {
-  const std::string requested = policy.to_string();
-  PlacementPolicy resolved = policy;
-  Status refusal;
+Result<PlacementPlan> plan_placed_backings(const BackingOptions& backing, const PlacementPolicy& policy,
+                                           const PlacementOptions& options) {
+  PlacementPlan plan;
+  plan.requested = policy.to_string();
+  plan.resolved = policy;
   auto res = resolve_placement(policy);
   if (res.is_ok()) {
-    resolved = *res;
+    plan.resolved = *res;
   } else if (options.allow_fallback) {
-    refusal = res.status();
-    resolved = PlacementPolicy{};
+    plan.refusal = res.status();
+    plan.resolved = PlacementPolicy{};
   } else {
     return res.status();
   }
-
-  // One (options, policy) pair per backing to make.
-  std::vector<std::pair<BackingOptions, PlacementPolicy>> plan;
+  const PlacementPolicy& resolved = plan.resolved;
   if (resolved.kind == PlacementKind::kReplicaPerNode) {
     for (int n : resolved.nodes) {
       BackingOptions o = backing;
@@ -327,22 +325,73 @@ Result<std::vector<PlacedBacking>> create_placed_backings(const BackingOptions& 
       PlacementPolicy p;
       p.kind = PlacementKind::kBind;
       p.nodes = {n};
-      plan.emplace_back(o, p);
+      plan.backings.push_back({o, p});
     }
   } else {
     BackingOptions o = backing;
     if (resolved.kind == PlacementKind::kBind || resolved.kind == PlacementKind::kInterleave ||
         resolved.kind == PlacementKind::kWeightedInterleave)
       o.target_nodes = resolved.nodes;
-    plan.emplace_back(o, resolved);
+    plan.backings.push_back({o, resolved});
   }
+  return plan;
+}
 
+Status check_backings_fit(const std::vector<std::pair<BackingOptions, PlacementPolicy>>& requests,
+                          const PlacementOptions& options) {
+  // Backings that draw on the same room: same kind, same tmpfs directory or hugepage size, same
+  // target nodes. Each group is checked once, as if it were one backing of the summed size.
+  struct Group {
+    BackingOptions sum;
+    int count = 0;
+  };
+  std::vector<Group> groups;
+  for (const auto& [backing, policy] : requests) {
+    ENGRAM_ASSIGN_OR_RETURN(PlacementPlan plan, plan_placed_backings(backing, policy, options));
+    for (const BackingPlan& bp : plan.backings) {
+      const BackingOptions& o = bp.backing;
+      auto same = [&](const Group& g) {
+        return g.sum.kind == o.kind && g.sum.target_nodes == o.target_nodes && g.sum.check_memory == o.check_memory &&
+               (o.kind != BackingKind::kShmFile || g.sum.shm_dir == o.shm_dir) &&
+               (o.kind != BackingKind::kHugetlb || g.sum.huge_page_bytes == o.huge_page_bytes);
+      };
+      auto it = std::find_if(groups.begin(), groups.end(), same);
+      if (it == groups.end()) {
+        Group g;
+        g.sum = o;
+        g.sum.size_bytes = 0;
+        g.sum.map_at = nullptr;
+        g.sum.on_named_created = nullptr;
+        groups.push_back(std::move(g));
+        it = groups.end() - 1;
+      }
+      // Whole pages per backing: that is what each one takes.
+      const uint64_t page = o.kind == BackingKind::kHugetlb ? o.huge_page_bytes : 4096;
+      it->sum.size_bytes += (o.size_bytes + page - 1) / page * page;
+      ++it->count;
+    }
+  }
+  for (const Group& g : groups) {
+    Status s = check_backing_fits(g.sum);
+    if (!s.is_ok() && g.count > 1)
+      return s.with_context("the whole table (" + std::to_string(g.count) + " backings of " +
+                            format_bytes(static_cast<int64_t>(g.sum.size_bytes)) +
+                            " in all, checked before the first is made)");
+    ENGRAM_RETURN_IF_ERROR(s);
+  }
+  return Status::ok();
+}
+
+Result<std::vector<PlacedBacking>> create_placed_backings(const BackingOptions& backing, const PlacementPolicy& policy,
+                                                          const PlacementOptions& options) {
+  ENGRAM_ASSIGN_OR_RETURN(PlacementPlan plan, plan_placed_backings(backing, policy, options));
+  const bool replicated = plan.resolved.kind == PlacementKind::kReplicaPerNode;
   std::vector<PlacedBacking> out;
-  for (auto& [o, p] : plan) {
+  for (auto& [o, p] : plan.backings) {
     PlacedBacking pb;
-    pb.report.requested = requested;
+    pb.report.requested = plan.requested;
     pb.policy = p;
-    if (resolved.kind == PlacementKind::kReplicaPerNode) pb.report.replica_node = p.nodes.front();
+    if (replicated) pb.report.replica_node = p.nodes.front();
     ENGRAM_ASSIGN_OR_RETURN(pb.backing, Backing::create(o));
     Status s = apply_placement(pb.backing.data(), pb.backing.mapped_bytes(), p, &pb.report);
     if (!s.is_ok()) {
@@ -350,8 +399,8 @@ Result<std::vector<PlacedBacking>> create_placed_backings(const BackingOptions& 
       // Go on under the default policy; the report keeps the refusal for the caller to print.
       pb.policy = PlacementPolicy{};
     }
-    if (!refusal.is_ok()) {
-      pb.report.status = refusal;
+    if (!plan.refusal.is_ok()) {
+      pb.report.status = plan.refusal;
       pb.report.resolved = "none (refused)";
     }
     if (options.prefault) ENGRAM_RETURN_IF_ERROR(prefault_backing(pb.backing, pb.policy, options, &pb.report));

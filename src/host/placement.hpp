@@ -91,6 +91,32 @@ struct PlacedBacking {
   PlacementReport report;
 };
 
+// The backings create_placed_backings makes for one request, before any is made: the policy resolved
+// (or, with allow_fallback, refused: `refusal` says why and `resolved` is none), and one backing per
+// replica node for replica-per-node (name suffixed ".node<N>", bound to N), else one, each with the
+// nodes its pages go to as target_nodes. Errors: resolve_placement's (without allow_fallback).
+struct BackingPlan {
+  BackingOptions backing;
+  PlacementPolicy policy;
+};
+struct PlacementPlan {
+  std::string requested;    // policy text as asked
+  PlacementPolicy resolved;
+  Status refusal;           // allow_fallback: why the policy was refused (OK when it was not)
+  std::vector<BackingPlan> backings;
+};
+Result<PlacementPlan> plan_placed_backings(const BackingOptions& backing, const PlacementPolicy& policy,
+                                           const PlacementOptions& options = {});
+
+// The whole-table room check, before the first backing of a table is made: every (backing, policy)
+// request the caller will pass to create_placed_backings (each layer, replica and shard), planned as
+// above, summed per room they draw on (kind; tmpfs directory or hugepage size; target nodes) and
+// each sum checked once with check_backing_fits. kNoSpace naming the whole table's bytes and the
+// room ("the whole table (2 backings of 26.0 GiB in all, ...): ... MemAvailable is 21.0 GiB"), so a
+// table that cannot fit is refused before its first layer is allocated; resolve errors as above.
+Status check_backings_fit(const std::vector<std::pair<BackingOptions, PlacementPolicy>>& requests,
+                          const PlacementOptions& options = {});
+
 // Leader side of protocol steps 1-2 in one call: resolve, size check (on the target nodes), create,
 // map, mbind, prefault. replica-per-node gives one PlacedBacking per node (name suffixed ".node<N>"),
 // others exactly one. On any failure every backing made so far is released (no file is left) and the

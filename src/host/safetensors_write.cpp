@@ -128,6 +128,10 @@ Status write_safetensors_file(const std::string& path, std::span<const TensorGro
   run.phase = "write";
   run.on_progress = opt.on_progress;
   ENGRAM_RETURN_IF_ERROR(run_chunked(item_bytes, run, [&](size_t i, uint8_t* buf) -> Status {
+    if (opt.cancelled && opt.cancelled())
+      return Status(Code::kIo, "write of " + path + " cancelled after " + std::to_string(i) + " of " +
+                                   std::to_string(items.size()) + " chunks; the partial file is removed",
+                    4 /* EINTR */);
     const WriteItem& it = items[i];
     const TensorGroup& grp = groups[it.group];
     const int64_t n = it.row_hi - it.row_lo;

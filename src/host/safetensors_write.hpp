@@ -40,6 +40,9 @@ struct SafetensorsWriteOptions {
   int64_t chunk_bytes = int64_t{64} << 20;  // bytes of rows per work item (whole rows)
   bool drop_page_cache = true;              // write back and drop each chunk as it goes
   TransferProgressFn on_progress;           // phase "write", on the calling thread
+  // Polled before each chunk (from the writer threads): true stops the write, removes the file and returns
+  // kIo "... cancelled ..." (sys_error EINTR).
+  std::function<bool()> cancelled;
 };
 
 // Writes a new file at `path` (which must not exist: create_new) holding the tensors of `groups`

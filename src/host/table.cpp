@@ -21,6 +21,7 @@
 #include "core/units.hpp"
 #include "host/census.hpp"
 #include "host/placement.hpp"
+#include "host/table_fit.hpp"
 #include "sys/affinity.hpp"
 #include "sys/memfd.hpp"
 #include "sys/memory.hpp"
@@ -185,6 +186,7 @@ Status set_table_option(TableOptions& o, std::string_view key_in, const std::str
 Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout, const TableOptions& options) {
   if (layout.head_offsets.size() != layout.layer_ids.size())
     return Status(Code::kInvalidArgument, "HostTable: layout is not finalized");
+  ENGRAM_RETURN_IF_ERROR(host::check_table_fits(layout, options));  // every layer, replica and shard at once
   const host::BackingKind kind = options.backing.kind;
   const uint64_t huge_page_bytes =
       kind == host::BackingKind::kHugetlb ? (options.backing.huge_page_bytes ? options.backing.huge_page_bytes : 2u << 20) : 0;
@@ -241,6 +243,7 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
       bo.kind = kind;
       bo.name = host::table_backing_name(id);
       bo.shm_dir = options.shm_dir;
+      bo.on_named_created = options.on_named_created;
       if (huge_page_bytes) bo.huge_page_bytes = huge_page_bytes;
       const std::string what = "table of Engram layer " + std::to_string(id.layer_id) +
                                (shards.size() > 1 ? ", heads " + std::to_string(id.head_begin) + "-" +

@@ -275,8 +275,9 @@ Result<EngramLayout> job_layout(const RankJob& job) {
   return make_preset_layout(job.layout, job.table_bytes, fmt_);
 }
 
-Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name) {
+Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name, const std::string& shm_dir) {
   RankGroupLeader l;
+  l.swept = host::sweep_stale({host::default_sweep_dirs(shm_dir)});
   ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
   l.guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
   host::UnixGroupOptions gopt;
@@ -314,9 +315,10 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   };
   const auto t_start = std::chrono::steady_clock::now();
 
-  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name));
+  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name, o.shm_dir));
   auto& guardian = leader.guardian;
   auto& listener = leader.listener;
+  for (const auto& line : leader.swept.lines(false)) say(line);
   say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
       " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks, " +
       (job.checkpoint.empty() ? "writing synthetic rows (seed " + std::to_string(job.seed) + ")"

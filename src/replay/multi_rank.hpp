@@ -28,6 +28,7 @@
 #include "engram/engine.hpp"
 #include "engram/table.hpp"
 #include "host/group.hpp"
+#include "host/sweep.hpp"
 #include "sys/process.hpp"
 
 namespace engram {
@@ -65,14 +66,16 @@ struct RankJob {
 // The job's layout: the preset's, or the checkpoint's (read from its header).
 Result<EngramLayout> job_layout(const RankJob& job);
 
-// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: the file guardian first
-// (it is forked, and removes the socket if the leader is killed), then the listening socket (armed in the
-// guardian). Errors: the guardian's, the listener's.
+// The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: a sweep of the shm and
+// socket directories (what dead leaders left, host/sweep.hpp), the file guardian (it is forked, and removes the
+// socket if the leader is killed), then the listening socket (armed in the guardian). Errors: the guardian's, the
+// listener's.
 struct RankGroupLeader {
+  host::SweepReport swept;  // stale tables and sockets of dead leaders, removed first (host/sweep.hpp)
   std::shared_ptr<sys::FileGuardian> guardian;
   std::unique_ptr<host::UnixGroupListener> listener;
 };
-Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name);
+Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name, const std::string& shm_dir);
 
 struct MultiRankOptions {
   int ranks = 2;

@@ -72,6 +72,12 @@ Result<File> open_read(const std::string& path) {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return errno_status(errno, "open(" + path + ", O_RDONLY)");
+  // open(2) succeeds on a directory; reading it would fail later with a less helpful EISDIR.
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    (void)::close(fd);
+    return Status(Code::kInvalidArgument, "open(" + path + "): is a directory, not a file", EISDIR);
+  }
   return File(fd, path);
 }
 
@@ -268,6 +274,21 @@ bool is_directory(const std::string& path) noexcept {
   ErrnoGuard guard;
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Result<PathInfo> lstat_path(const std::string& path) {
+  ErrnoGuard guard;
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return errno_status(errno, "lstat(" + path + ")");
+  PathInfo i;
+  i.kind = S_ISREG(st.st_mode)    ? PathKind::kRegular
+           : S_ISSOCK(st.st_mode) ? PathKind::kSocket
+           : S_ISDIR(st.st_mode)  ? PathKind::kDirectory
+           : S_ISLNK(st.st_mode)  ? PathKind::kSymlink
+                                  : PathKind::kOther;
+  i.uid = static_cast<uint32_t>(st.st_uid);
+  i.allocated_bytes = static_cast<int64_t>(st.st_blocks) * 512;
+  return i;
 }
 
 bool is_terminal(int fd) noexcept {

@@ -39,7 +39,8 @@ class File {
   std::string path_;
 };
 
-// open(path, O_RDONLY|O_CLOEXEC). kNotFound / kPermission / kIo from open(2).
+// open(path, O_RDONLY|O_CLOEXEC). kNotFound / kPermission / kIo from open(2); kInvalidArgument
+// (EISDIR) when `path` is a directory.
 Result<File> open_read(const std::string& path);
 // open(path, O_WRONLY|O_CREAT|O_EXCL|O_TRUNC|O_NOFOLLOW|O_CLOEXEC, mode): a new file that did not
 // exist (a temp name). EEXIST -> kIo, ENOENT (no such directory) -> kNotFound, EACCES -> kPermission.
@@ -90,6 +91,14 @@ Status make_directory(const std::string& path, unsigned mode = 0755);
 Status remove_tree(const std::string& path);
 // stat(2): true when `path` is a directory (symlinks followed); false when it is not or does not exist.
 bool is_directory(const std::string& path) noexcept;
+enum class PathKind { kRegular, kSocket, kDirectory, kSymlink, kOther };
+struct PathInfo {
+  PathKind kind = PathKind::kOther;
+  uint32_t uid = 0;             // st_uid
+  int64_t allocated_bytes = 0;  // st_blocks x 512: what the file holds in memory or on disk
+};
+// lstat(2) (a symlink is reported, not followed). kNotFound when nothing is there.
+Result<PathInfo> lstat_path(const std::string& path);
 
 // isatty(fd): true when fd is a terminal (progress lines go to stderr only then).
 bool is_terminal(int fd) noexcept;

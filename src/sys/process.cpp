@@ -17,6 +17,8 @@
 #include <cstring>
 #include <thread>
 
+#include "owner.hpp"
+
 extern char** environ;
 
 namespace engram::sys {
@@ -28,7 +30,7 @@ void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 // ---- guardian child (async-signal-safe from here to guardian_main's end) ----
 
-constexpr int kGuardMaxEntries = 64;
+constexpr int kGuardMaxEntries = 256;  // a table file and its owner record take two
 constexpr int kGuardMaxPath = 1024;
 
 struct GuardEntry {
@@ -64,6 +66,8 @@ void guardian_line(const char* line) {
     const char* p = line + 2;
     unsigned long long dev = 0, ino = 0;
     if (!parse_ull(p, &dev) || *p++ != ' ' || !parse_ull(p, &ino) || *p++ != ' ') return;
+    for (const auto& e : g_entries)  // armed twice (by its creator's hook and by its group): one entry
+      if (e.used && e.dev == dev && e.ino == ino && same_path(e.path, p)) return;
     for (auto& e : g_entries) {
       if (!e.used) {
         e.used = true;
@@ -277,7 +281,7 @@ Status FileGuardian::send(const std::string& line) {
   return Status::ok();
 }
 
-Status FileGuardian::arm(const std::string& path) {
+Status FileGuardian::arm_one(const std::string& path) {
   if (path.size() >= static_cast<size_t>(kGuardMaxPath) || path.find('\n') != std::string::npos || path.empty())
     return Status(Code::kInvalidArgument, "FileGuardian::arm(" + path + "): empty, too long or holds a newline");
   struct stat st{};
@@ -286,6 +290,19 @@ Status FileGuardian::arm(const std::string& path) {
               std::to_string(static_cast<unsigned long long>(st.st_ino)) + " " + path + "\n");
 }
 
-Status FileGuardian::disarm(const std::string& path) { return send("D " + path + "\n"); }
+Status FileGuardian::arm(const std::string& path) {
+  // The object first, its record second, and the guardian unlinks in that order too: whenever this
+  // process dies (even between the two lines), what may be left is a record without its object
+  // (a sweep removes it), never an object without its record (a sweep could not tell it is stale).
+  ENGRAM_RETURN_IF_ERROR(arm_one(path));
+  const std::string record = owner_record_path(path);
+  if (::access(record.c_str(), F_OK) == 0) return arm_one(record);
+  return Status::ok();
+}
+
+Status FileGuardian::disarm(const std::string& path) {
+  ENGRAM_RETURN_IF_ERROR(send("D " + path + "\n"));
+  return send("D " + owner_record_path(path) + "\n");
+}
 
 }  // namespace engram::sys

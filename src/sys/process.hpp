@@ -67,14 +67,15 @@ class FileGuardian {
   static Result<FileGuardian> start();
   bool running() const { return pid_ > 0; }
   int pid() const { return pid_; }
-  // The guardian will unlink `path` (as it is now: device + inode from lstat) if this process dies
-  // first. kInvalidArgument for a path over 1023 bytes or with a newline; kNotFound when it does not
-  // exist; kIo when the guardian is gone.
+  // The guardian will unlink `path` (as it is now: device + inode from lstat), and its owner record
+  // (sys/owner.hpp) when it has one, if this process dies first. kInvalidArgument for a path over
+  // 1023 bytes or with a newline; kNotFound when it does not exist; kIo when the guardian is gone.
   Status arm(const std::string& path);
-  // Forget `path` (it was unlinked on purpose, or must outlive us).
+  // Forget `path` and its owner record (unlinked on purpose, or they must outlive us).
   Status disarm(const std::string& path);
 
  private:
+  Status arm_one(const std::string& path);
   Status send(const std::string& line);
   int pid_ = -1;
   int write_fd_ = -1;

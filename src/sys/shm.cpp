@@ -1,5 +1,6 @@
 // Named /dev/shm files (see shm.hpp). The random suffix comes from getrandom(2); creation never
-// follows a symlink and never reuses an existing file.
+// follows a symlink and never reuses an existing file. The owner record (owner.hpp) is written under
+// the chosen name first and the file created second, so a named table never exists without one.
 #include "shm.hpp"
 
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 
 #include "fault.hpp"
 #include "memfd.hpp"
+#include "owner.hpp"
 
 namespace engram::sys {
 
@@ -20,10 +22,16 @@ Result<NamedFile> create_named_file(const std::string& dir, const std::string& p
     ENGRAM_ASSIGN_OR_RETURN(std::string suffix, random_hex(16));
     const std::string path = dir + "/" + prefix + "." + suffix;
     int err = fault_errno("open_shm");
+    if (err == 0) {
+      Status rec = write_owner_record(path);
+      if (rec.sys_error() == EEXIST) continue;
+      if (!rec.is_ok()) return rec.with_context("create_named_file(" + path + ")");
+    }
     int fd = -1;
     if (err == 0) {
       fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0) err = errno;
+      if (fd < 0) (void)remove_owner_record(path);
     }
     if (err == EEXIST) continue;
     if (err != 0) return errno_status(err, "open(" + path + ", O_CREAT|O_EXCL|O_NOFOLLOW, 0600)");
@@ -59,9 +67,11 @@ Result<int> open_named_file(const std::string& path) {
 Status unlink_named_file(const std::string& path) {
   if (::unlink(path.c_str()) != 0) {
     const int err = errno;
+    // The record goes with the file, also when the file was already gone (a guardian took it).
+    if (err == ENOENT) (void)remove_owner_record(path);
     return errno_status(err, "unlink(" + path + ")");
   }
-  return Status::ok();
+  return remove_owner_record(path).with_context("unlink_named_file");
 }
 
 bool named_file_exists(const std::string& path) {

@@ -20,6 +20,8 @@
 #include <cstring>
 #include <thread>
 
+#include "owner.hpp"
+
 namespace engram::sys {
 namespace {
 
@@ -135,9 +137,10 @@ Status UnixListener::unlink_path() {
   linked_ = false;
   const int saved = errno;
   struct stat st{};
-  // Only remove the path if it is still our socket: another leader may have replaced a stale one.
-  if (::lstat(path_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_dev) != device_ ||
-      static_cast<uint64_t>(st.st_ino) != inode_) {
+  // Only remove the path if it is still our socket: another leader may have replaced a stale one
+  // (and its owner record with it). device_ is 0 when listen_unix failed between bind and lstat.
+  if (::lstat(path_.c_str(), &st) != 0 || (device_ != 0 && (static_cast<uint64_t>(st.st_dev) != device_ ||
+                                                           static_cast<uint64_t>(st.st_ino) != inode_))) {
     errno = saved;
     return Status::ok();
   }
@@ -147,8 +150,9 @@ Status UnixListener::unlink_path() {
     if (err == ENOENT) return Status::ok();
     return errno_status(err, "unlink(" + path_ + ")");
   }
+  Status rec = remove_owner_record(path_);
   errno = saved;
-  return Status::ok();
+  return rec;
 }
 
 void UnixListener::close() noexcept {
@@ -210,6 +214,27 @@ Result<UnixListener> listen_unix(const std::string& path, int backlog) {
   ENGRAM_ASSIGN_OR_RETURN(int fd, new_socket(what));
   UnixListener l;
   l.sock_ = UnixSocket(fd);
+  // The owner record comes first (see owner.hpp); a dead owner's record at this path is replaced.
+  Status rec = write_owner_record(path);
+  if (rec.sys_error() == EEXIST) {
+    auto r = read_owner_record(owner_record_path(path));
+    std::string why = r.is_ok() ? "" : r.status().message();
+    if (r.is_ok() && r->file_uid == ::geteuid() && owner_state(r->owner, &why) == OwnerState::kDead) {
+      (void)remove_owner_record(path);
+      rec = write_owner_record(path);
+    } else {
+      return Status(Code::kInvalidArgument, what + ": already in use (" + why + ")", EADDRINUSE);
+    }
+  }
+  if (!rec.is_ok()) return rec.with_context(what);
+  bool keep_record = false;
+  struct RecordGuard {
+    const std::string& path;
+    const bool& keep;
+    ~RecordGuard() {
+      if (!keep) (void)remove_owner_record(path);
+    }
+  } record_guard{path, keep_record};
   for (int attempt = 0;; ++attempt) {
     if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) break;
     const int err = errno;
@@ -223,9 +248,10 @@ Result<UnixListener> listen_unix(const std::string& path, int backlog) {
       return Status(Code::kInvalidArgument, what + ": already in use (another leader listens there)", EADDRINUSE);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errno_status(errno, what + ": unlink stale socket");
   }
-  if (::listen(fd, backlog) != 0) return errno_status(errno, what + ": listen");
   l.path_ = path;
   l.linked_ = true;
+  keep_record = true;  // from here on the listener removes socket and record together
+  if (::listen(fd, backlog) != 0) return errno_status(errno, what + ": listen");
   struct stat st{};
   if (::lstat(path.c_str(), &st) != 0) return errno_status(errno, what + ": lstat after bind");
   l.device_ = static_cast<uint64_t>(st.st_dev);

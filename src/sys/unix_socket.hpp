@@ -68,8 +68,9 @@ class UnixSocket {
   int fd_ = -1;
 };
 
-// A bound, listening socket. The destructor closes it and unlinks its path if the path still names
-// the socket made here (same device and inode), so a stale socket is never left by a clean exit.
+// A bound, listening socket. The destructor closes it and unlinks its path (and its owner record,
+// owner.hpp) if the path still names the socket made here (same device and inode), so a stale
+// socket is never left by a clean exit.
 class UnixListener {
  public:
   UnixListener() = default;
@@ -110,8 +111,10 @@ Status check_private_dir(const std::string& dir);
 // mkdir(dir, 0700), then check_private_dir. An existing directory is checked, not changed.
 Status make_private_dir(const std::string& dir);
 
-// socket + bind + listen on `path` (its directory must exist), then chmod 0600. A stale socket file
-// (nobody accepts on it: ECONNREFUSED) is removed and the bind retried once; a live one is
+// socket + bind + listen on `path` (its directory must exist), then chmod 0600. The socket's owner
+// record (owner.hpp) is written before the bind; a record of a dead owner at that path is replaced,
+// a live (or unreadable) one is kInvalidArgument "already in use". A stale socket file (nobody
+// accepts on it: ECONNREFUSED) is removed and the bind retried once; a live one is
 // kInvalidArgument "already in use". kInvalidArgument for a path over kMaxSocketPathBytes or a path
 // that exists and is not a socket; kPermission (EACCES) from bind(2).
 Result<UnixListener> listen_unix(const std::string& path, int backlog = 64);

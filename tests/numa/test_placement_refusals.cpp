@@ -172,13 +172,19 @@ TEST(Refusal, TableLargerThanItsTmpfsIsNoSpaceWithNoFileLeft) {
   auto second = create_placed_backings(o, PlacementPolicy{});
   ASSERT_FALSE(second.is_ok());
   EXPECT_EQ(second.status().code(), Code::kNoSpace);
-  int files = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
+  // Table files (each has its owner record, sys/owner.hpp, beside it).
+  int files = 0, records = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    const bool record = e.path().filename().string().rfind(".engram-owner.", 0) == 0;
+    files += e.is_regular_file() && !record ? 1 : 0;
+    records += record ? 1 : 0;
+  }
   EXPECT_EQ(files, 1) << "only the first table's file may exist";
+  EXPECT_EQ(records, 1) << "the first table's owner record, and no other";
   first->clear();
-  files = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
-  EXPECT_EQ(files, 0);
+  int entries = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) entries += e.exists() ? 1 : 0;
+  EXPECT_EQ(entries, 0) << "a file or an owner record outlived its table";
   umount(dir.c_str());
   rmdir(dir.c_str());
 }

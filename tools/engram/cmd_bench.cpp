@@ -149,7 +149,7 @@ void add_common(CLI::App& s, BenchArgs& a) {
       ->check(CLI::Range(1, 100000));
   s.add_option("--warmup", a.ctx.warmup, "Untimed warm-up repetitions per case")->check(CLI::Range(0, 100000));
   s.add_flag("--smoke", a.ctx.smoke, "Tiny sizes that finish in seconds (CI); figures are not meaningful");
-  s.add_option("--seed", a.ctx.seed, "Seed of every random choice (ids, A/B order, content)");
+  s.add_option("--seed", a.ctx.seed, "Seed of every random choice (ids, A/B order, content)")->check(unsigned_integer());
   s.add_option("--threads", a.ctx.threads, "Host threads (0 = all CPUs this process may use)");
   s.add_option("--data-dir", a.ctx.data_dir, "Token files of scripts/tokenize-setup for text ids (default: search)");
   s.add_option("--json", a.json_path, "Write the report as JSON to FILE ('-' = stdout, human text to stderr)")

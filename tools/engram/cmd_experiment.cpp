@@ -131,7 +131,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--caps", a->caps, "B2: grid caps to sweep, fractions in (0,1], first = baseline (default 0.25 0.5 1.0)");
   sub.add_option("--out", a->out, "Results folder (default engram-experiment-<ID>)");
   sub.add_option("--batches", a->batches, "Recorded batches (engram replay --record); default: recorded live once, untimed");
-  sub.add_option("--order-seed", a->order_seed, "Seed of the arm-order shuffle (default 7)");
+  sub.add_option("--order-seed", a->order_seed, "Seed of the arm-order shuffle (default 7)")->check(unsigned_integer());
   sub.add_option("--prefetch", a->prefetch, "Prefetch mode of every arm except in B1 (default early)")
       ->check(CLI::IsMember({"early", "on_demand"}));
   sub.add_flag("--json", a->json, "Print report.json on stdout");

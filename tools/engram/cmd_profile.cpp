@@ -207,7 +207,7 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")->capture_default_str();
   sub.add_option("--min-count", a->min_count, "keep ids seen at least N times")->capture_default_str();
   sub.add_option("--holdout", a->holdout, "leave this share of the documents out (deterministic, by document)");
-  sub.add_option("--holdout-seed", a->holdout_seed, "seed of the held-out split")->capture_default_str();
+  sub.add_option("--holdout-seed", a->holdout_seed, "seed of the held-out split")->check(unsigned_integer())->capture_default_str();
   sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)");
   sub.add_flag("--json", a->json, "print the summary as JSON");
   return [a] { return run(*a); };

@@ -310,7 +310,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)");
   sub.add_option("--row-layout", a->row_layout, "Row layout in memory: fused (payload|scales record, default) or split")
       ->check(CLI::IsMember({"fused", "split"}));
-  sub.add_option("--seed", a->seed, "Seed of the synthetic table content and of the ids (default 1)");
+  sub.add_option("--seed", a->seed, "Seed of the synthetic table content and of the ids (default 1)")->check(unsigned_integer());
   sub.add_option("--batch", a->batch, "Sequences per decode step, one new token each (default 64)")->check(CLI::Range(1, 1 << 20));
   sub.add_option("--steps", a->steps, "Measured decode steps (default 32)")->check(CLI::Range(1, 1 << 24));
   sub.add_option("--warmup", a->warmup, "Warm-up steps, not measured (default 4)")->check(CLI::Range(0, 1 << 20));

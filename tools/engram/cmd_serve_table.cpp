@@ -6,8 +6,9 @@
 // and prints what happened, including each rank's census text. Connections of earlier rounds stay open
 // until the server stops, so a peer can watch for the leader's exit. A memfd table can be admitted any
 // number of times; a named (shm) table is unlinked after the first round, so a later peer gets the
-// protocol's "joined late" error (printed, and the server goes on). The table is an Engine::serve_group; the
-// layout travels with the protocol's description, and the group's job text is a RankJob
+// protocol's "joined late" error (printed, and the server goes on). At its start it sweeps the shm and socket
+// directories (host/sweep.hpp): tables and sockets of dead leaders are removed and named. The table is an
+// Engine::serve_group; the layout travels with the protocol's description, and the group's job text is a RankJob
 // (src/replay/multi_rank.hpp) naming the content.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
+#include "host/sweep.hpp"
 #include "replay/multi_rank.hpp"
 #include "report.hpp"
 #include "sys/process.hpp"
@@ -79,6 +81,13 @@ int serve(const ServeArgs& a) {
   };
   Status sig = sys::install_stop_handlers();
   if (!sig.is_ok()) return report_failure("serve-table", sig);
+  // What killed leaders left behind (a whole process group killed takes their guardians too).
+  std::vector<std::string> sweep_dirs = host::default_sweep_dirs(a.shm_dir);
+  if (const size_t slash = a.socket.rfind('/'); slash != std::string::npos && slash > 0)
+    sweep_dirs.push_back(a.socket.substr(0, slash));
+  const host::SweepReport swept = host::sweep_stale({sweep_dirs});
+  if (!a.json)
+    for (const auto& line : swept.lines(false)) std::fprintf(stderr, "engram serve-table: %s\n", line.c_str());
   RankJob job;
   job.layout = a.layout;
   job.row_layout = a.row_layout;
@@ -121,7 +130,8 @@ int serve(const ServeArgs& a) {
                           {"peers_per_round", a.peers},
                           {"job", job.to_json()},
                           {"table", table_json(engine.table())},
-                          {"census", nlohmann::json::array()}};
+                          {"census", nlohmann::json::array()},
+                          {"swept", swept.to_json()}};
   std::string text = "engram serve-table: group '" + a.group + "' at " + (*listener)->socket_path() + " (leader pid " +
                      std::to_string(sys::process_id()) + ")\n" + "table " + layout->name + ", " +
                      format_bytes(layout->total_bytes()) + ", " + std::to_string(layout->n_layers()) + " Engram layers, " +
@@ -189,7 +199,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--table-size", a->table_size, "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB");
   sub.add_option("--row-layout", a->row_layout, "Row layout: fused (default) or split")->check(CLI::IsMember({"fused", "split"}));
   sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
-  sub.add_option("--seed", a->seed, "Seed of the synthetic rows (default 1)");
+  sub.add_option("--seed", a->seed, "Seed of the synthetic rows (default 1)")->check(unsigned_integer());
   sub.add_option("--backing", a->backing, "memfd (default; passed to peers over the socket), shm (named file, "
                                           "unlinked after the first round), hugetlb, hugetlb-1g")
       ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g"}));

@@ -307,7 +307,7 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
   table_opts.content.kind = TableContent::Kind::kSynthetic;
   table_opts.content.seed = job.seed;
   const std::string group_name = "soak-" + std::to_string(sys::process_id()) + "-" + std::to_string(round);
-  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name));
+  ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name, table_opts.table.shm_dir));
   auto& guardian = leader.guardian;
   auto& listener = leader.listener;
   ENGRAM_ASSIGN_OR_RETURN(auto engine, Engine::serve_group(layout, table_opts, group_name, job.to_json().dump()));
@@ -501,7 +501,7 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   sub.add_option("--threads", a->threads, "Lookup threads per rank")->check(CLI::Range(1, 256))->capture_default_str();
-  sub.add_option("--seed", a->seed, "Seed of placements, batches, ids and table content")->capture_default_str();
+  sub.add_option("--seed", a->seed, "Seed of placements, batches, ids and table content")->check(unsigned_integer())->capture_default_str();
   sub.add_option("--placement", a->placements,
                  "Placements to draw from (repeatable; default: none, local, interleave:all, bind and preferred "
                  "on the first node, replica-per-node with 2+ nodes)");
@@ -519,7 +519,7 @@ auto setup_worker(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--max-batch", a->max_batch)->check(CLI::Range(1, 1 << 16));
   sub.add_option("--sample-every", a->sample_every)->check(CLI::Range(1, 1 << 20));
   sub.add_option("--threads", a->threads)->check(CLI::Range(1, 256));
-  sub.add_option("--seed", a->seed);
+  sub.add_option("--seed", a->seed)->check(unsigned_integer());
   return [a] {
     Status s = run_soak_worker(*a);
     if (!s.is_ok()) return report_failure("soak-worker", s);

@@ -5,8 +5,10 @@
 // (and `create --format hf-model`) is a Hugging Face model directory (host/model_io.hpp), handled in
 // table_model.cpp. create validates everything it can before the first byte is written (preset,
 // size, seed, output directory, an existing file without --force): bad input exits 2 and leaves
-// nothing behind; the writers only ever rename a complete file or directory into place. info prints
-// the layout and the tensor table, as text or (--json) as one JSON object.
+// nothing behind; the writers only ever rename a complete file or directory into place. SIGINT /
+// SIGTERM stop a checkpoint write and remove the temp file; after a SIGKILL, the next create in the
+// directory sweeps the dead writer's temp file. info prints the layout and the tensor table, as text
+// or (--json) as one JSON object.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -28,7 +30,9 @@
 #include "engram/table.hpp"
 #include "host/checkpoint.hpp"
 #include "host/json_text.hpp"
+#include "host/sweep.hpp"
 #include "sys/file.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -55,7 +59,7 @@ int create(const ModelCreateArgs& a) {
   const char* cmd = "table create";
   auto seed = parse_seed_arg(a.seed);
   if (!seed.is_ok()) return report_failure(cmd, seed.status());
-  auto layout = layout_arg(a.layout, a.table_size);
+  auto layout = layout_arg(a.layout, a.table_size, a.table_size_given);
   if (!layout.is_ok()) return report_failure(cmd, layout.status());
   if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = automatic)"));
 
@@ -69,11 +73,24 @@ int create(const ModelCreateArgs& a) {
   if (fs::exists(fs::symlink_status(out, ec)) && !a.force)
     return report_failure(cmd, bad("--out " + a.out + " already exists; pass --force to replace it"));
 
+  // Temp files of writers killed by SIGKILL in this directory (their owner is dead): named, removed.
+  const host::SweepReport swept = host::sweep_stale({{dir.string()}});
+  for (const auto& line : swept.lines(false)) std::fprintf(stderr, "engram table create: %s\n", line.c_str());
+
+  // SIGINT / SIGTERM stop the writers at their next chunk; the partial temp file is removed.
+  Status handlers = sys::install_stop_handlers();
+  if (!handlers.is_ok()) return report_failure(cmd, handlers);
   host::WriteOptions opt;
   opt.overwrite = a.force;
   opt.threads = a.threads;
+  opt.cancelled = [] { return sys::stop_requested(); };
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::write_synthetic_checkpoint(a.out, *layout, *seed, opt);
+  if (!s.is_ok() && sys::stop_requested()) {
+    std::fprintf(stderr, "engram table create: stopped by signal %d; %s not written, no temp file left\n",
+                 sys::stop_signal(), a.out.c_str());
+    return 128 + sys::stop_signal();
+  }
   if (!s.is_ok()) return report_failure(cmd, s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t row_bytes = layout->total_rows() * layout->source_bytes_per_row();
@@ -239,8 +256,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                 "in the released DeepSeek-V4.1 layout: config.json, index, shards, tokenizer)")
       ->check(CLI::IsMember({"safetensors", "hf-model"}));
   c->add_option("--layout", create_args->layout, "Layout preset: " + presets)->required();
-  c->add_option("--table-size", create_args->table_size,
-                "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB)");
+  CLI::Option* size_opt = c->add_option("--table-size", create_args->table_size,
+                                        "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB)");
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
   c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");
@@ -288,7 +305,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   i->add_option("--compression-table", info_args->compression_table,
                 "DIR: compression table to check against config.json (default DIR/engram.compress.bin)");
 
-  return [c, i, ld, create_args, create_format, info_args, load_args]() -> int {
+  c->footer("SIGINT or SIGTERM stops a checkpoint write and removes the partial file (exit 128 + signal). A writer\n"
+            "killed by SIGKILL leaves a hidden temp file; the next create in that directory removes it and says so.");
+  return [c, i, ld, create_args, create_format, info_args, load_args, size_opt]() -> int {
+    create_args->table_size_given = size_opt->count() > 0;
     if (c->parsed()) {
       if (*create_format == "hf-model") return create_model_dir(*create_args);
       const Status s = model_only(c, {"--extra-rows", "--shards", "--tokenizer-json", "--compression-table",

@@ -26,6 +26,18 @@ struct CommandEntry {
 std::vector<CommandEntry>& command_registry();
 bool register_command(std::string name, std::string description, SetupFn setup);
 
+// Check for an option read into an unsigned integer (seeds): digits only. CLI11 itself would read
+// "-1" into a uint64_t as 2^64 - 1 without a word.
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+          return "expected a non-negative integer, got '" + text + "'";
+        return {};
+      },
+      "UINT", "unsigned integer");
+}
+
 // Prints "engram <cmd>: <status>" to stderr and returns the exit code for it (see above).
 int report_failure(const std::string& command, const Status& status);
 int exit_code_for(const Status& status);

@@ -58,7 +58,7 @@ inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--prompt", a.prompt, "Prompt length: N, uniform:MIN-MAX, lognormal:MEDIAN,SIGMA (default lognormal:512,0.6)");
   sub.add_option("--output", a.output, "Output length, same forms (default lognormal:64,0.5)");
   sub.add_option("--trace-file", a.trace_file, "CSV of requests 'prompt_tokens,output_tokens[,arrival_s]' instead of the distributions");
-  sub.add_option("--seed", a.seed, "Seed of arrivals, lengths, text offsets, zipf ids and the table content (default 1)");
+  sub.add_option("--seed", a.seed, "Seed of arrivals, lengths, text offsets, zipf ids and the table content (default 1)")->check(unsigned_integer());
   sub.add_option("--token-budget", a.token_budget, "Tokens per step, decode + prefill (default 2048)")->check(CLI::Range(1, 1 << 20));
   sub.add_option("--prefill-chunk", a.prefill_chunk, "Most prompt tokens of one request per step (default 512)")->check(CLI::Range(1, 1 << 20));
   sub.add_option("--max-running", a.max_running, "Requests holding a batch slot (default 64)")->check(CLI::Range(1, 1 << 20));

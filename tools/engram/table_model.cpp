@@ -107,9 +107,9 @@ Result<uint64_t> parse_seed_arg(const std::string& s) {
   return static_cast<uint64_t>(v);
 }
 
-Result<EngramLayout> layout_arg(const std::string& preset, const std::string& table_size) {
+Result<EngramLayout> layout_arg(const std::string& preset, const std::string& table_size, bool table_size_given) {
   int64_t size = 512LL << 20;
-  if (!table_size.empty()) {
+  if (table_size_given || !table_size.empty()) {
     if (preset != "v41-flash-mini")
       return bad("--table-size applies to the v41-flash-mini preset only (layout '" + preset + "' has a fixed size)");
     auto s = parse_size_bytes(table_size);
@@ -151,7 +151,7 @@ int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int thread
 
 int create_model_dir(const ModelCreateArgs& a) {
   const char* cmd = "table create";
-  auto layout = layout_arg(a.layout, a.table_size);
+  auto layout = layout_arg(a.layout, a.table_size, a.table_size_given);
   if (!layout.is_ok()) return report_failure(cmd, layout.status());
   auto seed = parse_seed_arg(a.seed);
   if (!seed.is_ok()) return report_failure(cmd, seed.status());

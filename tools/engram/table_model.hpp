@@ -16,6 +16,7 @@ namespace engram::cli {
 struct ModelCreateArgs {
   std::string layout;
   std::string table_size;
+  bool table_size_given = false;  // --table-size was on the command line (an empty value is refused)
   std::string seed = "1";
   std::string out;
   bool force = false;
@@ -55,7 +56,7 @@ struct ModelLoadArgs {
 // --seed text: a non-negative integer below 2^64. kInvalidArgument otherwise.
 Result<uint64_t> parse_seed_arg(const std::string& s);
 // --layout PRESET [--table-size SIZE] as a split-row layout (--table-size for v41-flash-mini only).
-Result<EngramLayout> layout_arg(const std::string& preset, const std::string& table_size);
+Result<EngramLayout> layout_arg(const std::string& preset, const std::string& table_size, bool table_size_given);
 
 int create_model_dir(const ModelCreateArgs& a);
 int info_model_dir(const ModelInfoArgs& a);
