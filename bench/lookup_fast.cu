@@ -408,7 +408,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
         pj.push_back({{"variant", v.name}, {"path", a.path()}, {"ns", summary_json(s)}, {"rows_per_s", jnum(rps)},
                       {"ratio_vs_plain", jnum(plain / s.median)}, {"ceiling", jnum(ceiling)}, {"unique_fraction", jnum(u)},
                       {"cache_hit_rate", jnum(hit)}, {"link_bytes_per_call", jnum(link_mb * 1e6)},
-                      {"why", v.planner ? nlohmann::json(g.fl->last_plan().why) : nlohmann::json(nullptr)}});
+                      {"why", v.planner ? nlohmann::json(plan::explain(g.fl->last_plan(), g.fl->costs().source)) : nlohmann::json(nullptr)}});
         if (v.name == "cache-fp8" || v.name == "cache-bf16")
           for (auto& r : cache_t.rows)
             if (r[0].text == dist && r[1].text == (v.name == "cache-fp8" ? "fp8" : "bf16")) r[8] = Cell(pct(hit));

@@ -186,7 +186,7 @@ TEST(FastPathPlanner, PlannerDrivenLaunchMatchesAndLearnsUniqueFraction) {
     const auto want = testing::reference_staging(x->host->view(0), ids, 4);
     const Out o = run(**fl, x->table, ids, 4, nullptr);
     EXPECT_EQ(testing::first_mismatch(o.staging, want), -1) << "batch " << batch << ": " << (*fl)->last_plan().path_name();
-    EXPECT_FALSE((*fl)->last_plan().why.empty());
+    EXPECT_FALSE(plan::explain((*fl)->last_plan(), (*fl)->costs().source).empty());
   }
   auto st = (*fl)->stats(nullptr);
   ASSERT_TRUE(st.is_ok());
@@ -231,13 +231,14 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
     const Out o = run(**fl, x->table, ids, 4, nullptr);
     EXPECT_EQ(testing::first_mismatch(o.staging, want), -1) << "batch " << batch;
     const plan::Plan& p = (*fl)->last_plan();
-    ASSERT_FALSE(p.why.empty());
+    const std::vector<std::string> why = plan::explain(p, (*fl)->costs().source);
+    ASSERT_FALSE(why.empty());
     if (batch == 0) {
-      EXPECT_TRUE(p.cache) << p.why[0];
-      EXPECT_NE(p.why[0].find("prior"), std::string::npos) << p.why[0];
+      EXPECT_TRUE(p.cache) << why[0];
+      EXPECT_NE(why[0].find("prior"), std::string::npos) << why[0];
     } else {
-      EXPECT_FALSE(p.cache) << p.why[0];
-      EXPECT_EQ(p.why[0].find("prior"), std::string::npos) << p.why[0];
+      EXPECT_FALSE(p.cache) << why[0];
+      EXPECT_EQ(why[0].find("prior"), std::string::npos) << why[0];
     }
   }
   auto st = (*fl)->stats(nullptr);
