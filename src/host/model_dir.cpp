@@ -82,6 +82,10 @@ Result<ModelInfo> read_impl(const std::string& dir, const ModelTensorNames& name
   if (!exists) return Status(Code::kNotFound, "no such directory");
   if (!sys::is_directory(dir)) return invalid("not a directory (a model directory holds config.json and the shards)");
 
+  ENGRAM_ASSIGN_OR_RETURN(const bool has_config, sys::path_exists(info.path(kModelConfigFile)));
+  if (!has_config)
+    return Status(Code::kNotFound, std::string("a directory without ") + kModelConfigFile +
+                                       ": not a model directory (a checkpoint FILE or a Hugging Face model DIR is expected)");
   ENGRAM_ASSIGN_OR_RETURN(const std::string config_text, sys::read_small_file(info.path(kModelConfigFile), kMaxConfigBytes));
   ENGRAM_ASSIGN_OR_RETURN(info.config, parse_model_config(config_text, kModelConfigFile));
   const ModelEngramConfig& c = info.config;

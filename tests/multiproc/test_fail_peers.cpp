@@ -1,9 +1,10 @@
-// A leader that fails before admitting its peers (here: create() refuses placement bind:<a node that
-// does not exist>) tells them at once: every peer's join() returns the leader's code and message,
+// A leader that fails before admitting its peers (here: Engine::lead_group cannot place its table with
+// bind:<a node that does not exist>) tells them at once: every peer's join() returns the leader's code and message,
 // not a timeout, although the step timeout is ten minutes. Same for a leader that refuses a memfd
 // table on a channel that cannot pass descriptors (admit's own refusal).
 #include <gtest/gtest.h>
 
+#include "engram/engine.hpp"
 #include "group_support.hpp"
 #include "sys/numa.hpp"
 
@@ -33,14 +34,17 @@ TEST(FailPeers, CreateFailureReachesEveryPeerAtOnce) {
     if (!listener.is_ok()) return {{"stage", "listen"}, {"status", status_json(listener.status())}};
     auto channel = (*listener)->accept_group(2, g.join_timeout);
     if (!channel.is_ok()) return {{"stage", "accept"}, {"status", status_json(channel.status())}};
-    host::SharedTableSpec spec = g.spec();
-    auto policy = host::parse_placement("bind:" + std::to_string(missing));
+    // The engine's leader: its table cannot be placed, so the peers get that failure in place of the description.
+    EngineOptions o;
+    o.backend = BackendKind::kCpu;
+    o.table = g.table_options();
+    auto policy = parse_placement("bind:" + std::to_string(missing));
     if (!policy.is_ok()) return {{"stage", "parse"}, {"status", status_json(policy.status())}};
-    spec.placement = *policy;
-    auto group = host::SharedTableGroup::create(spec);
-    if (group.is_ok()) return {{"stage", "create"}, {"status", status_json(Status::ok())}};
-    Status told = host::SharedTableGroup::fail_peers(**channel, spec.group, group.status(), g.timeouts.step);
-    return {{"stage", "failed"}, {"status", status_json(group.status())}, {"told", status_json(told)}};
+    o.table.placement = *policy;
+    o.step_timeout_ms = g.timeouts.step.count();
+    auto engine = Engine::lead_group(g.layout(), o, **channel);
+    if (engine.is_ok()) return {{"stage", "create"}, {"status", status_json(Status::ok())}};
+    return {{"stage", "failed"}, {"status", status_json(engine.status())}};
   });
   Child p1 = fork_child([&] { return run_peer(g, {}); });
   Child p2 = fork_child([&] { return run_peer(g, {}); });
@@ -63,13 +67,13 @@ TEST(FailPeers, CreateFailureReachesEveryPeerAtOnce) {
 
 TEST(FailPeers, DecodedFailureCarriesTheLeadersCode) {
   auto d = host::wire::decode_description(
-      R"({"protocol": 1, "group": "g", "error": {"code": 6, "sys": 28, "error": "table does not fit"}})");
+      R"({"protocol": 2, "group": "g", "error": {"code": 6, "sys": 28, "error": "table does not fit"}})");
   ASSERT_TRUE(d.is_ok()) << d.status().to_string();
   EXPECT_EQ(d->leader_failure.code(), Code::kNoSpace);
   EXPECT_EQ(d->leader_failure.sys_error(), 28);
   EXPECT_NE(d->leader_failure.message().find("table does not fit"), std::string::npos);
   EXPECT_TRUE(d->segments.empty());
   EXPECT_EQ(d->group, "g");
-  auto bad = host::wire::decode_description(R"({"protocol": 1, "error": {"code": 0, "sys": 0, "error": ""}})");
+  auto bad = host::wire::decode_description(R"({"protocol": 2, "error": {"code": 0, "sys": 0, "error": ""}})");
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument) << "an OK 'failure' is malformed";
 }

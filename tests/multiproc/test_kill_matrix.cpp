@@ -113,25 +113,28 @@ struct TrialSetup {
   std::string shm_dir;
 };
 
-host::SharedTableSpec trial_spec(const TrialSetup& t, std::shared_ptr<sys::FileGuardian> guardian) {
-  host::SharedTableSpec spec;
-  spec.group = "km";
-  for (int i = 0; i < 2; ++i) {
-    host::SharedSegmentSpec seg;
-    seg.backing.kind = t.kind;
-    seg.backing.size_bytes = kSegmentBytes;
-    seg.backing.name = t.kind == host::BackingKind::kShmFile ? "engram-" + t.tag : "engram:" + t.tag + ":" + std::to_string(i);
-    seg.backing.shm_dir = t.shm_dir;
-    seg.backing.on_named_created = [](const std::string&) {
-      mark("L allocate");
-      return Status::ok();
-    };
-    seg.layer_index = i;
-    spec.segments.push_back(seg);
-  }
-  spec.placement_options.prefault_threads = 1;  // a longer, steadier prefault to aim at
-  spec.guardian = std::move(guardian);
-  return spec;
+// Two fused Engram layers of about kSegmentBytes each.
+EngramLayout trial_layout() {
+  GroupSetup g;
+  g.segment_bytes = kSegmentBytes;
+  g.n_segments = 2;
+  return g.layout();
+}
+
+// The trial's table: its tag in every backing name (the table's group), each named file armed in the guardian as
+// soon as it exists (what Engine::lead_group does), a marker when the file is there.
+TableOptions trial_table_options(const TrialSetup& t, std::shared_ptr<sys::FileGuardian> guardian) {
+  TableOptions o;
+  o.backing.kind = t.kind;
+  o.shm_dir = t.shm_dir;
+  o.group = t.tag;
+  o.prefault_threads = 1;  // a longer, steadier prefault to aim at
+  o.on_named_created = [guardian](const std::string& path) {
+    ENGRAM_RETURN_IF_ERROR(guardian->arm(path));
+    mark("L allocate");
+    return Status::ok();
+  };
+  return o;
 }
 
 host::UnixGroupOptions trial_channel_options(const TrialSetup& t) {
@@ -146,11 +149,14 @@ const host::ProtocolTimeouts kTimeouts{host::Millis(20000), host::Millis(20000)}
 // whose peer died before connecting waits a second more for it. Short: several trials end so.
 const host::Millis kJoinTimeout{2000};
 
-// Reads every page of the segments for ~40 ms: the "replay" of the trial.
-void replay(const std::vector<host::SharedSegment>& segs) {
+// Reads the first pages of every layer for ~40 ms: the "replay" of the trial.
+void replay(const HostTable& t) {
   const auto t0 = Clock::now();
   while (ms_since(t0) < 40)
-    for (const auto& s : segs) (void)fnv64(s.backing.data(), std::min<uint64_t>(s.backing.size_bytes(), 4u << 20));
+    for (int li = 0; li < t.n_layers(); ++li) {
+      const TableSpan s = t.span(li);
+      (void)fnv64(s.data, std::min<uint64_t>(static_cast<uint64_t>(s.rows * s.stride_bytes), 4u << 20));
+    }
 }
 
 [[noreturn]] void leader_main(const TrialSetup& t) {
@@ -161,22 +167,26 @@ void replay(const std::vector<host::SharedSegment>& segs) {
   auto listener = host::UnixGroupListener::listen(trial_channel_options(t));
   if (!listener.is_ok()) _exit(4);
   if (!guardian->arm((*listener)->socket_path()).is_ok()) _exit(5);
-  const host::SharedTableSpec spec = trial_spec(t, guardian);
   mark("L create");
-  auto group = host::SharedTableGroup::create(spec);
+  auto table = HostTable::create(trial_layout(), trial_table_options(t, guardian));
+  if (!table.is_ok()) _exit(6);
+  auto group = host::SharedTableGroup::lead(std::shared_ptr<HostTable>(std::move(*table)), "km", "", guardian);
   if (!group.is_ok()) _exit(6);
   mark("L accept");
   auto ch = (*listener)->accept_group(2, kJoinTimeout + host::Millis(1000));
   if (!ch.is_ok()) _exit(7);
   host::ProtocolHooks hooks;
   hooks.on_step = [](const std::string& step, int) { mark("L " + step); };
-  hooks.load = [](std::vector<host::SharedSegment>& segs) {
-    for (auto& s : segs) fill_segment(s.backing.data(), s.backing.size_bytes(), kSeed, s.layer_index);
+  hooks.load = [](HostTable& tab) {
+    for (int li = 0; li < tab.n_layers(); ++li) {
+      const TableSpan s = tab.span(li);
+      fill_segment(s.data, static_cast<uint64_t>(s.rows * s.stride_bytes), kSeed, li);
+    }
     return Status::ok();
   };
   if (!(*group)->admit(**ch, hooks, kTimeouts).is_ok()) _exit(8);
   mark("L replay");
-  replay((*group)->segments());
+  replay(*(*group)->table());
   _exit((*ch)->barrier("replayed", kTimeouts.step).is_ok() ? 0 : 9);
 }
 
@@ -190,7 +200,7 @@ void replay(const std::vector<host::SharedSegment>& segs) {
   auto g = host::SharedTableGroup::join(**ch, {}, hooks, kTimeouts);
   if (!g.is_ok()) _exit(4);
   mark(who + " replay");
-  replay((*g)->segments());
+  replay(*(*g)->table());
   _exit((*ch)->barrier("replayed", kTimeouts.step).is_ok() ? 0 : 5);
 }
 
@@ -446,7 +456,7 @@ TEST(KillMatrix, LiveGroupIsNeverSweptDeadOneIs) {
   live.socket_path = d.sock.path + "/live.sock";
   live.kind = host::BackingKind::kShmFile;
   live.shm_dir = d.shm.path;
-  live.name_prefix = "engram-km-live-" + pid;
+  live.group = "km-live-" + pid;  // in every backing name of its table
   live.seed = rng()();
   live.segment_bytes = 1 << 20;
   live.join_timeout = host::Millis(60000);

@@ -56,8 +56,8 @@ Result<std::unique_ptr<HostTable>> hugetlb_table_on_node1(bool allow_fallback) {
   auto layout = make_preset_layout("v41-flash-mini", 32 << 20);  // 2 layers of 9 x 2 MiB pages
   if (!layout.is_ok()) return layout.status();
   TableOptions o;
-  o.backing = "hugetlb";
-  o.placement = "bind:1";
+  o.backing = *parse_backing("hugetlb");
+  o.placement = *parse_placement("bind:1");
   o.allow_fallback = allow_fallback;
   return HostTable::create(*layout, o);
 }

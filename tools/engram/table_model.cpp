@@ -384,8 +384,9 @@ int load_model_dir(const ModelLoadArgs& a) {
   const int64_t resident_before = resident_bytes(files);
 
   TableOptions topt;
-  topt.backing = a.backing;
-  topt.placement = a.placement;
+  for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"--backing", a.backing},
+                                   {"--placement", a.placement}})
+    if (Status st = set_table_option(topt, key, value); !st.is_ok()) return report_failure(cmd, st);
   topt.prefault = !a.no_prefault;
   const auto t_place = Clock::now();
   auto table = HostTable::create(*layout, topt);

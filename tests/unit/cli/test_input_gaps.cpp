@@ -1,6 +1,6 @@
 // Bad input that used to slip through: `table create --table-size ''` wrote a 512 MiB table (run
 // and census refuse the empty size), `run --seed -1` became 2^64 - 1, and `table load DIR` on a
-// directory was a runtime failure (exit 1). Each is now exit 2 with nothing written.
+// directory that is not a model directory was a runtime failure (exit 1). Each is now exit 2 with nothing written.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -63,6 +63,6 @@ TEST(InputGaps, TableLoadOrInfoOfADirectoryIsBadInput) {
   for (const char* sub : {"load", "info"}) {
     auto r = run_engram_split(std::string("table ") + sub + " " + d.path.string(), d.path);
     EXPECT_EQ(r.code, 2) << sub << ": " << r.err;
-    EXPECT_NE(r.err.find("is a directory"), std::string::npos) << sub << ": " << r.err;
+    EXPECT_NE(r.err.find("not a model directory"), std::string::npos) << sub << ": " << r.err;
   }
 }
