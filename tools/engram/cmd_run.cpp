@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "command.hpp"
+#include "default_paths.hpp"
 #include "core/units.hpp"
 #include "fast_path_report.hpp"
 #include "serving_args.hpp"
@@ -47,7 +48,7 @@ struct RunArgs {
   double zipf_alpha = 1.0;
   int threads = 0;
   bool checked = false;
-  std::string timeline = "engram-run.trace.json";
+  std::string timeline = default_output_path("engram-run.trace.json");
   std::string backend = "auto";
   bool json = false;
   bool no_baseline = false;
@@ -411,7 +412,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--threads", a->threads, "CPU lookup threads (default: cores - 1, at least 1)")->check(CLI::Range(0, 4096));
   sub.add_flag("--checked", a->checked, "Validate every id before each lookup (an out-of-range id fails the run)");
-  sub.add_option("--timeline", a->timeline, "Chrome trace output file (default engram-run.trace.json; 'none' to skip)");
+  sub.add_option("--timeline", a->timeline, "Chrome trace output file, 'none' to skip (default " +
+                  default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json)");
   sub.add_option("--backend", a->backend,
                  "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
