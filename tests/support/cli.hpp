@@ -27,9 +27,8 @@ inline std::string cli_missing() {
   return std::string("the engram CLI is not built (") + ENGRAM_CLI_PATH + ")";
 }
 
-inline CliResult run_engram(const std::string& args, CliStderr err = CliStderr::kDiscard) {
-  const std::string cmd =
-      std::string(ENGRAM_CLI_PATH) + " " + args + (err == CliStderr::kMerge ? " 2>&1" : " 2>/dev/null");
+// Runs the shell command `cmd` and captures its stdout.
+inline CliResult run_shell(const std::string& cmd) {
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -39,6 +38,10 @@ inline CliResult run_engram(const std::string& args, CliStderr err = CliStderr::
   const int st = pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+inline CliResult run_engram(const std::string& args, CliStderr err = CliStderr::kDiscard) {
+  return run_shell(std::string(ENGRAM_CLI_PATH) + " " + args + (err == CliStderr::kMerge ? " 2>&1" : " 2>/dev/null"));
 }
 
 // Exit code, stdout and stderr apart (stderr goes through `dir`/stderr.txt, which is overwritten).

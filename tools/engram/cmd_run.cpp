@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "command.hpp"
+#include "default_paths.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
 #include "engram/engine.hpp"
@@ -40,7 +41,7 @@ struct RunArgs {
   std::string tokens;        // token file for --ids text (default: the setup's default text)
   std::string checkpoint;    // load the table from this safetensors file instead of synthesising it
   double zipf_alpha = 1.0;
-  std::string timeline = "engram-run.trace.json";
+  std::string timeline = default_output_path("engram-run.trace.json");
   bool json = false;
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
@@ -264,9 +265,11 @@ int run(const RunArgs& a) {
                 static_cast<unsigned long long>(c.pages_sampled),
                 c.not_resident ? (", " + std::to_string(c.not_resident) + " not resident").c_str() : "");
   }
-  std::printf("Workload  %s backend, batch %d, %d steps (+%d warm-up), %s prefetch, ids %s, %.0f us/layer x %s layers\n",
-              backend_name.c_str(), a.batch, a.steps, a.warmup, prefetch_mode_name(mode), source->describe().c_str(), a.layer_us,
-              j["workload"]["model_layers"].dump().c_str());
+  // The id source names its file (an absolute path): on a line of its own, so no report line runs past ~120 columns.
+  std::printf("Workload  %s backend, batch %d, %d steps (+%d warm-up), %s prefetch, %.0f us/layer x %s layers\n"
+              "          ids %s\n",
+              backend_name.c_str(), a.batch, a.steps, a.warmup, prefetch_mode_name(mode), a.layer_us,
+              j["workload"]["model_layers"].dump().c_str(), source->describe().c_str());
   for (const auto& line : engine.describe_lines()) std::printf("%s\n", line.c_str());
   std::printf("\nLookup    %s rows/s, source %s GB/s, staging %s GB/s (separate paths; not summed)\n",
               fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), fmt_num(r.source_gbps, "%.2f").c_str(),
@@ -334,7 +337,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "each rank replays on its own engine (its backend, queue and lookup path) over the shared mapping")
       ->check(CLI::Range(1, 1024));
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
-  sub.add_option("--timeline", a->timeline, "Chrome trace output file (default engram-run.trace.json; 'none' to skip)");
+  sub.add_option("--timeline", a->timeline, "Chrome trace output file, 'none' to skip (default " +
+                  default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json)");
   add_backend_options(sub, a->engine);
   add_cache_options(sub, a->engine.cache, "the --warmup steps");
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");

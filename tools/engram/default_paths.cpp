@@ -1,0 +1,66 @@
+// The default output directory of the CLI (default_paths.hpp): this binary's build directory, else the user's
+// cache directory, else the current directory. Computed once per process.
+#include "default_paths.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "sys/process.hpp"
+
+namespace engram::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+// <build> when this executable is <build>/bin/engram of a CMake build tree, else "".
+std::string build_dir_of_this_binary() {
+  auto exe = sys::self_exe_path();
+  if (!exe.is_ok()) return "";
+  const fs::path build = fs::path(*exe).parent_path().parent_path();
+  std::error_code ec;
+  return fs::is_regular_file(build / "CMakeCache.txt", ec) ? build.string() : "";
+}
+
+// $XDG_CACHE_HOME/engram or $HOME/.cache/engram, created when missing; "" when neither is usable.
+std::string user_cache_dir() {
+  fs::path base;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && fs::path(x).is_absolute()) {
+    base = x;
+  } else if (const char* h = std::getenv("HOME"); h != nullptr && fs::path(h).is_absolute()) {
+    base = fs::path(h) / ".cache";
+  } else {
+    return "";
+  }
+  const fs::path dir = base / "engram";
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return dir.string();
+  fs::create_directories(base, ec);
+  if (ec || !fs::create_directory(dir, ec) || ec) return "";
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  return dir.string();
+}
+
+}  // namespace
+
+DefaultOutputDir default_output_dir() {
+  static const DefaultOutputDir chosen = [] {
+    if (std::string b = build_dir_of_this_binary(); !b.empty())
+      return DefaultOutputDir{b, "the build directory of this engram binary"};
+    if (std::string c = user_cache_dir(); !c.empty())
+      return DefaultOutputDir{c, "the user's cache directory ($XDG_CACHE_HOME/engram, else ~/.cache/engram)"};
+    return DefaultOutputDir{".", "the current directory (no build directory, no usable cache directory)"};
+  }();
+  return chosen;
+}
+
+std::string default_output_path(const std::string& file_name) {
+  const DefaultOutputDir d = default_output_dir();
+  return d.dir == "." ? file_name : (fs::path(d.dir) / file_name).string();
+}
+
+std::string default_output_help(const std::string& file_name) {
+  return default_output_path(file_name) + " in " + default_output_dir().why;
+}
+
+}  // namespace engram::cli
