@@ -73,17 +73,32 @@ struct TableContent {
     kZero,        // pages as allocated (zero); the caller writes rows later
     kSynthetic,   // synth_row(seed, layer, row) in every row (engram table create writes the same bytes)
     kCheckpoint,  // a safetensors checkpoint of this project's format (host/checkpoint.hpp), at `path`
+    kModel,       // a Hugging Face model directory as released (config.json, index, shards; host/model_io.hpp)
   };
   Kind kind = Kind::kSynthetic;
   uint64_t seed = 1;
   std::string path;
-  int threads = 0;  // fill/load threads; 0 = all CPUs
+  std::string tensor_names;  // kModel: "WEIGHT,SCALE" with {L} for the layer id; "" = the released names
+  int reader_node = -1;      // kModel: pin the shard readers to this NUMA node's CPUs; -1 = not pinned
+  int threads = 0;  // fill/load threads; 0 = all CPUs (model directories: min(16, CPUs))
   // Load progress (bytes done, bytes total, seconds); called from the loading thread about every 100 ms.
   std::function<void(int64_t, int64_t, double)> on_progress;
-  std::string to_string() const;  // "synthetic(seed=1)", "checkpoint FILE", "zero"
+  std::string to_string() const;  // "synthetic(seed=1)", "checkpoint FILE", "model DIR", "zero"
   // The checkpoint at `checkpoint` when it is not empty, else synthetic rows of `seed`.
   static TableContent synthetic_or_checkpoint(uint64_t seed, const std::string& checkpoint);
+  static TableContent model(const std::string& dir, const std::string& tensor_names = "");
 };
+
+// The layout a checkpoint or model directory holds, with in-memory rows of `format` (a model's tables are read from
+// its config.json and checked against the tensors' headers; no row is read). kInvalidArgument for synthetic or zero
+// content (their layout is the caller's choice); the reader's errors otherwise (exit-2 kinds: the file, tensor and
+// shard are named).
+Result<EngramLayout> content_layout(const TableContent& content, RowFormat format);
+
+// Writes `content` into every replica of an existing table (the engine's own fill and load step, for a table the
+// caller created: Python's SharedTable). The layout must match the content's (kInvalidArgument otherwise); the
+// reader's errors as content_layout. On error the table holds partial rows.
+Status fill_table(HostTable& table, const TableContent& content);
 
 struct EngineOptions {
   BackendKind backend = BackendKind::kAuto;
@@ -146,6 +161,15 @@ bool cuda_backend_built();
 // waits on the GPU for what was enqueued on `producer` so far (nothing when they are the same stream), on device
 // `device`. Streams are cudaStream_t (null = the legacy default stream). kUnsupported without the CUDA backend.
 Status cuda_stream_wait(void* consumer, void* producer, int device);
+
+class NgramHasher;  // core/ngram_hash.hpp
+
+// One decode step hashed on the device (Engine::hash_and_prepare).
+struct DeviceHashStep {
+  double gpu_ns = 0;                      // GPU time: token copy, look-back resets, hash of every layer, advance
+  std::vector<std::vector<int64_t>> ids;  // [layer][requests * heads] global row ids, when read back
+  uint64_t errors = 0;                    // ids the kernel wrote as DEAD for invalid inputs, over all steps
+};
 
 class Engine {
  public:
@@ -216,6 +240,18 @@ class Engine {
   void* main_stream() const;
   void* prefetch_stream() const;
   int device() const;
+
+  // CUDA: decode steps hashed on the GPU, so no id is made or copied on the host. enable_device_hashing uploads
+  // the hasher's constants (global row ids) and keeps one look-back row per request on the device, for up to
+  // max_requests requests. hash_and_prepare enqueues on the main stream one step: tokens[r] (host, raw id) is
+  // request r's new token, new_sequence[r] != 0 restarts request r before it; then every layer's ids are hashed and
+  // prepared (prepare_device) and the look-back advances. Call it between begin_step and the first consume, in
+  // place of prepare. last_device_hash: the last step's GPU time (waits for it) and, with_ids, its ids read back
+  // (synchronises). kUnsupported on the cpu backend; kInvalidArgument for a hasher of another layout or
+  // n_requests outside [1, max_requests].
+  Status enable_device_hashing(const NgramHasher& hasher, int max_requests);
+  Status hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests);
+  Result<DeviceHashStep> last_device_hash(bool with_ids) const;
 
   // Page census of every backing now, at a named point. The censuses the engine took while it was built
   // (after placement, registration, load) are in censuses(), in order.

@@ -364,7 +364,7 @@ class Engine:
     hybrid), assembled exactly as `engram run` assembles it.
 
     Engine(layout, **options): a table of this process (created, placed, filled: seed=N synthetic rows,
-      checkpoint=PATH, content='zero'). Engine(table, **options): over an existing SharedTable. Engine(layout,
+      checkpoint=PATH, model=DIR with Layout.from_model(DIR), content='zero'). Engine(table, **options): over an existing SharedTable. Engine(layout,
       group=channel, **options): the leader (channel rank 0) or a peer (rank >= 1; layout may be None: it comes
       from the leader) of a shared group; the protocol's register step registers this rank's memory with its
       backend. options: engine_option_keys() -- backend ('auto', 'cpu', 'cuda'), device, backing, placement,
@@ -601,8 +601,8 @@ def _create(layout, backing="memfd", placement="none", group="", prefault=True, 
 
     group: '' or a name (carried in backing names), or a channel (UnixGroupChannel from UnixGroupListener.accept,
     TorchGroupChannel, any GroupChannel) whose rank is 0: then this process is the shared group's leader: it
-    creates and places the backings, loads them (seed: synthetic rows; checkpoint: a safetensors file; neither:
-    zero, fill later), and runs the protocol with the channel's other ranks, which call SharedTable.attach(channel)
+    creates and places the backings, loads them (seed: synthetic rows; checkpoint: a safetensors file; model: a
+    Hugging Face model directory, with layout=Layout.from_model(DIR); none: zero, fill later), and runs the protocol with the channel's other ranks, which call SharedTable.attach(channel)
     at the same time. memfd backings need a channel that passes descriptors; shm (named file, unlinked as soon as
     every peer attached) works over any channel. Engine options as keyword arguments (backend='cuda', device=N,
     ...) make the protocol's register step register this rank's memory for that device.
@@ -634,8 +634,8 @@ def _shared(layout, channel, **kwargs):
     read_only = kwargs.pop("read_only", True)
     if channel.rank == 0:
         return _create(layout, group=channel, **kwargs)
-    leader_only = ("backing", "placement", "seed", "checkpoint", "group_name", "shm_dir", "prefault",
-                   "allow_fallback", "home_node", "group")
+    leader_only = ("backing", "placement", "seed", "checkpoint", "model", "tensor_names", "reader_node", "group_name",
+                   "shm_dir", "prefault", "allow_fallback", "home_node", "group")
     peer = {k: v for k, v in kwargs.items() if k not in leader_only}
     return _attach(channel, read_only=read_only, **peer)
 

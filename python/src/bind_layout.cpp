@@ -3,6 +3,7 @@
 
 #include "common.hpp"
 #include "core/units.hpp"
+#include "engram/engine.hpp"
 #include "engram/format.hpp"
 #include "host/checkpoint.hpp"
 
@@ -81,6 +82,17 @@ void bind_layout(py::module_& m) {
           "Layout stored in a safetensors checkpoint's __metadata__ (validated: the prime walk must give the\n"
           "stored head_rows), with the in-memory row format `format`. Raises EngramError: not_found / permission /\n"
           "io from the file, invalid_argument for a malformed file.")
+      .def_static(
+          "from_model",
+          [](const std::string& dir, const std::string& format, const std::string& tensor_names) {
+            return take(content_layout(TableContent::model(dir, tensor_names), take(parse_row_format(format))));
+          },
+          py::arg("dir"), py::arg("format") = "fused", py::arg("tensor_names") = "",
+          "Layout of a Hugging Face model directory as released (config.json: the prime walk of\n"
+          "engram_num_embeddings' vocab sizes, checked against the Engram tensors' shapes in the shards; no row is\n"
+          "read). tensor_names: 'WEIGHT,SCALE' with {L} for the layer id ('' = layers.{L}.engram.embed.weight,\n"
+          "layers.{L}.engram.embed.scale). Raises EngramError: not_found (directory, config, a shard),\n"
+          "invalid_argument (malformed config or index, a tensor missing or of another dtype or shape: named).")
       .def_static("preset_names", &preset_names, "Names of the presets.")
       .def_property_readonly("name", [](const EngramLayout& l) { return l.name; })
       .def_property_readonly("d", [](const EngramLayout& l) { return l.d; }, "Values per row (multiple of 32).")

@@ -11,10 +11,12 @@
 
 #include "common.hpp"
 #include "py_channel.hpp"
+#include "engram/engine.hpp"
 #include "engram/format.hpp"
 #include "host/checkpoint.hpp"
 #include "host/group.hpp"
 #include "host/placement.hpp"
+#include "host/progress_line.hpp"
 
 namespace engram::py_bind {
 namespace {
@@ -151,6 +153,41 @@ void bind_table(py::module_& m) {
           "Reads a safetensors checkpoint into the table (layout must match; every replica). progress=True prints a\n"
           "progress line on stderr; on_progress(done_bytes, total_bytes, elapsed_s) is called about every 100 ms.\n"
           "Raises EngramError: not_found / permission / io, invalid_argument (malformed file, layout mismatch).")
+      .def(
+          "load_model",
+          [](PyTable& t, const std::string& dir, const std::string& tensor_names, int threads, int reader_node,
+             bool progress, std::optional<std::function<void(int64_t, int64_t, double)>> on_progress) {
+            t.check_writable("load_model");
+            TableContent c = TableContent::model(dir, tensor_names);
+            c.threads = threads;
+            c.reader_node = reader_node;
+            auto line = std::make_shared<host::ProgressLine>(c.to_string(),
+                                                             progress ? host::ProgressDisplay::kOn : host::ProgressDisplay::kOff);
+            if (line->enabled() || on_progress) {
+              auto fn = on_progress.value_or(nullptr);
+              c.on_progress = [line, fn](int64_t done, int64_t total, double elapsed) {
+                line->update({"load", done, total, elapsed, done == total});
+                if (fn) {
+                  py::gil_scoped_acquire acquire;
+                  fn(done, total, elapsed);
+                }
+              };
+            }
+            Status s;
+            {
+              py::gil_scoped_release release;
+              s = fill_table(*t.table, c);
+            }
+            check(s);
+          },
+          py::arg("dir"), py::arg("tensor_names") = "", py::arg("threads") = 0, py::arg("reader_node") = -1,
+          py::arg("progress") = false, py::arg("on_progress") = py::none(),
+          "Streams the Engram tables of a Hugging Face model directory into the table (every replica; layout must\n"
+          "be Layout.from_model(dir) in this table's row format): parallel readers (threads 0 = min(16, CPUs)),\n"
+          "pinned to reader_node's CPUs when >= 0, a bounded buffer, the page cache dropped behind them; rows past\n"
+          "the primes are not read. progress=True prints a progress line on stderr; on_progress(done_bytes,\n"
+          "total_bytes, elapsed_s) is called about every 100 ms. Raises EngramError: not_found / permission / io,\n"
+          "invalid_argument (malformed directory, layout mismatch, a tensor missing or of another dtype: named).")
       .def(
           "save",
           [](PyTable& t, const std::string& path, bool overwrite) {
@@ -316,7 +353,11 @@ void bind_table(py::module_& m) {
                   "; the leader is rank 0, other ranks call SharedTable.attach(channel)");
         EngineOptions o = group_options(backing, placement, shm_dir, step_timeout_s, load_timeout_s, options);
         o.table.group = group_name;
-        o.content.kind = TableContent::Kind::kZero;
+        if (o.content.kind == TableContent::Kind::kModel) {  // model=DIR among the options
+          if (seed || checkpoint) invalid("SharedTable.create: model= excludes seed= and checkpoint=");
+        } else {
+          o.content.kind = TableContent::Kind::kZero;
+        }
         if (seed) {
           o.content.kind = TableContent::Kind::kSynthetic;
           o.content.seed = *seed;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/hash_batch.hpp"
 #include "engram/engine.hpp"
 #include "sched/layer_compute.hpp"
 #include "sched/prefetch_queue.hpp"
@@ -43,6 +44,10 @@ class Backend {
   virtual void* main_stream() const { return nullptr; }
   virtual void* prefetch_stream() const { return nullptr; }
   virtual int device() const { return -1; }
+  // Decode-step hashing on the device (Engine::enable_device_hashing); the CPU backend answers kUnsupported.
+  virtual Status enable_device_hashing(const NgramHashParams&, int) { return unsupported(); }
+  virtual Status hash_and_prepare(const int64_t*, const uint8_t*, int) { return unsupported(); }
+  virtual Result<DeviceHashStep> last_device_hash(bool) const { return unsupported(); }
   // {"backend", device, registration, grid_fraction, fast_path: [per layer], fast_path_note, compute, ...}
   virtual nlohmann::json describe() const = 0;
 

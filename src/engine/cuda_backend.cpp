@@ -12,6 +12,7 @@
 #include "cuda/backend.cuh"
 #include "cuda/device.cuh"
 #include "cuda/hot_cache.cuh"
+#include "cuda/step_hasher.cuh"
 #include "report/numbers.hpp"
 #endif
 
@@ -113,6 +114,24 @@ class CudaEngineBackend final : public Backend {
   void* main_stream() const override { return be_->main_stream(); }
   void* prefetch_stream() const override { return be_->queue().prefetch_stream(); }
   int device() const override { return be_->device().ordinal; }
+  Status enable_device_hashing(const NgramHashParams& params, int max_requests) override {
+    ENGRAM_ASSIGN_OR_RETURN(hasher_, cuda::StepHasher::create(params, max_requests, be_->device().ordinal));
+    return Status::ok();
+  }
+  Status hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n) override {
+    if (!hasher_) return Status(Code::kInvalidArgument, "hash_and_prepare: device hashing is not enabled");
+    cuda::ScopedDevice scope(be_->device().ordinal);
+    ENGRAM_RETURN_IF_ERROR(hasher_->hash_decode_step(tokens, new_sequence, n, be_->main_stream()));
+    for (int li = 0; li < layers_; ++li) ENGRAM_RETURN_IF_ERROR(be_->queue().prepare_device(li, hasher_->ids(li), n));
+    return Status::ok();
+  }
+  Result<DeviceHashStep> last_device_hash(bool with_ids) const override {
+    if (!hasher_) return Status(Code::kInvalidArgument, "last_device_hash: device hashing is not enabled");
+    DeviceHashStep s;
+    ENGRAM_ASSIGN_OR_RETURN(s.gpu_ns, hasher_->last_step_ns());
+    if (with_ids) ENGRAM_RETURN_IF_ERROR(hasher_->read_back(s.ids, &s.errors));
+    return s;
+  }
   Status synchronize() override { return be_->synchronize(); }
   nlohmann::json describe() const override {
     const auto& d = be_->device();
@@ -193,6 +212,7 @@ class CudaEngineBackend final : public Backend {
   EngineOptions opt_;
   NoCompute none_;
   int layers_ = 0, heads_ = 0;
+  std::unique_ptr<cuda::StepHasher> hasher_;  // device hashing, when enabled
 };
 
 Status cuda_probe(const EngineOptions& o) {

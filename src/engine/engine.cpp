@@ -15,9 +15,12 @@
 #include "engine/backend.hpp"
 #include "engine/engine_impl.hpp"
 #include "host/census.hpp"
+#include "core/hash_batch.hpp"
+#include "core/ngram_hash.hpp"
 #include "host/checkpoint.hpp"
 #include "host/group.hpp"
 #include "host/hot_profile.hpp"
+#include "host/model_io.hpp"
 
 namespace engram {
 
@@ -43,6 +46,14 @@ std::vector<TableView> table_views(const HostTable& t) {
   return views;
 }
 
+Result<host::ModelInfo> read_model(const TableContent& c) {
+  host::ModelTensorNames names;
+  if (!c.tensor_names.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(names, host::parse_model_tensor_names(c.tensor_names));
+  }
+  return host::read_model_dir(c.path, names);
+}
+
 Status write_content(HostTable& table, const TableContent& c) {
   switch (c.kind) {
     case TableContent::Kind::kZero: return Status::ok();
@@ -60,6 +71,22 @@ Status write_content(HostTable& table, const TableContent& c) {
         lo.on_progress = [fn](const host::CheckpointProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
       }
       return host::load_checkpoint(c.path, table, lo).with_context("checkpoint " + c.path);
+    }
+    case TableContent::Kind::kModel: {
+      ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, read_model(c));
+      host::ModelLoadOptions lo;
+      lo.threads = c.threads;
+      lo.reader_node = c.reader_node;
+      if (c.on_progress) {
+        auto fn = c.on_progress;
+        lo.on_progress = [fn](const host::TransferProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
+      }
+      for (int r = 0; r < table.n_replicas(); ++r) {  // replica-per-node: every copy holds the rows
+        std::vector<TableSpan> spans;
+        for (int i = 0; i < table.n_layers(); ++i) spans.push_back(table.span(i, r));
+        ENGRAM_RETURN_IF_ERROR(host::load_model(info, table.layout(), spans, lo));
+      }
+      return Status::ok();
     }
   }
   return Status(Code::kInternal, "unknown table content");
@@ -103,6 +130,23 @@ Status register_table(Engine::Impl& impl, const EngineOptions& o, bool read_only
 }
 
 }  // namespace engine
+
+Result<EngramLayout> content_layout(const TableContent& c, RowFormat format) {
+  switch (c.kind) {
+    case TableContent::Kind::kCheckpoint: return host::read_checkpoint_layout(c.path, format);
+    case TableContent::Kind::kModel: {
+      ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, engine::read_model(c));
+      return host::model_layout(info, format);
+    }
+    case TableContent::Kind::kZero:
+    case TableContent::Kind::kSynthetic: break;
+  }
+  return Status(Code::kInvalidArgument, c.to_string() + " content has no layout of its own: give a layout preset");
+}
+
+Status fill_table(HostTable& table, const TableContent& content) {
+  return engine::write_content(table, content);
+}
 
 Result<std::unique_ptr<Engine>> Engine::create_local(const EngramLayout& layout, const EngineOptions& o) {
   std::unique_ptr<Engine> e(new Engine());
@@ -173,6 +217,21 @@ Result<LaunchShape> Engine::last_launch(int li) const { return impl_->require_ba
 void* Engine::main_stream() const { return impl_->backend ? impl_->backend->main_stream() : nullptr; }
 void* Engine::prefetch_stream() const { return impl_->backend ? impl_->backend->prefetch_stream() : nullptr; }
 int Engine::device() const { return impl_->backend ? impl_->backend->device() : -1; }
+
+Status Engine::enable_device_hashing(const NgramHasher& hasher, int max_requests) {
+  const EngramLayout& hl = hasher.layout();
+  const EngramLayout& tl = layout();
+  if (hl.layer_ids != tl.layer_ids || hl.head_rows != tl.head_rows)
+    return Status(Code::kInvalidArgument, "device hashing: the hasher's layout " + hl.name +
+                                              " has other layers or rows than the table's " + tl.name);
+  return impl_->require_backend().enable_device_hashing(ngram_hash_params(hasher, HashIdKind::kGlobalRow), max_requests);
+}
+Status Engine::hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests) {
+  return impl_->require_backend().hash_and_prepare(tokens, new_sequence, n_requests);
+}
+Result<DeviceHashStep> Engine::last_device_hash(bool with_ids) const {
+  return impl_->require_backend().last_device_hash(with_ids);
+}
 
 Status Engine::synchronize() { return impl_->backend ? impl_->backend->synchronize() : Status::ok(); }
 

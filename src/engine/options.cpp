@@ -92,10 +92,24 @@ const std::vector<Row>& rows() {
          o.content.path = v;
          return Status::ok();
        }},
+      {"model", "load the table from this Hugging Face model directory (config.json, index, shards)", [](O& o, S v) {
+         if (v.empty()) return Status(Code::kInvalidArgument, "'': expected a model directory");
+         o.content.kind = TableContent::Kind::kModel;
+         o.content.path = v;
+         return Status::ok();
+       }},
+      {"tensor_names", "model directory: Engram tensor names WEIGHT,SCALE with {L} for the layer id", [](O& o, S v) {
+         o.content.tensor_names = v;
+         return Status::ok();
+       }},
+      {"reader_node", "model directory: pin the shard readers to this NUMA node's CPUs; -1 = not pinned",
+       [](O& o, S v) {
+         return assign(parse_int(v, -1, 1 << 16), [&](int64_t x) { o.content.reader_node = static_cast<int>(x); });
+       }},
       {"content", "zero (pages as allocated) or synthetic", [](O& o, S v) {
          if (v == "zero") o.content.kind = TableContent::Kind::kZero;
          else if (v == "synthetic") o.content.kind = TableContent::Kind::kSynthetic;
-         else return Status(Code::kInvalidArgument, "'" + v + "': expected zero or synthetic (or set checkpoint)");
+         else return Status(Code::kInvalidArgument, "'" + v + "': expected zero or synthetic (or set checkpoint / model)");
          return Status::ok();
        }},
       {"fast_path", "planner, plain, off",
@@ -180,11 +194,20 @@ TableContent TableContent::synthetic_or_checkpoint(uint64_t seed, const std::str
   return c;
 }
 
+TableContent TableContent::model(const std::string& dir, const std::string& names) {
+  TableContent c;
+  c.kind = Kind::kModel;
+  c.path = dir;
+  c.tensor_names = names;
+  return c;
+}
+
 std::string TableContent::to_string() const {
   switch (kind) {
     case Kind::kZero: return "zero";
     case Kind::kSynthetic: return "synthetic(seed=" + std::to_string(seed) + ")";
     case Kind::kCheckpoint: return "checkpoint " + path;
+    case Kind::kModel: return "model " + path;
   }
   return "?";
 }

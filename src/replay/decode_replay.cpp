@@ -42,7 +42,7 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     rep.compute_only_step_ns = Distribution::of(base);
   }
 
-  std::vector<double> step_ns;
+  std::vector<double> step_ns, host_ids;
   double distinct_sum = 0;
   int64_t distinct_n = 0;
   size_t timeline_mark = queue.timeline().rows().size();
@@ -54,11 +54,16 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     }
     // Ids are hashed before the step's clock starts: an engine hashes on the host ahead of the step, and the
     // real-text source also keeps statistics here, which must not count as step time.
+    const double h0 = clock();
     ENGRAM_RETURN_IF_ERROR(source.next_step(step, opt.batch, ids));
     const double t0 = clock();
+    if (step >= opt.warmup_steps) host_ids.push_back(t0 - h0);
     queue.begin_step(step);
-    if (opt.mode == PrefetchMode::kEarly)
+    if (opt.mode == PrefetchMode::kEarly && opt.prepare_step) {
+      ENGRAM_RETURN_IF_ERROR(opt.prepare_step(step, ids));
+    } else if (opt.mode == PrefetchMode::kEarly) {
       for (int li = 0; li < layout.n_layers(); ++li) ENGRAM_RETURN_IF_ERROR(queue.prepare(li, ids[li].data(), opt.batch));
+    }
     for (int layer = 0; layer < model_layers; ++layer) {
       const int li = engram_index[static_cast<size_t>(layer)];
       if (li >= 0) {
@@ -69,8 +74,10 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
       ENGRAM_RETURN_IF_ERROR(compute.run_layer(layer));
     }
     ENGRAM_RETURN_IF_ERROR(queue.end_step());
+    const double t1 = clock();
+    if (opt.after_step) ENGRAM_RETURN_IF_ERROR(opt.after_step(step, step >= opt.warmup_steps, ids));
     if (step >= opt.warmup_steps) {
-      step_ns.push_back(clock() - t0);
+      step_ns.push_back(t1 - t0);
       for (auto& v : ids) {
         std::unordered_set<int64_t> u(v.begin(), v.end());
         distinct_sum += static_cast<double>(u.size()) / static_cast<double>(v.size());
@@ -84,6 +91,7 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
   rep.dead_rows = after.dead_rows - before.dead_rows;
   rep.invalid_ids = after.invalid_ids - before.invalid_ids;
   rep.step_ns = Distribution::of(step_ns);
+  rep.host_ids_ns = Distribution::of(host_ids);
   if (std::isfinite(rep.step_ns.median) && rep.step_ns.median > 0)
     rep.tokens_per_s = opt.batch / (rep.step_ns.median * 1e-9);
   if (distinct_n) rep.distinct_id_fraction = distinct_sum / static_cast<double>(distinct_n);

@@ -3,8 +3,8 @@
 // staging from the prefetch queue (after prepare(): at step start in `early` mode, right there in `on_demand`
 // mode), then the layer's synthetic compute runs. A compute-only pass (same steps, no lookups) runs first so the
 // report can state the main-compute slowdown caused by concurrent lookups. A step's time runs from submitting
-// its lookups to the end of its last layer; hashing the step's ids happens before (as in an engine, ahead of
-// the step) and is not counted.
+// its lookups to the end of its last layer; hashing the step's ids on the host happens before (as in an engine, ahead
+// of the step) and is reported apart; an engine that hashes on the device does it inside the step (prepare_step).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,11 @@ struct DecodeReplayOptions {
   PrefetchMode mode = PrefetchMode::kEarly;
   bool compute_only_baseline = true;
   std::function<double()> clock_ns;  // default steady_clock
+  // Early mode: replaces the prepare of every layer at step start (an engine that hashes the step's tokens on the
+  // device and prepares from there); it is given the step's host ids and runs inside the step's clock.
+  std::function<Status(int64_t step, const std::vector<std::vector<int64_t>>& ids)> prepare_step;
+  // Called after each step, outside its clock (verification of device ids, per-step figures).
+  std::function<Status(int64_t step, bool measured, const std::vector<std::vector<int64_t>>& ids)> after_step;
 };
 
 struct LayerReport {
@@ -50,6 +55,7 @@ struct DecodeReplayReport {
   int64_t b_staging_bytes_per_step = 0;  // 2*N*H*d summed over Engram layers
   Distribution step_ns;                // wall time per step with lookups
   Distribution compute_only_step_ns;   // same steps, no lookups (n/a when skipped)
+  Distribution host_ids_ns;            // the id source's host time per step (hashing, statistics), not in step_ns
   double tokens_per_s = kNotRecorded;  // batch / median step
   std::vector<LayerReport> layers;
   double distinct_id_fraction = kNotRecorded;  // distinct ids / ids, averaged over layers and steps

@@ -78,7 +78,7 @@ json verify_rows(const RankJob& job, const EngramLayout& layout, const std::vect
         fnv *= 1099511628211ull;
       }
       ++checked;
-      if (job.checkpoint.empty()) {
+      if (job.content().kind == TableContent::Kind::kSynthetic) {
         synth_row(job.seed, li, r, layout.d, payload.data(), scales.data());
         want.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
         want.append(reinterpret_cast<const char*>(scales.data()), scales.size());
@@ -87,7 +87,7 @@ json verify_rows(const RankJob& job, const EngramLayout& layout, const std::vect
     }
   }
   return {{"rows_checked", checked},
-          {"mismatches", job.checkpoint.empty() ? json(mismatches) : json(nullptr)},
+          {"mismatches", job.content().kind == TableContent::Kind::kSynthetic ? json(mismatches) : json(nullptr)},
           {"sample_fnv", fnv}};
 }
 
@@ -137,7 +137,12 @@ Result<std::unique_ptr<IdSource>> rank_ids(const RankJob& job, const EngramLayou
                                            json* stream) {
   if (job.ids == "text" || job.ids == "auto") {
     const std::string tok = job.tokens.empty() ? default_token_file_path() : job.tokens;
-    auto t = make_text_id_source(layout, tok, "", 0);
+    Result<std::unique_ptr<IdSource>> t = Status(Code::kInternal, "no text source");
+    if (job.model.empty()) {
+      t = make_text_id_source(layout, tok, "", 0);
+    } else {
+      t = make_model_text_id_source(layout, tok, job.model, job.tensor_names);
+    }
     if (t.is_ok()) {
       const int64_t offset = int64_t{rank - 1} * (job.warmup + job.steps);
       *stream = {{"text_from_step", offset}};
@@ -187,6 +192,7 @@ struct RankSet {
 json RankJob::to_json() const {
   return {{"layout", layout},       {"table_bytes", table_bytes},
           {"row_layout", row_layout}, {"checkpoint", checkpoint},
+          {"model", model},         {"tensor_names", tensor_names},
           {"seed", seed},           {"batch", batch},
           {"steps", steps},         {"warmup", warmup},
           {"model_layers", model_layers}, {"prefetch", prefetch},
@@ -227,6 +233,8 @@ Result<RankJob> RankJob::from_json(const std::string& text) {
   integer("table_bytes", &r.table_bytes);
   str("row_layout", &r.row_layout);
   str("checkpoint", &r.checkpoint);
+  str("model", &r.model);
+  str("tensor_names", &r.tensor_names);
   integer("seed", &r.seed);
   integer("batch", &r.batch);
   integer("steps", &r.steps);
@@ -269,10 +277,16 @@ Result<RankJob> RankJob::from_json(const std::string& text) {
   return r;
 }
 
+TableContent RankJob::content() const {
+  if (!model.empty()) return TableContent::model(model, tensor_names);
+  return TableContent::synthetic_or_checkpoint(seed, checkpoint);
+}
+
 Result<EngramLayout> job_layout(const RankJob& job) {
   ENGRAM_ASSIGN_OR_RETURN(RowFormat fmt_, parse_row_format(job.row_layout));
-  if (!job.checkpoint.empty()) return host::read_checkpoint_layout(job.checkpoint, fmt_);
-  return make_preset_layout(job.layout, job.table_bytes, fmt_);
+  const TableContent c = job.content();
+  if (c.kind == TableContent::Kind::kSynthetic) return make_preset_layout(job.layout, job.table_bytes, fmt_);
+  return content_layout(c, fmt_);
 }
 
 Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name, const std::string& shm_dir) {
@@ -299,7 +313,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--backing", o.backing));
   ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--placement", o.placement));
   table_opts.table.shm_dir = o.shm_dir;
-  table_opts.content = TableContent::synthetic_or_checkpoint(job.seed, job.checkpoint);
+  table_opts.content = job.content();
   table_opts.step_timeout_ms = o.timeouts.step.count();
   table_opts.load_timeout_ms = o.timeouts.load.count();
   if (table_opts.table.backing.kind == BackingKind::kAnonThp)
@@ -321,8 +335,9 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   for (const auto& line : leader.swept.lines(false)) say(line);
   say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
       " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks, " +
-      (job.checkpoint.empty() ? "writing synthetic rows (seed " + std::to_string(job.seed) + ")"
-                              : "loading " + job.checkpoint) +
+      (job.content().kind == TableContent::Kind::kSynthetic
+           ? "writing synthetic rows (seed " + std::to_string(job.seed) + ")"
+           : "loading " + job.content().to_string()) +
       " ...");
   ENGRAM_ASSIGN_OR_RETURN(auto engine, Engine::serve_group(layout, table_opts, group_name, job.to_json().dump()));
   // The leader's census after placement; the protocol takes the ones after registration and after load.
@@ -397,8 +412,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
                   {"rows", layout.total_rows()},
                   {"bytes", layout.total_bytes()},
                   {"bytes_all_backings", all_backings_bytes},
-                  {"content", job.checkpoint.empty() ? "synthetic(seed=" + std::to_string(job.seed) + ")"
-                                                     : "checkpoint " + job.checkpoint},
+                  {"content", job.content().to_string()},
                   {"backing", o.backing},
                   {"placement_requested", o.placement},
                   {"placement", placement},

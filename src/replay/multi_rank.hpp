@@ -39,6 +39,8 @@ struct RankJob {
   int64_t table_bytes = 512LL << 20;      // preset's total table bytes
   std::string row_layout = "fused";       // fused | split
   std::string checkpoint;                 // the leader loads this file; "" = synthetic rows (seed)
+  std::string model;                      // ... or this Hugging Face model directory (its layout and hashing)
+  std::string tensor_names;               // model: "WEIGHT,SCALE" with {L}; "" = the released names
   uint64_t seed = 1;                      // synthetic content, and the ids (plus the rank)
   int batch = 64;                         // sequences per rank and step
   int steps = 32;
@@ -58,12 +60,14 @@ struct RankJob {
   std::vector<std::pair<std::string, std::string>> engine;
   int gpus = 0;                           // cuda: rank r uses device r % gpus; 0 = every visible device
 
+  // What the leader writes into the table: the model, the checkpoint, or synthetic rows of `seed`.
+  TableContent content() const;
   nlohmann::json to_json() const;
   // kInvalidArgument naming the field for a malformed job.
   static Result<RankJob> from_json(const std::string& text);
 };
 
-// The job's layout: the preset's, or the checkpoint's (read from its header).
+// The job's layout: the preset's, or the checkpoint's or model's (read from its header / config.json).
 Result<EngramLayout> job_layout(const RankJob& job);
 
 // The leader's start of a rank group, shared by `engram run --ranks` and `engram soak`: a sweep of the shm and

@@ -3,6 +3,8 @@
 // the statistics only count them (hash maps per head, no sampling), which is cheap next to a lookup.
 #include "replay/text_id_source.hpp"
 
+#include "host/model_io.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -160,6 +162,8 @@ Status TextIdSource::next_step(int64_t step, int batch, std::vector<std::vector<
   ids.resize(static_cast<size_t>(layout.n_layers()));
   for (auto& v : ids) v.resize(static_cast<size_t>(batch) * heads);
   std::vector<int64_t> one(static_cast<size_t>(layout.n_layers()) * heads);
+  last_.tokens.resize(slots_.size());
+  last_.new_sequence.assign(slots_.size(), 0);
   for (size_t b = 0; b < slots_.size(); ++b) {
     Slot& s = slots_[b];
     bool new_sequence = s.seq_tokens >= options_.seq_len;
@@ -173,6 +177,8 @@ Status TextIdSource::next_step(int64_t step, int batch, std::vector<std::vector<
       s.seq_tokens = 0;
     }
     const int64_t token = tokens_.ids[static_cast<size_t>(s.cursor)];
+    last_.tokens[b] = token;
+    last_.new_sequence[b] = s.seq_tokens == 0 ? 1 : 0;
     ENGRAM_RETURN_IF_ERROR(hasher_.hash_chunk(s.state, std::span<const int64_t>(&token, 1), one)
                                .with_context(tokens_.path + " token " + std::to_string(s.cursor)));
     for (int li = 0; li < layout.n_layers(); ++li)
@@ -192,26 +198,58 @@ std::string TextIdSource::describe() const {
          std::to_string(hasher_.compressed_vocab()) + ", seq_len=" + std::to_string(options_.seq_len) + ")";
 }
 
+namespace {
+
+Result<TokenFile> read_tokens(const std::string& token_file) {
+  auto tokens = read_token_file(token_file.empty() ? default_token_file_path() : token_file);
+  if (!tokens.is_ok() && tokens.status().code() == Code::kNotFound && token_file.empty())
+    return Status(Code::kNotFound, tokens.status().message() +
+                                       " (the default text's tokens come from scripts/setup, or run scripts/tokenize-setup DIR "
+                                       "and set ENGRAM_DATA_DIR=DIR)");
+  return tokens;
+}
+
+Result<std::unique_ptr<IdSource>> text_source(const EngramLayout& layout, TokenFile tokens, CompressionTable table,
+                                              const std::string& table_path, const NgramHashOptions& hash,
+                                              const TextIdSourceOptions& options) {
+  ENGRAM_RETURN_IF_ERROR(check_token_file_matches_table(tokens, table, table_path));
+  ENGRAM_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(layout, std::move(table), hash));
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<TextIdSource> src, TextIdSource::create(std::move(hasher), std::move(tokens), options));
+  return std::unique_ptr<IdSource>(std::move(src));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout, const std::string& token_file,
                                                       const std::string& compression_table, int64_t seed,
                                                       const TextIdSourceOptions& options) {
-  const std::string tokens_path = token_file.empty() ? default_token_file_path() : token_file;
   const std::string table_path = compression_table.empty() ? default_compression_table_path() : compression_table;
-  auto tokens = read_token_file(tokens_path);
-  if (!tokens.is_ok()) {
-    if (tokens.status().code() == Code::kNotFound && token_file.empty())
-      return Status(Code::kNotFound, tokens.status().message() +
-                                         " (the default text's tokens come from scripts/setup, or run scripts/tokenize-setup DIR "
-                                         "and set ENGRAM_DATA_DIR=DIR)");
-    return tokens.status();
-  }
+  ENGRAM_ASSIGN_OR_RETURN(TokenFile tokens, read_tokens(token_file));
   ENGRAM_ASSIGN_OR_RETURN(CompressionTable table, read_compression_table(table_path));
-  ENGRAM_RETURN_IF_ERROR(check_token_file_matches_table(*tokens, table, table_path));
   NgramHashOptions opt;
   opt.seed = seed;
-  ENGRAM_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(layout, std::move(table), opt));
-  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<TextIdSource> src, TextIdSource::create(std::move(hasher), std::move(*tokens), options));
-  return std::unique_ptr<IdSource>(std::move(src));
+  return text_source(layout, std::move(tokens), std::move(table), table_path, opt, options);
+}
+
+Result<std::unique_ptr<IdSource>> make_model_text_id_source(const EngramLayout& layout, const std::string& token_file,
+                                                            const std::string& model_dir,
+                                                            const std::string& tensor_names,
+                                                            const TextIdSourceOptions& options) {
+  host::ModelTensorNames names;
+  if (!tensor_names.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(names, host::parse_model_tensor_names(tensor_names));
+  }
+  ENGRAM_ASSIGN_OR_RETURN(TokenFile tokens, read_tokens(token_file));
+  ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, host::read_model_dir(model_dir, names));
+  auto table = host::read_model_compression_table(info);
+  if (!table.is_ok() && table.status().code() == Code::kNotFound)
+    return Status(Code::kNotFound, table.status().message() + " (build it from the model's tokenizer.json: " +
+                                       host::model_compression_table_command(info) + ")");
+  if (!table.is_ok()) return table.status();
+  NgramHashOptions opt;
+  opt.pad_id = info.config.pad_token_id;
+  opt.expected_compressed_vocab = info.config.compressed_vocab_size;
+  return text_source(layout, std::move(tokens), std::move(*table), host::model_compression_table_path(info), opt, options);
 }
 
 }  // namespace engram

@@ -94,6 +94,13 @@ class TextIdSource final : public IdSource {
   // Statistics of the ids served so far; each step is one batch.
   NgramStats stats(int top_k = 10) const { return stats_.finish(top_k); }
   const NgramHasher& hasher() const { return hasher_; }
+  // The raw token of each slot in the last step, and whether the slot started a new sequence with it: what an
+  // engine that hashes on the device (Engine::hash_and_prepare) is given instead of the ids.
+  struct StepTokens {
+    std::vector<int64_t> tokens;
+    std::vector<uint8_t> new_sequence;
+  };
+  const StepTokens& last_step_tokens() const { return last_; }
   const TokenFile& tokens() const { return tokens_; }
 
  private:
@@ -111,6 +118,7 @@ class TextIdSource final : public IdSource {
   std::vector<int64_t> doc_starts_;  // first token of each document, ascending
   std::vector<Slot> slots_;
   int64_t next_step_ = 0;
+  StepTokens last_;
   NgramStatsAccumulator stats_;
 };
 
@@ -121,5 +129,12 @@ class TextIdSource final : public IdSource {
 Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout, const std::string& token_file,
                                                       const std::string& compression_table, int64_t seed,
                                                       const TextIdSourceOptions& options = {});
+// The same with a model directory's hashing: its own compression table (DIR/engram.compress.bin, checked against
+// config.json's V', pad id and tokenizer.json; kNotFound says how to build it) and config.json's pad id.
+// `tensor_names`: "WEIGHT,SCALE" with {L} ("" = the released names).
+Result<std::unique_ptr<IdSource>> make_model_text_id_source(const EngramLayout& layout, const std::string& token_file,
+                                                            const std::string& model_dir,
+                                                            const std::string& tensor_names = "",
+                                                            const TextIdSourceOptions& options = {});
 
 }  // namespace engram

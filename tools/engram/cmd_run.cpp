@@ -17,6 +17,7 @@
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "replay/decode_replay.hpp"
+#include "replay/device_hashing.hpp"
 #include "replay/text_id_source.hpp"
 #include "report.hpp"
 #include "run_ranks.hpp"
@@ -40,6 +41,9 @@ struct RunArgs {
   std::string ids = "auto";
   std::string tokens;        // token file for --ids text (default: the setup's default text)
   std::string checkpoint;    // load the table from this safetensors file instead of synthesising it
+  std::string model;         // ... or from this Hugging Face model directory
+  std::string tensor_names;  // model: "WEIGHT,SCALE" ("" = the released names)
+  std::string hash = "auto";  // where real-text ids are hashed: auto | cpu | gpu
   double zipf_alpha = 1.0;
   std::string timeline = default_output_path("engram-run.trace.json");
   bool json = false;
@@ -60,7 +64,7 @@ int run_ranks(const RunArgs& a) {
   if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
   RanksCliArgs r;
   r.job = {.layout = a.layout, .table_bytes = *size, .row_layout = a.row_layout, .checkpoint = a.checkpoint,
-           .seed = a.seed, .batch = a.batch, .steps = a.steps, .warmup = a.warmup, .model_layers = a.model_layers,
+           .model = a.model, .tensor_names = a.tensor_names, .seed = a.seed, .batch = a.batch, .steps = a.steps, .warmup = a.warmup, .model_layers = a.model_layers,
            .prefetch = a.prefetch, .layer_us = a.layer_us, .ids = a.ids, .tokens = a.tokens,
            .zipf_alpha = a.zipf_alpha, .compute_only_baseline = !a.no_baseline, .timeline = a.timeline,
            .engine = lookup_option_text(a.engine, a.warmup)};
@@ -72,13 +76,18 @@ int run_ranks(const RunArgs& a) {
 }
 
 int run(const RunArgs& a) {
+  if (a.ranks > 1 && a.hash == "gpu")
+    return report_failure("run", Status(Code::kInvalidArgument, "--hash gpu: the ranks of --ranks hash on the CPU"));
   if (a.ranks > 1) return run_ranks(a);
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure("run", fmt.status().with_context("--row-layout"));
+  const TableContent content = !a.model.empty() ? TableContent::model(a.model, a.tensor_names)
+                                                 : TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
   Result<EngramLayout> layout = Status(Code::kInternal, "layout not set");
-  if (!a.checkpoint.empty()) {
-    layout = host::read_checkpoint_layout(a.checkpoint, *fmt);
-    if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--checkpoint"));
+  if (content.kind != TableContent::Kind::kSynthetic) {
+    layout = content_layout(content, *fmt);
+    if (!layout.is_ok())
+      return report_failure("run", layout.status().with_context(a.model.empty() ? "--checkpoint" : "--model"));
   } else {
     auto size = parse_size_bytes(a.table_size);
     if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
@@ -96,7 +105,8 @@ int run(const RunArgs& a) {
   eo.max_tokens = a.batch;
   eo.layer_us = a.layer_us;
   eo.prefetch = mode;
-  eo.content = TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
+  eo.content = content;
+  show_load_progress(eo.content);
   if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
 
   // Ids first: a missing token file should fail before minutes of table building.
@@ -104,7 +114,12 @@ int run(const RunArgs& a) {
   std::string ids_note;
   if (a.ids == "text" || a.ids == "auto") {
     const std::string tok = a.tokens.empty() ? default_token_file_path() : a.tokens;
-    auto t = make_text_id_source(*layout, tok, "", 0);
+    Result<std::unique_ptr<IdSource>> t = Status(Code::kInternal, "no text source");
+    if (a.model.empty()) {
+      t = make_text_id_source(*layout, tok, "", 0);
+    } else {
+      t = make_model_text_id_source(*layout, tok, a.model, a.tensor_names);
+    }
     if (t.is_ok()) {
       source = std::move(*t);
     } else if (a.ids == "text" || !a.tokens.empty()) {
@@ -124,7 +139,7 @@ int run(const RunArgs& a) {
 
   say("building " + layout->name + " table (" + format_bytes(layout->total_bytes()) + ", " +
       row_format_name(layout->format) + " rows, " + eo.table.backing.to_string() + " backing, placement " +
-      eo.table.placement.to_string() + ")" + (a.checkpoint.empty() ? "" : " and loading " + a.checkpoint) + " ...");
+      eo.table.placement.to_string() + ")" + (content.kind == TableContent::Kind::kSynthetic ? "" : " and loading " + content.to_string()) + " ...");
   auto built = Engine::create_local(*layout, eo);
   if (!built.is_ok()) return report_failure("run", built.status());
   Engine& engine = **built;
@@ -141,9 +156,18 @@ int run(const RunArgs& a) {
   ropt.model_layers = a.model_layers;
   ropt.mode = mode;
   ropt.compute_only_baseline = !a.no_baseline;
+  auto hash_place = parse_hash_place(a.hash);
+  if (!hash_place.is_ok()) return report_failure("run", hash_place.status().with_context("--hash"));
+  auto hashing = std::make_shared<DeviceHashingReport>();
+  DecodeReplayOptions wired;
+  if (Status st = wire_device_hashing(*hash_place, engine, *source, ropt, wired, hashing); !st.is_ok())
+    return report_failure("run", st.with_context("--hash"));
+  if (!hashing->note.empty() && *hash_place == HashPlace::kAuto && engine.backend() == BackendKind::kCuda)
+    say(hashing->note);
   say("replaying " + std::to_string(a.warmup) + "+" + std::to_string(a.steps) + " decode steps on the " + backend_name +
-      " backend ...");
-  auto rep = run_decode_replay(*layout, *source, *queue, *compute, ropt);
+      " backend" + (hashing->used == HashPlace::kGpu ? ", ids hashed on the GPU and verified against the CPU hasher" : "") +
+      " ...");
+  auto rep = run_decode_replay(*layout, *source, *queue, *compute, wired);
   if (!rep.is_ok()) return report_failure("run", rep.status());
   engine.add_censuses(engine.census(host::CensusPoint::kAfterReplay));
   const std::vector<host::PageCensus>& censuses = engine.censuses();
@@ -208,6 +232,14 @@ int run(const RunArgs& a) {
                  {"source_gbps", json_num(r.source_gbps)},
                  {"staging_gbps", json_num(r.staging_gbps)},
                  {"distinct_id_fraction", json_num(r.distinct_id_fraction)}};
+  const Distribution gpu_hash = Distribution::of(hashing->gpu_ns);
+  j["hash"] = {{"place", hash_place_name(hashing->used)},
+               {"requested", a.hash},
+               {"note", hashing->note.empty() ? nlohmann::json(nullptr) : nlohmann::json(hashing->note)},
+               {"host_source_ns", dist_json(r.host_ids_ns)},
+               {"gpu_step_ns", hashing->used == HashPlace::kGpu ? dist_json(gpu_hash) : nlohmann::json(nullptr)},
+               {"verified_ids", hashing->used == HashPlace::kGpu ? nlohmann::json(hashing->verified_ids) : nlohmann::json(nullptr)},
+               {"kernel_errors", hashing->used == HashPlace::kGpu ? nlohmann::json(hashing->kernel_errors) : nlohmann::json(nullptr)}};
   j["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step}, {"b_staging_per_step", r.b_staging_bytes_per_step}};
   j["steps"] = {{"step_ns", dist_json(r.step_ns)},
                 {"compute_only_step_ns", dist_json(r.compute_only_step_ns)},
@@ -277,6 +309,16 @@ int run(const RunArgs& a) {
   std::printf("          %lld rows, %lld dead, %lld invalid; distinct ids per batch %s\n",
               static_cast<long long>(r.rows_looked_up), static_cast<long long>(r.dead_rows),
               static_cast<long long>(r.invalid_ids), fmt_num(r.distinct_id_fraction * 100, "%.1f%%").c_str());
+  if (hashing->used == HashPlace::kGpu) {
+    std::printf("Hash      GPU %s us/step median (p95 %s; token copy, hash, look-back), %lld ids verified against the "
+                "CPU hasher; host source %s us/step (CPU hash + statistics, kept for the check)\n",
+                fmt_num(gpu_hash.median / 1e3, "%.1f").c_str(), fmt_num(gpu_hash.p95 / 1e3, "%.1f").c_str(),
+                static_cast<long long>(hashing->verified_ids), fmt_num(r.host_ids_ns.median / 1e3, "%.1f").c_str());
+  } else {
+    std::printf("Hash      host %s us/step median (id source, before each step; not in the step time)%s\n",
+                fmt_num(r.host_ids_ns.median / 1e3, "%.1f").c_str(),
+                hashing->note.empty() || engine.backend() != BackendKind::kCuda ? "" : ("; " + hashing->note).c_str());
+  }
   std::printf("Bytes     per step: B_source = N*H*(d+d/32) = %s, B_staging = 2*N*H*d = %s\n",
               format_bytes(r.b_source_bytes_per_step).c_str(), format_bytes(r.b_staging_bytes_per_step).c_str());
   std::printf("Steps     median %s us (p5 %s, p95 %s); compute only %s us; slowdown x%s; %s tokens/s\n",
@@ -307,9 +349,9 @@ int run(const RunArgs& a) {
 
 auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<RunArgs>();
-  sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
+  CLI::Option* layout_opt = sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
       ->check(CLI::IsMember(preset_names()));
-  sub.add_option("--table-size", a->table_size,
+  CLI::Option* size_opt = sub.add_option("--table-size", a->table_size,
                  "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)");
   sub.add_option("--row-layout", a->row_layout, "Row layout in memory: fused (payload|scales record, default) or split")
       ->check(CLI::IsMember({"fused", "split"}));
@@ -330,7 +372,25 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "when the default token file exists, else zipf, saying so)")
       ->check(CLI::IsMember({"auto", "text", "zipf", "uniform"}));
   sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)");
-  sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
+  CLI::Option* ckpt = sub.add_option("--checkpoint", a->checkpoint,
+                                     "Load the table from this safetensors checkpoint (engram table create)")
+                          ->excludes(layout_opt)
+                          ->excludes(size_opt);
+  CLI::Option* model = sub.add_option("--model", a->model,
+                                      "Load the table from this Hugging Face model directory (config.json, index, "
+                                      "shards): its layout from config.json, its ids hashed with the directory's "
+                                      "compression table (engram.compress.bin)")
+                           ->excludes(ckpt)
+                           ->excludes(layout_opt)
+                           ->excludes(size_opt);
+  sub.add_option("--hash", a->hash,
+                 "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with text ids and early "
+                 "prefetch, else the CPU), cpu, gpu. GPU ids are compared with the CPU hasher's after every step")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  sub.add_option("--tensor-names", a->tensor_names,
+                 "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
+                 "layers.{L}.engram.embed.weight,layers.{L}.engram.embed.scale)")
+      ->needs(model);
   add_table_memory_options(sub, a->engine);
   sub.add_option("--ranks", a->ranks,
                  "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "

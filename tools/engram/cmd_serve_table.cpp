@@ -1,7 +1,7 @@
 // `engram serve-table`: a leader that holds one shared table for other processes until SIGINT/SIGTERM.
 //
 // It builds the table once (placement before first touch, every page allocated, rows written: synthetic
-// or a checkpoint), prints the socket path, the group name and the census, then admits peers round after
+// a checkpoint or a model directory), prints the socket path, the group name and the census, then admits peers round after
 // round: each round waits for --peers processes, runs the shared-table protocol with them (host/group.hpp)
 // and prints what happened, including each rank's census text. Connections of earlier rounds stay open
 // until the server stops, so a peer can watch for the leader's exit. A memfd table can be admitted any
@@ -15,6 +15,7 @@
 
 #include "command.hpp"
 #include "core/units.hpp"
+#include "engine_args.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
@@ -31,6 +32,8 @@ struct ServeArgs {
   std::string table_size = "512MiB";
   std::string row_layout = "fused";
   std::string checkpoint;
+  std::string model;         // Hugging Face model directory
+  std::string tensor_names;
   uint64_t seed = 1;
   std::string backing = "memfd";
   std::string placement = "none";
@@ -92,18 +95,21 @@ int serve(const ServeArgs& a) {
   job.layout = a.layout;
   job.row_layout = a.row_layout;
   job.checkpoint = a.checkpoint;
+  job.model = a.model;
+  job.tensor_names = a.tensor_names;
   job.seed = a.seed;
   auto size = parse_size_bytes(a.table_size);
   if (!size.is_ok()) return report_failure("serve-table", size.status().with_context("--table-size"));
   job.table_bytes = *size;
   auto layout = job_layout(job);
-  if (!layout.is_ok()) return report_failure("serve-table", layout.status().with_context(a.checkpoint.empty() ? "--layout" : "--checkpoint"));
+  if (!layout.is_ok()) return report_failure("serve-table", layout.status().with_context(!a.model.empty() ? "--model" : a.checkpoint.empty() ? "--layout" : "--checkpoint"));
   EngineOptions eo;
   if (Status st = set_engine_option(eo, "--backing", a.backing); !st.is_ok()) return report_failure("serve-table", st);
   if (Status st = set_engine_option(eo, "--placement", a.placement); !st.is_ok()) return report_failure("serve-table", st);
   eo.table.shm_dir = a.shm_dir;
   eo.step_timeout_ms = a.step_timeout_ms;
-  eo.content = TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
+  eo.content = job.content();
+  show_load_progress(eo.content);
 
   auto guard = sys::FileGuardian::start();
   if (!guard.is_ok()) return report_failure("serve-table", guard.status());
@@ -198,7 +204,16 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::IsMember(preset_names()));
   sub.add_option("--table-size", a->table_size, "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB");
   sub.add_option("--row-layout", a->row_layout, "Row layout: fused (default) or split")->check(CLI::IsMember({"fused", "split"}));
-  sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
+  CLI::Option* ckpt =
+      sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
+  CLI::Option* model = sub.add_option("--model", a->model,
+                 "Load the table from this Hugging Face model directory (config.json, index, shards; its layout comes "
+                 "from config.json)")
+      ->excludes(ckpt);
+  sub.add_option("--tensor-names", a->tensor_names,
+                 "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
+                 "layers.{L}.engram.embed.weight,layers.{L}.engram.embed.scale)")
+      ->needs(model);
   sub.add_option("--seed", a->seed, "Seed of the synthetic rows (default 1)")->check(unsigned_integer());
   sub.add_option("--backing", a->backing, "memfd (default; passed to peers over the socket), shm (named file, "
                                           "unlinked after the first round), hugetlb, hugetlb-1g")

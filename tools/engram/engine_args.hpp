@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engram/engine.hpp"
+#include "host/progress_line.hpp"
 
 namespace engram::cli {
 
@@ -96,6 +97,16 @@ inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout,
   for (const auto& [flag, value] : lookup_option_text(a, default_warmup))
     ENGRAM_RETURN_IF_ERROR(set_engine_option(o, flag, value));
   return Status::ok();
+}
+
+// A model directory's load shows the progress line (bytes, GB/s, ETA) on a terminal.
+inline void show_load_progress(TableContent& c) {
+  if (c.kind != TableContent::Kind::kModel) return;
+  auto line = std::make_shared<host::ProgressLine>(c.to_string(), host::ProgressDisplay::kAuto);
+  if (!line->enabled()) return;
+  c.on_progress = [line](int64_t done, int64_t total, double elapsed) {
+    line->update({"load", done, total, elapsed, done == total});
+  };
 }
 
 // The cache options as asked for (report JSON).

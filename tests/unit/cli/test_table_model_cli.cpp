@@ -157,5 +157,36 @@ TEST_F(TableModelCli, MalformedDirectoriesExitTwo) {
   EXPECT_NE(r.err.find("applies to a model directory only"), std::string::npos) << r.err;
 }
 
+// `engram run --model DIR` takes the layout from config.json and hashes the default text with the directory's
+// compression table; with --ranks the peers get the same content through the group's job.
+TEST_F(TableModelCli, RunTakesTheModelDirectory) {
+  create();
+  for (const std::string ranks : {"1", "2"}) {
+    SCOPED_TRACE("ranks " + ranks);
+    auto r = cli("run --model " + dir_ + " --ranks " + ranks + " --batch 8 --steps 3 --warmup 1 --layer-us 5 --json --timeline none");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    if (ranks != "1") continue;  // the ranks report is another document
+    const json j = parse(r.out);
+    EXPECT_EQ(j["table"]["content"], "model " + dir_);
+    EXPECT_EQ(j["table"]["engram_layers"], json({1, 14}));
+    EXPECT_NE(j["workload"]["ids"].get<std::string>().find("text"), std::string::npos) << j["workload"].dump();
+    EXPECT_GT(j["lookup"]["rows"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(entries(), std::vector<std::string>{"model"});
+}
+
+TEST_F(TableModelCli, RunModelOptionsThatCannotApplyExitTwo) {
+  create();
+  EXPECT_EQ(cli("run --model " + dir_ + " --layout tiny --steps 1").code, 2);
+  EXPECT_EQ(cli("run --model " + dir_ + " --table-size 1GiB --steps 1").code, 2);
+  EXPECT_EQ(cli("run --model " + dir_ + " --checkpoint x.safetensors --steps 1").code, 2);
+  EXPECT_EQ(cli("run --tensor-names 'a.{L}.w,a.{L}.s' --steps 1").code, 2);
+  const auto bad = cli("run --model " + dir_ + " --tensor-names 'a.{L}.w,a.{L}.s' --steps 1");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("a.1.w"), std::string::npos) << bad.err;
+  EXPECT_EQ(cli("run --model " + (root_ / "absent").string() + " --steps 1").code, 2);
+  EXPECT_EQ(entries(), std::vector<std::string>{"model"});
+}
+
 }  // namespace
 }  // namespace engram

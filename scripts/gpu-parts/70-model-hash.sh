@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# GPU part "model-hash" (called by scripts/gpu-check with BUILD, LOG_DIR, PART_BUDGET_S): the released-model
+# interfaces at real sizes.
+#   1. run-hash   `engram run --backend cuda` on the default text with the ids hashed on the GPU (every id checked
+#                 against the CPU hasher) and on the CPU, batch 64 and 512: GPU hash µs/step vs the host source's
+#   2. bench-hash `engram bench hash`: GPU kernel vs CPU hasher, decode 64/512, prefill 8K
+#   3. model      a synthetic Hugging Face model directory of MODEL_SIZE (default 34GiB) in the released format,
+#                 loaded by `engram table load DIR` from warm and cold page cache with the sequential read of the
+#                 same files beside it, then `engram run --model DIR --backend cuda` (place + load + register + run)
+# Prints one line per figure; exit 0 when every step that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build-gpu}
+LOG_DIR=${LOG_DIR:-/tmp/engram-model-hash-part}
+BUDGET=${PART_BUDGET_S:-240}
+MODEL_SIZE=${MODEL_SIZE:-34GiB}
+MODEL_DIR=${MODEL_DIR:-/tmp/engram-hf-model}
+mkdir -p "$LOG_DIR"
+bin="$BUILD/bin/engram"
+start=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - start))); }
+fail=0
+# step NAME ESTIMATE_S ARGS...: `engram ARGS` with stdout in LOG_DIR/NAME.out, stderr in NAME.err.
+step() {
+  local name=$1 est=$2
+  shift 2
+  local l
+  l=$(left)
+  if ((l < est)); then echo "model-hash: SKIP $name (needs ~${est}s, ${l}s left)"; return 1; fi
+  local t0=$(date +%s)
+  timeout --signal=INT --kill-after=5 $((l - 5)) "$bin" "$@" >"$LOG_DIR/$name.out" 2>"$LOG_DIR/$name.err"
+  local rc=$?
+  if ((rc == 0)); then echo "model-hash: PASS $name ($(($(date +%s) - t0))s)"; else
+    echo "model-hash: FAIL $name rc=$rc ($(($(date +%s) - t0))s): $(tail -2 "$LOG_DIR/$name.err" | tr '\n' ' ')"; fail=1; fi
+  return $rc
+}
+[ -x "$bin" ] || { echo "model-hash: $bin not built"; exit 1; }
+
+for b in 64 512; do
+  for h in gpu cpu; do
+    step "run-b$b-$h" 25 run --backend cuda --batch $b --steps 48 --hash $h --json --timeline none
+  done
+done
+python3 - "$LOG_DIR" <<'PY' || true
+import json, os, sys
+d = sys.argv[1]
+def f(v, s=1e3):
+    return "n/a" if v is None else "%.1f" % (v / s)
+for b in (64, 512):
+    for h in ("gpu", "cpu"):
+        p = os.path.join(d, f"run-b{b}-{h}.out")
+        if not os.path.exists(p) or os.path.getsize(p) == 0:
+            continue
+        j = json.load(open(p))
+        hs, st = j.get("hash", {}), j["steps"]
+        g = hs.get("gpu_step_ns") or {}
+        print(f"model-hash: run b={b} hash={hs.get('place')}: step median {f(st['step_ns']['median'])} us, "
+              f"p99 {f(st['step_ns'].get('p99'))} us, GPU hash {f(g.get('median'))} us/step, host source "
+              f"{f(hs['host_source_ns']['median'])} us/step, verified ids {hs.get('verified_ids')}, "
+              f"{f(st['tokens_per_s'], 1)} tokens/s")
+PY
+
+step bench-hash 40 bench hash --reps 7 --warmup 2 --json "$LOG_DIR/bench-hash.json"
+cat "$LOG_DIR/bench-hash.out" 2>/dev/null | tail -12 | sed 's/^/model-hash: /'
+
+rm -rf "$MODEL_DIR"
+if step model-create 120 table create --format hf-model --layout v41-flash-mini --table-size "$MODEL_SIZE" \
+  --out "$MODEL_DIR"; then
+  du -sh "$MODEL_DIR" | sed 's/^/model-hash: model dir /'
+  step model-load-warm 60 table load "$MODEL_DIR" --cache warm --compare-sequential --verify
+  step model-load-cold 60 table load "$MODEL_DIR" --cache cold --compare-sequential
+  for n in model-load-warm model-load-cold; do
+    grep -E "GB/s|sequential|rows past|load" "$LOG_DIR/$n.out" 2>/dev/null | tail -6 | sed "s/^/model-hash: $n: /"
+  done
+  step model-run 90 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 16 --json --timeline none
+  python3 - "$LOG_DIR/model-run.out" <<'PY' || true
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(0)
+reg = (j["workload"].get("backend_details") or {}).get("registration", {})
+print(f"model-hash: run --model: table {j['table']['content']}, {j['table'].get('bytes')} B, register "
+      f"{reg.get('register_s')} s, hash {j['hash']['place']} verified {j['hash']['verified_ids']} ids, "
+      f"step median {j['steps']['step_ns']['median'] / 1e3:.1f} us")
+PY
+fi
+rm -rf "$MODEL_DIR"
+exit $fail

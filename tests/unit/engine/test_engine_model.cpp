@@ -1,0 +1,140 @@
+// A model directory as engine content: content_layout reads the layout from config.json, the engine places the
+// table and streams the rows from the shards, and every lookup equals the lookup of an engine whose table holds the
+// same synthetic rows (the generator's rows are synth_row of its seed), in both row layouts, on fresh seeds and
+// poisoned outputs. A malformed directory fails create_local with the tensor named; the rows past the primes are
+// not part of the table.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engram/engine.hpp"
+#include "engram/layout.hpp"
+#include "host/model_io.hpp"
+#include "support/conformance.hpp"
+
+namespace engram {
+namespace {
+
+namespace fs = std::filesystem;
+
+class EngineModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = rng_();
+    root_ = fs::temp_directory_path() / ("engram_engine_model_" + std::to_string(getpid()) + "_" + std::to_string(rng_() % 1000000007));
+    fs::create_directories(root_);
+    dir_ = (root_ / "model").string();
+    layout_.name = "test";
+    layout_.layer_ids = {2, 5};
+    layout_.max_ngram = 3;
+    layout_.heads_per_order = 2;
+    layout_.vocab_size_per_order = {89, 89};
+    layout_.d = 64;
+    layout_.format = RowFormat::kFused;
+    ASSERT_TRUE(layout_.finalize().is_ok());
+    host::SyntheticModelOptions o;
+    o.seed = seed_;
+    o.extra_rows = 7;
+    o.compressed_vocab_size = 1000;
+    o.chunk_bytes = 4096;
+    const Status s = host::write_synthetic_model_dir(dir_, layout_, o);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static EngineOptions cpu_options(TableContent content) {
+    EngineOptions o;
+    o.backend = BackendKind::kCpu;
+    o.content = std::move(content);
+    o.max_tokens = 64;
+    o.record_timeline = false;
+    return o;
+  }
+
+  std::mt19937_64 rng_{std::random_device{}()};
+  uint64_t seed_ = 0;
+  fs::path root_;
+  std::string dir_;
+  EngramLayout layout_;
+};
+
+TEST_F(EngineModel, LookupsEqualTheSyntheticTableInBothRowLayouts) {
+  for (RowFormat f : {RowFormat::kFused, RowFormat::kSplit}) {
+    SCOPED_TRACE(row_format_name(f));
+    auto layout = content_layout(TableContent::model(dir_), f);
+    ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+    ASSERT_EQ(layout->n_layers(), 2);
+    EXPECT_EQ(layout->layer_ids, layout_.layer_ids);
+    EXPECT_EQ(layout->head_rows, layout_.head_rows);  // the primes, not the tensors' rows (7 more)
+    EXPECT_EQ(layout->format, f);
+
+    int64_t progress_calls = 0, last_done = -1, total = 0;
+    TableContent model = TableContent::model(dir_);
+    model.threads = 2;
+    model.on_progress = [&](int64_t done, int64_t all, double) {
+      ++progress_calls;
+      EXPECT_GE(done, last_done);
+      last_done = done;
+      total = all;
+    };
+    auto from_model = Engine::create_local(*layout, cpu_options(model));
+    ASSERT_TRUE(from_model.is_ok()) << from_model.status().to_string();
+    TableContent synthetic;
+    synthetic.kind = TableContent::Kind::kSynthetic;
+    synthetic.seed = seed_;
+    auto from_seed = Engine::create_local(*layout, cpu_options(synthetic));
+    ASSERT_TRUE(from_seed.is_ok()) << from_seed.status().to_string();
+    if (progress_calls > 0) {
+      EXPECT_EQ(last_done, total);
+    }
+
+    for (int li = 0; li < layout->n_layers(); ++li) {
+      for (int64_t tokens : {int64_t{1}, int64_t{17}, int64_t{64}}) {
+        const std::vector<int64_t> ids = test::conformance_ids(*layout, li, tokens, rng_);
+        const size_t n = static_cast<size_t>(tokens * layout->heads() * layout->d);
+        std::vector<uint16_t> a(n, 0xFFFF), b(n, 0x7FC1);
+        ASSERT_TRUE((*from_model)->lookup(li, ids.data(), tokens, a.data()).is_ok());
+        ASSERT_TRUE((*from_seed)->lookup(li, ids.data(), tokens, b.data()).is_ok());
+        EXPECT_EQ(a, b) << "layer " << li << " tokens " << tokens;
+        EXPECT_EQ(test::first_reference_mismatch((*from_model)->table().view(li), ids, a.data()), -1);
+        bool nonzero = false;
+        for (uint16_t v : a) nonzero = nonzero || (v != 0 && v != 0x8000);
+        EXPECT_TRUE(nonzero) << "the rows were loaded";
+      }
+    }
+  }
+}
+
+TEST_F(EngineModel, ContentDescribesItselfAndSyntheticContentHasNoLayout) {
+  EXPECT_EQ(TableContent::model(dir_).to_string(), "model " + dir_);
+  TableContent synthetic;
+  EXPECT_EQ(content_layout(synthetic, RowFormat::kFused).status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(EngineModel, CustomTensorNamesAndBadNamesFailNamingTheTensor) {
+  // The released names are the default; a name pattern that matches nothing is an error naming the tensor.
+  TableContent bad = TableContent::model(dir_, "layers.{L}.engram.table.weight,layers.{L}.engram.table.scale");
+  auto layout = content_layout(bad, RowFormat::kFused);
+  ASSERT_FALSE(layout.is_ok());
+  EXPECT_NE(layout.status().message().find("layers.2.engram.table.weight"), std::string::npos)
+      << layout.status().to_string();
+  auto e = Engine::create_local(layout_, cpu_options(bad));
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("engram.table"), std::string::npos) << e.status().to_string();
+}
+
+TEST_F(EngineModel, ALayoutThatDisagreesWithTheModelIsRefused) {
+  EngramLayout other = layout_;
+  other.vocab_size_per_order = {97, 97};
+  ASSERT_TRUE(other.finalize().is_ok());
+  auto e = Engine::create_local(other, cpu_options(TableContent::model(dir_)));
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_EQ(e.status().code(), Code::kInvalidArgument) << e.status().to_string();
+}
+
+}  // namespace
+}  // namespace engram
