@@ -3,7 +3,7 @@
 // when this gnuplot has it (gnuplot-nox does) and the plain png terminal otherwise, and text is `noenhanced`
 // so names with underscores print as written. The subprocess is fork/exec of `gnuplot SCRIPT` with its
 // stderr kept in a temporary file for the error message; both temporaries are removed afterwards.
-#include "plot.hpp"
+#include "report/plot.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -153,7 +153,7 @@ std::string gnuplot_script(const std::vector<Figure>& figures, const std::string
   const int w = canvas.width_px;
   const int h = canvas.height_px > 0 ? canvas.height_px : 420 * std::max(1, rows) + (canvas.caption.empty() ? 0 : 30);
   std::ostringstream o;
-  o << "# written by engram (tools/engram/plot.cpp)\n";
+  o << "# written by engram (src/report/plot.cpp)\n";
   o << "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n  set terminal pngcairo size " << w << "," << h
     << " noenhanced font \"sans,10\"\n} else {\n  set terminal png size " << w << "," << h << " noenhanced\n}\n";
   o << "set output " << quote(png_path) << "\n";
