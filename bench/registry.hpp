@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engram/status.hpp"
-#include "tools/engram/plot.hpp"
+#include "report/plot.hpp"
 
 namespace CLI {
 class App;

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "tools/engram/report.hpp"
+#include "report/numbers.hpp"
 
 namespace engram::bench {
 namespace {
 
-using cli::fmt_num;
-using cli::json_num;
+using report::fmt_num;
+using report::json_num;
 
 std::string cell_text(const Cell& c, int precision) {
   if (c.is_text()) return c.text;

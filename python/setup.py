@@ -5,9 +5,11 @@ repository root (this file's parent directory) into ENGRAM_BUILD_DIR (default <r
 interpreter that runs pip (Python_EXECUTABLE), builds only the `engram_python` target and copies the module into
 the wheel. Extra CMake arguments come from ENGRAM_CMAKE_ARGS (e.g. "-DENGRAM_CUDA=OFF" or
 "-Dpybind11_DIR=..."); ENGRAM_BUILD_JOBS sets the parallelism (default 2). No network access is needed.
+The package's version is the project's, read from project(... VERSION x.y.z) in the top-level CMakeLists.txt.
 """
 import glob
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +20,14 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+
+
+def project_version():
+    with open(os.path.join(ROOT, "CMakeLists.txt"), encoding="utf-8") as f:
+        m = re.search(r"^project\(engram_offload VERSION ([0-9]+\.[0-9]+\.[0-9]+)", f.read(), re.MULTILINE)
+    if not m:
+        raise RuntimeError(f"no project(engram_offload VERSION x.y.z) in {ROOT}/CMakeLists.txt")
+    return m.group(1)
 
 
 class CMakeBuild(build_ext):
@@ -45,4 +55,4 @@ class CMakeBuild(build_ext):
         shutil.copy2(built[0], dest)
 
 
-setup(ext_modules=[Extension("engram_offload._engram", sources=[])], cmdclass={"build_ext": CMakeBuild})
+setup(version=project_version(), ext_modules=[Extension("engram_offload._engram", sources=[])], cmdclass={"build_ext": CMakeBuild})

@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engram/census.hpp"
 #include "engram/layout.hpp"
 #include "engram/lookup.hpp"
 #include "engram/options.hpp"
@@ -45,9 +46,7 @@ class LayerCompute;
 namespace host {
 class GroupChannel;
 class SharedTableGroup;
-struct PageCensus;
 struct StepRecord;
-enum class CensusPoint;
 }  // namespace host
 
 // The GPU hot-row cache of each Engram layer (CUDA fast path with the planner). Filled from `profile` when given
@@ -255,9 +254,9 @@ class Engine {
 
   // Page census of every backing now, at a named point. The censuses the engine took while it was built
   // (after placement, registration, load) are in censuses(), in order.
-  std::vector<host::PageCensus> census(host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
-  const std::vector<host::PageCensus>& censuses() const;
-  void add_censuses(std::vector<host::PageCensus> more);
+  std::vector<PageCensus> census(CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
+  const std::vector<PageCensus>& censuses() const;
+  void add_censuses(std::vector<PageCensus> more);
 
   // Backend, device, registration, lookup path per layer (paths taken, last plan and why, costs, cache: state,
   // size, hit rate, link bytes avoided, online updates). Synchronises the streams (call it after a run).

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engram/census.hpp"
 #include "engram/layout.hpp"
 #include "engram/options.hpp"
 #include "engram/status.hpp"
@@ -77,8 +78,6 @@ Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int he
 
 namespace host {
 struct PlacedBacking;
-struct PageCensus;
-enum class CensusPoint;
 }  // namespace host
 
 // How HostTable::create lays a table out in host memory (design.md: backing, placement policy). Typed values:
@@ -181,8 +180,9 @@ class HostTable {
   // A shard's backing of a layer (nullptr for an `allocate`d table). Its data() lies inside view(layer).
   const host::PlacedBacking* shard_backing(int layer_index, int shard) const;
   // Census (move_pages) of every backing at a named point (one line per layer, replica and shard, each
-  // naming its head range); an `allocate`d table is censused as its anonymous mappings. Complete types in host/census.hpp. `max_samples`: exact up to that many pages.
-  std::vector<host::PageCensus> census(host::CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
+  // naming its head range); an `allocate`d table is censused as its anonymous mappings (engram/census.hpp).
+  // `max_samples`: exact up to that many pages.
+  std::vector<PageCensus> census(CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
   // Every backing of the table, replica and shard (create/attach; empty for allocate()), with where it sits.
   struct Part {
     int layer_index = 0;

@@ -46,6 +46,8 @@ __all__ = [
     "GroupChannel", "TorchGroupChannel", "UnixGroupChannel", "UnixGroupListener",
 ]
 
+__version__ = _engram.__version__  # the C++ library's version (project(VERSION) in CMakeLists.txt)
+
 DEAD_ID = -1  # an id that gives a zero row (padding / dead positions)
 
 

@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 
 #include "common.hpp"
+#include "engram/version.hpp"
 
 namespace py = pybind11;
 using namespace engram;
@@ -23,6 +24,7 @@ PyObject* g_invalid_argument = nullptr;  // InvalidArgumentError: EngramError an
 
 PYBIND11_MODULE(_engram, m) {
   m.doc() = "engram-offload C++ bindings (use the engram_offload package, not this module directly).";
+  m.attr("__version__") = ENGRAM_VERSION_STRING;
 
   // EngramError is a RuntimeError; an invalid argument is also a ValueError (the package raises its subclass).
   g_engram_error = PyErr_NewException("engram_offload.EngramError", PyExc_RuntimeError, nullptr);

@@ -1,13 +1,6 @@
-// CPU lookup backend: gather rows of a host table and decode them to BF16 staging in parallel.
+// CPU lookup backend: gather rows of a host table and decode them to BF16 staging in parallel. The entry point
+// cpu::lookup is public (engram/cpu_lookup.hpp); this header adds the thread pool it runs on.
 #pragma once
 
 #include "cpu/thread_pool.hpp"
-#include "engram/lookup.hpp"
-
-namespace engram::cpu {
-
-// Decodes req.ids over `table` into req.out using `pool` (nullptr = the calling thread only).
-// Errors: kInvalidArgument for null pointers, tokens/heads < 0, or (checked) an id out of range.
-Result<LookupStats> lookup(const TableView& table, const LookupRequest& req, ThreadPool* pool);
-
-}  // namespace engram::cpu
+#include "engram/cpu_lookup.hpp"

@@ -18,7 +18,7 @@
 #include "sys/numa.hpp"
 #include "sys/numa_sysfs.hpp"
 
-namespace engram::host {
+namespace engram {
 namespace {
 
 std::string hex_addr(uintptr_t a) {
@@ -99,6 +99,8 @@ nlohmann::json TableIdentity::to_json() const {
   return j;
 }
 
+namespace host {
+
 std::string table_backing_name(const TableIdentity& t) {
   std::string s = "engram:layer=" + std::to_string(t.layer_id) + ":heads=" + std::to_string(t.head_begin) + "-" +
                   std::to_string(t.head_end);
@@ -146,6 +148,8 @@ int classify_page_status(int status) noexcept {
   if (status == -ENOENT || status == -EFAULT) return kCensusNotResident;
   return kCensusError;
 }
+
+}  // namespace host
 
 uint64_t PageCensus::resident() const {
   uint64_t n = 0;
@@ -228,6 +232,8 @@ std::string PageCensus::to_text() const {
   }
   return s;
 }
+
+namespace host {
 
 PageCensus take_census(const void* addr, uint64_t len_bytes, const TableIdentity& table, CensusPoint point,
                        const CensusOptions& options) {
@@ -483,4 +489,5 @@ Result<ProcessCensus> process_census(int pid, const std::string& name_prefix) {
   return pc;
 }
 
-}  // namespace engram::host
+}  // namespace host
+}  // namespace engram

@@ -1,4 +1,6 @@
-// Memory-mapping primitives: the only place that calls mmap/munmap/madvise for tables.
+// Private anonymous mappings (HostTable::allocate) and the page size. The table mappings are all made in
+// src/sys: these here; shared and fixed mappings, reservations, madvise and mincore of the table backings in
+// memfd.hpp; read-only file windows in file.hpp. No code outside src/sys calls mmap, munmap or madvise.
 //
 // Contract (in the liburing/mimalloc manner): every function returns a Status (or Result), never
 // touches the caller's errno, and names the call and its arguments on failure. Sizes in bytes.

@@ -15,7 +15,7 @@
 #include "bench/report_io.hpp"
 #include "command.hpp"
 #include "host/conditions.hpp"
-#include "plot.hpp"
+#include "report/plot.hpp"
 #include "report.hpp"
 #if ENGRAM_HAVE_CUDA
 #include "cuda/device.cuh"

@@ -9,7 +9,7 @@
 
 #include "command.hpp"
 #include "host/conditions.hpp"
-#include "plot.hpp"
+#include "report/plot.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
 #include "sys/numa.hpp"

@@ -10,7 +10,6 @@
 // --stats adds distinct ids, top-10 share and in-batch repeat rates per layer and order.
 // Exit codes: 0 done; 2 bad input (file, id, layout, vocabulary mismatch: nothing written);
 // 77 --text without Node installed; 1 anything else.
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +30,7 @@
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"
 #include "replay/text_id_source.hpp"
+#include "sys/subprocess.hpp"
 #include "report.hpp"
 
 namespace engram::cli {
@@ -66,7 +66,7 @@ Result<TokenFile> tokenize_texts(const std::vector<std::string>& texts, bool add
     std::error_code ec;
     if (!fs::is_regular_file(t, ec)) return Status(Code::kNotFound, "--text " + t + ": no such file");
   }
-  if (std::system("node --version >/dev/null 2>&1") != 0)
+  if (!sys::program_on_path("node"))
     return Status(Code::kUnsupported, "--text needs Node.js (node) to tokenize; install it and run scripts/tokenize-setup, "
                                       "or pass --tokens FILE written by tools/tokenize/tokenize.mjs");
   if (!fs::exists(fs::path(tokenize_script_path()).parent_path() / "node_modules"))
@@ -76,14 +76,16 @@ Result<TokenFile> tokenize_texts(const std::vector<std::string>& texts, bool add
   std::error_code ec;
   if (!fs::create_directory(dir, ec)) return Status(Code::kIo, "cannot create temporary directory " + dir.string() + ": " + ec.message());
   const std::string out = (dir / "text.tokens").string();
-  const int rc = std::system(tokenize_command(texts, out, add_bos).c_str());
+  const std::string command = tokenize_command(texts, out, add_bos);
+  const auto rc = sys::run_program({"/bin/sh", "-c", command});
   Result<TokenFile> tf = Status(Code::kInternal, "unset");
-  if (rc == -1 || !WIFEXITED(rc))
-    tf = Status(Code::kInternal, "the tokenizer command did not run: " + tokenize_command(texts, out, add_bos));
-  else if (WEXITSTATUS(rc) == 2)
+  if (!rc.is_ok() || !rc->exited)
+    tf = Status(Code::kInternal, "the tokenizer command did not run (" +
+                                     (rc.is_ok() ? rc->to_string() : rc.status().to_string()) + "): " + command);
+  else if (rc->code == 2)
     tf = bad("the tokenizer rejected the input (its message is above)");
-  else if (WEXITSTATUS(rc) != 0)
-    tf = Status(Code::kInternal, "the tokenizer failed with exit status " + std::to_string(WEXITSTATUS(rc)));
+  else if (rc->code != 0)
+    tf = Status(Code::kInternal, "the tokenizer failed with exit status " + std::to_string(rc->code));
   else
     tf = read_token_file(out);
   fs::remove_all(dir, ec);

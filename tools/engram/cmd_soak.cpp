@@ -23,7 +23,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -64,12 +64,11 @@ struct Resources {
 
 Resources read_resources() {
   Resources r;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
+  {
+    std::error_code ec;
     int n = 0;
-    while (dirent* e = ::readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    ::closedir(d);
-    r.fds = n - 1;  // opendir's own descriptor
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++n;
+    if (!ec) r.fds = n - 1;  // the iterator's own descriptor
   }
   {
     std::ifstream in("/proc/self/maps");

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
-#include "plot.hpp"
+#include "report/plot.hpp"
 #include "report.hpp"
 #include "sched/timeline.hpp"
 

@@ -1,7 +1,9 @@
-// `engram version`: prints the version and build configuration (CUDA backend on/off).
+// `engram version`: prints the library's version (engram/version.hpp, from project(VERSION) in CMakeLists.txt),
+// the git revision of the build and its configuration (CUDA backend on/off).
 #include <cstdio>
 
 #include "command.hpp"
+#include "engram/version.hpp"
 
 namespace {
 auto setup(CLI::App& sub) -> std::function<int()> {
@@ -11,7 +13,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
 #else
     const char* cuda = "not built";
 #endif
-    std::printf("engram-offload 0.1.0 (%s), CUDA backend %s\n", ENGRAM_GIT_REV, cuda);
+    std::printf("engram-offload %s (%s), CUDA backend %s\n", engram::kVersion, ENGRAM_GIT_REV, cuda);
     return 0;
   };
 }

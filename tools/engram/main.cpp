@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "engram/version.hpp"
 
 namespace engram::cli {
 
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
       "and measure them. Run `engram <command> --help` for each command; `engram run` with no\n"
       "arguments runs the main job on a 512 MiB synthetic V4.1-Flash-shaped table."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("engram-offload 0.1.0 (") + ENGRAM_GIT_REV + ")");
+  app.set_version_flag("--version", std::string("engram-offload ") + engram::kVersion + " (" + ENGRAM_GIT_REV + ")");
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "spdlog level: trace, debug, info, warn, error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));

@@ -1,21 +1,18 @@
 // gnuplot-subprocess PNG helper (see plot.hpp). The script is self-contained: every series is an inline
 // datablock ($dK_S << EOD), NaN is declared missing so an unreadable point is a gap, the terminal is pngcairo
 // when this gnuplot has it (gnuplot-nox does) and the plain png terminal otherwise, and text is `noenhanced`
-// so names with underscores print as written. The subprocess is fork/exec of `gnuplot SCRIPT` with its
-// stderr kept in a temporary file for the error message; both temporaries are removed afterwards.
-#include "plot.hpp"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// so names with underscores print as written. The subprocess is `gnuplot SCRIPT` (sys::run_program) with its
+// output kept in a temporary file for the error message; both temporaries are removed afterwards.
+#include "report/plot.hpp"
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "sys/file.hpp"
+#include "sys/subprocess.hpp"
 
 namespace engram::plot {
 namespace {
@@ -153,7 +150,7 @@ std::string gnuplot_script(const std::vector<Figure>& figures, const std::string
   const int w = canvas.width_px;
   const int h = canvas.height_px > 0 ? canvas.height_px : 420 * std::max(1, rows) + (canvas.caption.empty() ? 0 : 30);
   std::ostringstream o;
-  o << "# written by engram (tools/engram/plot.cpp)\n";
+  o << "# written by engram (src/report/plot.cpp)\n";
   o << "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n  set terminal pngcairo size " << w << "," << h
     << " noenhanced font \"sans,10\"\n} else {\n  set terminal png size " << w << "," << h << " noenhanced\n}\n";
   o << "set output " << quote(png_path) << "\n";
@@ -166,14 +163,7 @@ std::string gnuplot_script(const std::vector<Figure>& figures, const std::string
 }
 
 bool gnuplot_available(std::string* why) {
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/bin:/bin";
-  std::stringstream ss(p);
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    if (dir.empty()) continue;
-    if (::access((dir + "/gnuplot").c_str(), X_OK) == 0) return true;
-  }
+  if (sys::program_on_path("gnuplot")) return true;
   if (why) *why = "gnuplot not found on PATH; install it (Debian: apt-get install gnuplot-nox) to get PNG plots";
   return false;
 }
@@ -185,52 +175,40 @@ Status render_png(const std::vector<Figure>& figures, const std::string& png_pat
   std::string why;
   if (!gnuplot_available(&why)) return Status(Code::kUnsupported, "plot " + png_path + ": " + why);
 
-  char script_path[] = "/tmp/engram-plot-XXXXXX";
-  char err_path[] = "/tmp/engram-plot-err-XXXXXX";
-  const int sfd = ::mkstemp(script_path);
-  if (sfd < 0) return errno_status(errno, "plot: mkstemp(/tmp)");
-  const int efd = ::mkstemp(err_path);
-  if (efd < 0) {
-    const int e = errno;
-    ::close(sfd);
-    ::unlink(script_path);
-    return errno_status(e, "plot: mkstemp(/tmp)");
+  auto script_path = sys::make_temp_file("/tmp/engram-plot-");
+  if (!script_path.is_ok()) return script_path.status().with_context("plot");
+  auto err_path = sys::make_temp_file("/tmp/engram-plot-err-");
+  if (!err_path.is_ok()) {
+    (void)sys::unlink_path(*script_path);
+    return err_path.status().with_context("plot");
   }
-  const std::string script = gnuplot_script(figures, png_path, canvas);
-  bool wrote = ::write(sfd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
-  ::close(sfd);
-  ::unlink(png_path.c_str());  // so that "no file" below means gnuplot wrote none
   Status result;
-  if (!wrote) {
-    result = Status(Code::kIo, std::string("plot: cannot write the script to ") + script_path);
-  } else {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(efd, 1);
-      ::dup2(efd, 2);
-      ::execlp("gnuplot", "gnuplot", script_path, static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    int status = 0;
-    if (pid < 0) {
-      result = errno_status(errno, "plot: fork(gnuplot)");
-    } else if (::waitpid(pid, &status, 0) < 0) {
-      result = errno_status(errno, "plot: waitpid(gnuplot)");
+  {
+    std::ofstream sf(*script_path, std::ios::binary | std::ios::trunc);
+    sf << gnuplot_script(figures, png_path, canvas);
+    sf.close();
+    if (!sf) result = Status(Code::kIo, "plot: cannot write the script to " + *script_path);
+  }
+  (void)sys::unlink_path(png_path);  // so that "no file" below means gnuplot wrote none
+  if (result.is_ok()) {
+    auto exit = sys::run_program({"gnuplot", *script_path}, {.output_path = *err_path});
+    if (!exit.is_ok()) {
+      result = exit.status().with_context("plot " + png_path);
     } else {
-      std::ifstream ef(err_path);
+      std::ifstream ef(*err_path);
       std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
       if (err.size() > 600) err = err.substr(0, 600) + "...";
-      struct stat st {};
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(png_path, ec);
+      if (!exit->exited || exit->code != 0)
         result = Status(Code::kIo, "plot " + png_path + ": gnuplot exited with status " +
-                                       std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ": " + err);
-      else if (::stat(png_path.c_str(), &st) != 0 || st.st_size == 0)
+                                       std::to_string(exit->exited ? exit->code : -1) + ": " + err);
+      else if (ec || size == 0)
         result = Status(Code::kIo, "plot " + png_path + ": gnuplot wrote no image: " + err);
     }
   }
-  ::close(efd);
-  ::unlink(script_path);
-  ::unlink(err_path);
+  (void)sys::unlink_path(*script_path);
+  (void)sys::unlink_path(*err_path);
   return result;
 }
 

@@ -1,4 +1,4 @@
-// tools/engram/plot: the gnuplot script carries every value (NaN as a gap, never 0), quotes names, and draws
+// report/plot: the gnuplot script carries every value (NaN as a gap, never 0), quotes names, and draws
 // lines with error bars, grouped bars and lanes; malformed figures are refused before gnuplot runs; when
 // gnuplot is installed the PNG is written (a PNG signature check), otherwise render_png says kUnsupported.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "tools/engram/plot.hpp"
+#include "report/plot.hpp"
 
 namespace engram::plot {
 namespace {
