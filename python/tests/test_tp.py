@@ -49,3 +49,32 @@ def test_bad_slices_raise(rng):
         eo.SharedTable.create(lay, tp_size=2, tp_rank=2)
     with pytest.raises(eo.EngramError):
         eo.SharedTable.create(lay, tp_size=0)
+
+
+@pytest.mark.parametrize("backing,can_pass_fds,rank", [("memfd", True, 1), ("shm", False, 0), ("memfd", True, 3)])
+def test_group_peer_maps_the_leaders_slice(rng, backing, can_pass_fds, rank):
+    """The protocol's description carries the slice: a peer maps the leader's slice (rank 3 of 4 on v41-flash-mini's
+    24 heads holds heads 18-24) and reads the same rows, [tokens, 6, d]."""
+    import socket
+
+    from test_group import PairChannel, _peer_pair, ctx
+
+    lay = eo.Layout.preset("v41-flash-mini", table_size="4MiB")
+    seed = int(rng.integers(1, 1 << 62))
+    ids = random_ids(rng, lay, 1, 16)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    q = ctx.Queue()
+    peer = ctx.Process(target=_peer_pair, args=(b, can_pass_fds, ids, q))
+    peer.start()
+    b.close()
+    table = eo.SharedTable.create(lay, backing=backing, group=PairChannel(a, 0, can_pass_fds), seed=seed, tp_size=4,
+                                  tp_rank=rank)
+    status, digest, detail = q.get(timeout=60)
+    peer.join(60)
+    assert status == "ok", (digest, detail)
+    mine = eo.lookup(table, 1, ids, threads=1)
+    assert mine.shape == (16, 6, lay.d)
+    assert digest == mine.tobytes()
+    whole = eo.SharedTable.create(lay)
+    whole.fill_synthetic(seed)
+    np.testing.assert_array_equal(mine, eo.lookup(whole, 1, ids)[:, rank * 6:rank * 6 + 6])
