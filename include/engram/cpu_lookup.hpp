@@ -14,7 +14,9 @@ class ThreadPool;  // the engine's gather workers (src/cpu/thread_pool.hpp)
 namespace engram::cpu {
 
 // Decodes req.ids over `table` into req.out using `pool` (nullptr = the calling thread only).
-// Errors: kInvalidArgument for null pointers, tokens/heads < 0, or (checked) an id out of range.
+// A TP slice's view takes the layer's ids and writes its local heads (engram/lookup.hpp).
+// Errors: kInvalidArgument for null pointers, tokens/heads < 0, ids whose heads are not the sliced
+// layer's, or (checked) an id out of range.
 Result<LookupStats> lookup(const TableView& table, const LookupRequest& req, ThreadPool* pool = nullptr);
 
 }  // namespace engram::cpu

@@ -202,6 +202,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   const EngramLayout& layout() const;
+  // Heads per token of a lookup's output (staging, Engine::lookup's out): the layout's heads, or on a
+  // tensor-parallel slice (EngineOptions::table.tp) its local heads ceil(H / tp size). Ids keep the layout's heads.
+  int staging_heads() const;
   HostTable& table();
   const HostTable& table() const;
   std::shared_ptr<HostTable> shared_table() const;
@@ -218,7 +221,7 @@ class Engine {
   PrefetchQueue& queue();
   LayerCompute& compute();
   // One lookup outside the queue, through the same lookup path (CUDA: the planner's fast path). CPU: ids/out are
-  // host pointers ([tokens][heads] int64, [tokens][heads][d] bf16 bits), the call returns when done. CUDA: device
+  // host pointers ([tokens][heads] int64, [tokens][staging_heads()][d] bf16 bits), the call returns when done. CUDA: device
   // pointers, enqueued on call.stream without synchronising. kInvalidArgument for a bad layer index, sizes, or
   // (checked) an id >= rows.
   Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,

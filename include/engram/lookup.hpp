@@ -6,6 +6,10 @@
 // An id >= table rows is invalid: in checked mode the call fails with kInvalidArgument before
 // writing anything; otherwise that position is written as a zero row and counted in invalid_ids
 // (never an out-of-bounds read). Both backends decode with format.hpp, so outputs are bit-identical.
+// On a tensor-parallel slice (TableView::slice, engram/tp_slice.hpp) ids are still the layer's
+// [tokens][heads] and global; out is [tokens][slice.local_heads][d] (local head j = global head
+// head_begin + j): zero rows for padded heads and for ids of another rank's rows (neither counted),
+// and "table rows" above means the whole layer's rows.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +22,7 @@ namespace engram {
 inline constexpr int64_t kDeadId = -1;
 
 struct LookupStats {
-  int64_t rows = 0;         // tokens * heads positions written
+  int64_t rows = 0;         // tokens * heads positions written (a TP slice: tokens * local heads)
   int64_t dead_rows = 0;    // positions with a negative id (zero rows)
   int64_t invalid_ids = 0;  // positions with id >= rows (zero rows; 0 in checked mode)
 };
@@ -27,7 +31,7 @@ struct LookupRequest {
   const int64_t* ids = nullptr;  // [tokens][heads]
   int64_t tokens = 0;
   int heads = 0;
-  uint16_t* out = nullptr;       // [tokens][heads][d] bf16 bits
+  uint16_t* out = nullptr;       // [tokens][heads][d] bf16 bits ([tokens][local heads][d] on a TP slice)
   bool checked = false;          // validate every id before writing
 };
 

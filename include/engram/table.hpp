@@ -1,8 +1,10 @@
 // TableView and HostTable: where one Engram layer's rows live and how a backend addresses them.
 //
 // A TableView is a non-owning description of one layer's table: base pointer(s), row count, row
-// width d, row layout and stride. Backends (CPU lookup, CUDA kernel) take TableViews only, so the
-// same lookup code serves private memory, shared memfd backings and UVA device pointers alike.
+// width d, row layout and stride, and which part of the layer it holds (the whole layer, or a
+// tensor-parallel rank's slice: tp_slice.hpp). Backends (CPU lookup, CUDA kernel) take TableViews
+// only, so the same lookup code serves private memory, shared memfd backings, UVA device pointers
+// and TP slices alike.
 // HostTable owns the memory of every Engram layer of a layout (one backing per layer, or one per
 // layer and NUMA node with replica-per-node). `allocate` gives private anonymous memory; `create`
 // gives a shared backing (memfd by default, /dev/shm file, hugetlb, anonymous THP) whose placement
@@ -21,6 +23,7 @@
 #include "engram/layout.hpp"
 #include "engram/options.hpp"
 #include "engram/status.hpp"
+#include "engram/tp_slice.hpp"
 
 namespace engram {
 
@@ -31,11 +34,17 @@ struct TableView {
   int d = 0;
   RowFormat format = RowFormat::kFused;
   int64_t stride_bytes = 0;  // fused: record bytes (multiple of 16); split: d
+  // The part of the layer held: default the whole layer (row = global id). A TP slice: `rows` are its rows
+  // [slice.row_begin, slice.row_end) of the layer, local row k is global id slice.row_begin + k, and a lookup
+  // writes slice.local_heads heads per token (tp_slice.hpp). A slice without heads has no rows (data null).
+  LayerSlice slice;
 
   const uint8_t* payload_of(int64_t row) const { return data + row * stride_bytes; }
   const uint8_t* scales_of(int64_t row) const {
     return format == RowFormat::kFused ? data + row * stride_bytes + d : scales + row * (d / 32);
   }
+  // Ids >= this are invalid: the layer's rows (a slice's view holds fewer).
+  int64_t id_limit() const { return slice.sliced() ? slice.layer_rows : rows; }
 };
 
 // Mutable counterpart used while filling or loading a table.
@@ -46,24 +55,27 @@ struct TableSpan {
   int d = 0;
   RowFormat format = RowFormat::kFused;
   int64_t stride_bytes = 0;
+  LayerSlice slice;  // as TableView::slice
 
   uint8_t* payload_of(int64_t row) const { return data + row * stride_bytes; }
   uint8_t* scales_of(int64_t row) const {
     return format == RowFormat::kFused ? data + row * stride_bytes + d : scales + row * (d / 32);
   }
-  TableView view() const { return {data, scales, rows, d, format, stride_bytes}; }
+  TableView view() const { return {data, scales, rows, d, format, stride_bytes, slice}; }
 };
 
 // Deterministic synthetic row content: non-zero pseudo-random FP8 payload (never a NaN code) and
-// scales in [2^-8, 2^8] (codes 119..135), a pure function of (seed, layer_index, row). Used by
-// `engram table create` and by the in-memory default table of `engram run`.
+// scales in [2^-8, 2^8] (codes 119..135), a pure function of (seed, layer_index, row) with `row` the
+// layer's global row id. Used by `engram table create` and by the in-memory default table of `engram run`.
 void synth_row(uint64_t seed, int layer_index, int64_t row, int d, uint8_t* payload, uint8_t* scales);
 
 // Span of Engram layer `layer_index` of `layout` over one layer object at `base`: fused records
-// [rows][stride], or split payload [rows][d] followed by scales [rows][d/32].
-TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index);
-// Writes synth_row(seed, layer_index, r, ...) into every row r of `s` (and zeroes fused padding) on
-// `threads` threads (0 = hardware concurrency). The bytes do not depend on the thread count.
+// [rows][stride], or split payload [rows][d] followed by scales [rows][d/32]; rows are the layer's, or
+// with a TP slice (`tp` not whole) the slice's rows only, and the span carries the slice.
+TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index, const TpSlice& tp = TpSlice{});
+// Writes synth_row(seed, layer_index, s.slice.row_begin + r, ...) into every row r of `s` (the layer's
+// global row ids, so a TP slice holds the same bytes as those rows of the whole table) and zeroes fused
+// padding, on `threads` threads (0 = hardware concurrency). The bytes do not depend on the thread count.
 void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads = 0);
 
 // A head range [begin, end) of an Engram layer: the unit of tensor-parallel sharding.
@@ -99,6 +111,10 @@ struct TableOptions {
   // backing. Needs fused rows; not with replica-per-node.
   std::vector<HeadRange> head_shards;
   std::vector<PlacementPolicy> shard_placements;  // one per shard; empty = `placement` for every shard
+  // A tensor-parallel rank's slice (tp_slice.hpp): every layer holds only the rows of this rank's heads, one backing
+  // per layer (per layer and node with replica-per-node) of the slice's bytes, censused under its head range; a rank
+  // without heads holds no backing at all. Not with head_shards. Default: the whole table.
+  TpSlice tp;
   // shm backing: called with each named file's path as soon as it exists, before it is sized and allocated (a
   // process that guards named files arms its guardian here, so no instant leaves a file unguarded). An error
   // fails the creation (the file is removed).
@@ -107,7 +123,8 @@ struct TableOptions {
 
 // Sets one TableOptions field from text: backing, placement, shm_dir, group, prefault, prefault_threads,
 // allow_fallback, home_node, head_shards (parse_head_shards: needs the layout's `heads`; 0 refuses it),
-// shard_placements. `key` may be written with '-' or '_' and a leading "--". kInvalidArgument naming the option for a
+// shard_placements, tp_size, tp_rank (integers; a slice out of range for the layout is refused by
+// check_tp_slice, which HostTable::create calls). `key` may be written with '-' or '_' and a leading "--". kInvalidArgument naming the option for a
 // malformed value; kNotFound for a key that is not a table option (set_engine_option tries its own keys then).
 Status set_table_option(TableOptions& options, std::string_view key, const std::string& value, int heads = 0);
 
@@ -130,6 +147,7 @@ struct AttachSpec {
 struct AttachOptions {
   bool read_only = false;  // map, then mprotect(PROT_READ): a stray write faults instead of corrupting the others'
   int gpu_node = -1;       // replica-per-node: take the replica on this node (-1: this CPU's node)
+  TpSlice tp;              // the leader's TP slice: what each layer's backing holds
 };
 
 class HostTable {
@@ -138,7 +156,9 @@ class HostTable {
   static Result<std::unique_ptr<HostTable>> allocate(const EngramLayout& layout);
   // Creates one backing per Engram layer (per layer and node for replica-per-node) as `options`
   // says: size check, create, placement before first touch, prefault. Names each backing
-  // "engram:layer=<L>:heads=0-<H>[:group=<g>]". Errors: kInvalidArgument (shards that do not tile the heads,
+  // "engram:layer=<L>:heads=0-<H>[:group=<g>]" (a TP slice: its held heads a-b, and its rows only).
+  // Errors: kInvalidArgument (shards that do not tile the heads, a TP slice check_tp_slice refuses or with
+  // head shards,
   // a node that does not exist or is outside Mems_allowed), kNoSpace (does not fit: names size, mount,
   // free space), kPermission (policy refused: EPERM/seccomp), kUnsupported (weighted interleave
   // before Linux 6.9, no hugetlb pool). Nothing is left behind on failure.
@@ -157,6 +177,12 @@ class HostTable {
 
   const EngramLayout& layout() const { return layout_; }
   int n_layers() const { return layout_.n_layers(); }
+  // The TP slice the table holds (whole unless TableOptions::tp / AttachOptions::tp said otherwise); each view
+  // carries its layer's LayerSlice. staging_heads(): heads per token of a lookup's staging, ceil(H / tp size).
+  const TpSlice& tp() const { return tp_; }
+  int staging_heads() const { return tp_local_heads(layout_.heads(), tp_); }
+  // Bytes of the rows this table holds in layer `layer_index` (the slice's only, for a TP slice).
+  int64_t layer_bytes(int layer_index) const;
   // True for a table mapped read-only (a group peer's attach with read_only): writers fail, registration reads.
   bool read_only() const { return read_only_; }
   TableView view(int layer_index) const { return spans_.at(layer_index).view(); }
@@ -203,6 +229,7 @@ class HostTable {
   std::vector<std::vector<TableSpan>> replicas_;    // [replica][layer]
   std::vector<int> replica_nodes_;                  // [replica]; {-1} when not replicated
   std::vector<HeadRange> shard_heads_;              // [shard]
+  TpSlice tp_;
   std::vector<std::pair<void*, size_t>> reservations_;  // sharded create(): one address range per layer
   int home_replica_ = 0;
   bool read_only_ = false;

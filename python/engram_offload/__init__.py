@@ -598,7 +598,7 @@ def _channel_arg(group):
 
 def _create(layout, backing="memfd", placement="none", group="", prefault=True, allow_fallback=False, home_node=-1,
             seed=None, checkpoint=None, group_name="", shm_dir="/dev/shm", step_timeout_s=30.0, load_timeout_s=600.0,
-            **options):
+            tp_size=1, tp_rank=0, **options):
     """Creates the table's host memory: one shared backing per Engram layer (see the C++ docstring below).
 
     group: '' or a name (carried in backing names), or a channel (UnixGroupChannel from UnixGroupListener.accept,
@@ -607,13 +607,16 @@ def _create(layout, backing="memfd", placement="none", group="", prefault=True, 
     Hugging Face model directory, with layout=Layout.from_model(DIR); none: zero, fill later), and runs the protocol with the channel's other ranks, which call SharedTable.attach(channel)
     at the same time. memfd backings need a channel that passes descriptors; shm (named file, unlinked as soon as
     every peer attached) works over any channel. Engine options as keyword arguments (backend='cuda', device=N,
-    ...) make the protocol's register step register this rank's memory for that device.
+    ...) make the protocol's register step register this rank's memory for that device. tp_size / tp_rank: the
+    table holds only that tensor-parallel rank's heads and their rows (vLLM's ParallelEngramEmbedding sharding).
     """
     ch = _channel_arg(group)
     if ch is None:
         if options:
             raise _error("invalid_argument", f"SharedTable.create: {sorted(options)} apply to a group table only")
-        return _create_host_table(layout, backing, placement, group, prefault, allow_fallback, home_node)
+        return _create_host_table(layout, backing, placement, group, prefault, allow_fallback, home_node, tp_size,
+                                  tp_rank)
+    options = dict(options, tp_size=tp_size, tp_rank=tp_rank)
     return _engram._create_shared(layout, ch, backing, placement, group_name, shm_dir, seed, checkpoint,
                                   step_timeout_s, load_timeout_s, _option_text(options))
 

@@ -78,10 +78,12 @@ void bind_table(py::module_& m) {
       .def_static(
           "create",
           [](const EngramLayout& layout, const std::string& backing, const std::string& placement,
-             const std::string& group, bool prefault, bool allow_fallback, int home_node) {
+             const std::string& group, bool prefault, bool allow_fallback, int home_node, int tp_size, int tp_rank) {
             TableOptions o;
             check(set_table_option(o, "backing", backing));
             check(set_table_option(o, "placement", placement));
+            check(set_table_option(o, "tp_size", std::to_string(tp_size)));
+            check(set_table_option(o, "tp_rank", std::to_string(tp_rank)));
             o.group = group;
             o.prefault = prefault;
             o.allow_fallback = allow_fallback;
@@ -99,9 +101,12 @@ void bind_table(py::module_& m) {
           },
           py::arg("layout"), py::arg("backing") = "memfd", py::arg("placement") = "none", py::arg("group") = "",
           py::arg("prefault") = true, py::arg("allow_fallback") = false, py::arg("home_node") = -1,
+          py::arg("tp_size") = 1, py::arg("tp_rank") = 0,
           "One shared backing per Engram layer. backing: memfd | shm | hugetlb | hugetlb-1g | anon-thp;\n"
           "placement: none | local | bind:N | preferred:N | interleave:N,M|all | weighted-interleave:N=w,... |\n"
-          "replica-per-node. Memory is zero until fill_synthetic() or load(). Raises EngramError:\n"
+          "replica-per-node. tp_size / tp_rank: hold only tensor-parallel rank tp_rank's heads (ceil(heads /\n"
+          "tp_size) per rank, as vLLM shards them) and their rows; lookups then write [tokens, ceil(heads /\n"
+          "tp_size), d]. Memory is zero until fill_synthetic() or load(). Raises EngramError:\n"
           "invalid_argument (bad option text, node not allowed), no_space, permission, unsupported.")
       .def_static(
           "allocate",

@@ -90,10 +90,10 @@ void apply_options(EngineOptions& o, const py::dict& options) {
 }
 
 py::tuple host_lookup(Engine& e, int layer_index, const py::object& ids_obj, const py::object& out_obj, bool checked) {
-  const int heads = e.layout().heads();
   const int d = e.layout().d;
-  auto ids = ids_array(ids_obj, heads, "lookup");
+  auto ids = ids_array(ids_obj, e.layout().heads(), "lookup");
   const int64_t tokens = ids.shape(0);
+  const int heads = e.staging_heads();  // out: the layout's heads, or a TP slice's local heads
   py::array_t<uint16_t, py::array::c_style> out;
   if (out_obj.is_none()) {
     out = py::array_t<uint16_t, py::array::c_style>({tokens, static_cast<int64_t>(heads), static_cast<int64_t>(d)});

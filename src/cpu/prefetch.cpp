@@ -21,6 +21,10 @@ Result<std::unique_ptr<CpuPrefetchQueue>> CpuPrefetchQueue::create(std::vector<T
   q->tables_ = std::move(tables);
   q->layer_ids_ = std::move(layer_ids);
   q->heads_ = heads;
+  q->out_heads_ = q->tables_.front().slice.out_heads(heads);
+  for (const TableView& t : q->tables_)
+    if (t.slice.out_heads(heads) != q->out_heads_)
+      return Status(Code::kInvalidArgument, "cpu prefetch: the layers' tables are sliced differently");
   q->opt_ = options;
   if (!q->opt_.clock_ns) {
     const auto origin = std::chrono::steady_clock::now();
@@ -93,8 +97,9 @@ Status CpuPrefetchQueue::prepare(int layer_index, const int64_t* ids, int64_t to
     return Status(Code::kInvalidArgument, "cpu prefetch: layer index " + std::to_string(layer_index) +
                                               " prepared twice without consume");
   const size_t n = static_cast<size_t>(tokens) * static_cast<size_t>(heads_);
+  const size_t out_rows = static_cast<size_t>(tokens) * static_cast<size_t>(out_heads_);
   slot.ids.assign(ids, ids + n);
-  slot.staging.resize(n * static_cast<size_t>(tables_[layer_index].d));
+  slot.staging.resize(out_rows * static_cast<size_t>(tables_[layer_index].d));
   slot.tokens = tokens;
   slot.pending = true;
   slot.done = false;
@@ -103,7 +108,7 @@ Status CpuPrefetchQueue::prepare(int layer_index, const int64_t* ids, int64_t to
   slot.timing.step = step_;
   slot.timing.layer_index = layer_index;
   slot.timing.layer_id = layer_ids_[layer_index];
-  slot.timing.rows = static_cast<int64_t>(n);
+  slot.timing.rows = static_cast<int64_t>(out_rows);
   slot.timing.r_ns = r;
   slot.timing.submit_ns = opt_.clock_ns();
   fifo_.push_back(layer_index);
@@ -127,7 +132,7 @@ Result<StagingView> CpuPrefetchQueue::consume(int layer_index) {
   slot.timing.wait_end_ns = wait_end;
   if (opt_.record_timeline) timeline_.add(slot.timing);
   if (!slot.status.is_ok()) return slot.status;
-  return StagingView{slot.staging.data(), slot.tokens, heads_, tables_[layer_index].d, false};
+  return StagingView{slot.staging.data(), slot.tokens, out_heads_, tables_[layer_index].d, false};
 }
 
 Status CpuPrefetchQueue::end_step() {

@@ -30,6 +30,7 @@ struct CpuPrefetchOptions {
 class CpuPrefetchQueue final : public PrefetchQueue {
  public:
   // tables[i] is the table of Engram layer index i (layer_ids[i]); every table has `heads` heads and row width d.
+  // Ids are [tokens][heads]; the staging has the tables' out heads (a TP slice: its local heads; all alike).
   static Result<std::unique_ptr<CpuPrefetchQueue>> create(std::vector<TableView> tables, std::vector<int> layer_ids,
                                                            int heads, const CpuPrefetchOptions& options);
   ~CpuPrefetchQueue() override;
@@ -58,7 +59,8 @@ class CpuPrefetchQueue final : public PrefetchQueue {
 
   std::vector<TableView> tables_;
   std::vector<int> layer_ids_;
-  int heads_ = 0;
+  int heads_ = 0;      // ids' heads per token
+  int out_heads_ = 0;  // staging's heads per token (heads_, or a TP slice's local heads)
   CpuPrefetchOptions opt_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<LayerSlot> slots_;

@@ -41,6 +41,10 @@ double FastLookupStats::cache_hit_rate() const {
 
 Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, const FastLookupOptions& o) {
   if (!table) return Status(Code::kInvalidArgument, "fast lookup: no table");
+  if (const LayerSlice& sl = table->host_view().slice; sl.sliced())
+    return Status(Code::kUnsupported, "fast lookup: a tensor-parallel slice (heads " + std::to_string(sl.head_begin) +
+                                          "-" + std::to_string(sl.head_begin + sl.held_heads()) + " of " +
+                                          std::to_string(sl.heads) + ") runs the plain kernel, without the hot-row cache");
   if (!table->uniform())
     return Status(Code::kUnsupported, "fast lookup: the table's registered chunks have different device offsets "
                                       "(per-chunk translation); the plain kernel serves it");

@@ -57,7 +57,9 @@ struct ForcedPlan {
 
 class FastLookup final {
  public:
-  // table must use one device offset (UvaTable::uniform()); kUnsupported otherwise (the plain kernel stays).
+  // table must use one device offset (UvaTable::uniform()) and be a whole layer; kUnsupported otherwise (the plain
+  // kernel stays): a tensor-parallel slice's lookup always runs the plain kernel (its dedup, planner and hot-row
+  // cache address whole layers).
   static Result<std::unique_ptr<FastLookup>> create(const UvaTable* table, const FastLookupOptions& options);
   ~FastLookup();
 

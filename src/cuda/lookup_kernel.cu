@@ -13,6 +13,10 @@
 // The grid is persistent (blocks stride over tiles) and capped by a fraction of the SMs so that a background
 // lookup leaves room to the consumer's compute. Dead ids write zero rows; ids beyond the table write zero rows
 // and are counted with one atomic per warp at the end of the kernel (never a read outside the table).
+// A tensor-parallel slice (TableView::slice) changes only where a row's id comes from and which local row it
+// names: output row (token t, local head j) reads ids[t][head_begin + j] and local row id - row_begin; padded
+// heads and ids of another rank's rows write zero rows. The branch is uniform (one table per launch), so a whole
+// table's launch runs the same instructions as without slices but for that test.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,6 +49,12 @@ struct KernelTable {
   int d;
   const UvaSegment* segs;
   int n_segs;
+  // TP slice (tp_slice.hpp); local_heads == 0: the whole layer (row_begin 0, id_limit = rows).
+  int local_heads;
+  int heads;       // ids' columns
+  int head_begin;
+  int64_t row_begin;
+  int64_t id_limit;  // ids >= it are invalid (the whole layer's rows)
 };
 
 // G: lanes reading one row = largest power of two <= 32 dividing d/16 (d % 32 == 0, so at least 2).
@@ -94,16 +104,30 @@ __global__ static void __launch_bounds__(kBlockThreads)
       sca[u] = nullptr;
       state[u] = 0;
       if (row < n_rows) {
-        const int64_t id = __ldg(ids + row);
-        if (id < 0) {
+        int64_t id = kDeadId;
+        bool padding = false;
+        if (t.local_heads > 0) {  // TP slice: this rank's heads of the layer's ids
+          const int64_t token = row / t.local_heads;
+          const int h = t.head_begin + static_cast<int>(row - token * t.local_heads);
+          padding = h >= t.heads;
+          if (!padding) id = __ldg(ids + token * t.heads + h);
+        } else {
+          id = __ldg(ids + row);
+        }
+        const int64_t local = id - t.row_begin;
+        if (padding) {
+          state[u] = 2;
+        } else if (id < 0) {
           state[u] = 2;
           dead += gl == 0;
-        } else if (id >= t.rows) {
+        } else if (id >= t.id_limit) {
           state[u] = 2;
           invalid += gl == 0;
+        } else if (local < 0 || local >= t.rows) {  // another rank's row
+          state[u] = 2;
         } else {
-          const uint8_t* p = t.data + id * t.stride;
-          const uint8_t* s = kFused ? p + t.d : t.scales + id * (t.d / kScaleBlock);
+          const uint8_t* p = t.data + local * t.stride;
+          const uint8_t* s = kFused ? p + t.d : t.scales + local * (t.d / kScaleBlock);
           p = translate(t, p);
           s = translate(t, s);
           if (p != nullptr && s != nullptr) {
@@ -243,9 +267,16 @@ namespace {
 
 Status check_view(const TableView& v) {
   auto bad = [](const std::string& m) { return Status(Code::kInvalidArgument, "UVA table: " + m); };
+  if (v.d <= 0 || v.d % 32 != 0) return bad("d = " + std::to_string(v.d) + " is not a positive multiple of 32");
+  const LayerSlice& sl = v.slice;
+  if (sl.sliced()) {
+    if (sl.heads <= 0 || sl.head_begin < 0 || sl.row_begin < 0 || sl.rows() != v.rows || sl.row_end > sl.layer_rows)
+      return bad("TP slice of rows [" + std::to_string(sl.row_begin) + ", " + std::to_string(sl.row_end) + ") of " +
+                 std::to_string(sl.layer_rows) + " does not describe the view's " + std::to_string(v.rows) + " rows");
+    if (v.rows == 0) return Status::ok();  // a rank without heads: nothing is ever read
+  }
   if (!v.data) return bad("null data pointer");
   if (v.rows <= 0) return bad("rows " + std::to_string(v.rows) + " (must be > 0)");
-  if (v.d <= 0 || v.d % 32 != 0) return bad("d = " + std::to_string(v.d) + " is not a positive multiple of 32");
   if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) return bad("payload base is not 16-byte aligned");
   if (v.format == RowFormat::kFused) {
     if (v.stride_bytes < v.d + v.d / 32 || v.stride_bytes % 16 != 0)
@@ -315,6 +346,7 @@ Result<UvaTable> UvaTable::make(const TableView& host_view, const std::vector<co
     if (hits_payload || hits_scales) used.push_back(s);
   }
   t.segments_ = used;
+  if (t.segments_.empty()) return std::move(t);  // a TP rank without heads: no memory, nothing to translate
   if (t.segments_.size() > 4096) return Status(Code::kInvalidArgument, "UVA table: more than 4096 chunks");
   t.uniform_ = !force_segments;
   for (const auto& s : t.segments_)
@@ -345,6 +377,11 @@ KernelTable kernel_table(const UvaTable& t) {
   k.rows = v.rows;
   k.stride = v.stride_bytes;
   k.d = v.d;
+  k.local_heads = v.slice.local_heads;
+  k.heads = v.slice.heads;
+  k.head_begin = v.slice.head_begin;
+  k.row_begin = v.slice.row_begin;
+  k.id_limit = v.id_limit();
   if (t.uniform()) {
     k.data = v.data + t.uniform_delta();
     k.scales = v.scales ? v.scales + t.uniform_delta() : nullptr;
@@ -450,6 +487,10 @@ Status can_launch(const LookupArgs& a) {
   ENGRAM_RETURN_IF_ERROR(check_view(a.table->host_view()));
   if (a.tokens < 0) return bad("tokens " + std::to_string(a.tokens) + " < 0");
   if (a.heads <= 0) return bad("heads " + std::to_string(a.heads) + " <= 0");
+  const LayerSlice& sl = a.table->host_view().slice;
+  if (sl.sliced() && a.heads != sl.heads)
+    return bad("ids of " + std::to_string(a.heads) + " heads for a TP slice of a " + std::to_string(sl.heads) +
+               "-head layer");
   if (!(a.grid_fraction > 0.0 && a.grid_fraction <= 1.0))
     return bad("grid fraction " + std::to_string(a.grid_fraction) + " not in (0, 1]");
   const int64_t d = a.table->host_view().d;
@@ -474,7 +515,7 @@ Result<IdCheck> check_ids(const UvaTable& table, const int64_t* ids, int64_t n, 
   cudaError_t err = cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, s);
   if (err == cudaSuccess) {
     const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
-    check_ids_kernel<<<grid, 256, 0, s>>>(ids, n, table.host_view().rows, dev);
+    check_ids_kernel<<<grid, 256, 0, s>>>(ids, n, table.host_view().id_limit(), dev);
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = cudaMemcpyAsync(host, dev, sizeof host, cudaMemcpyDeviceToHost, s);
@@ -494,17 +535,18 @@ Result<LaunchInfo> launch_lookup(const LookupArgs& a, void* stream) {
   ENGRAM_RETURN_IF_ERROR(can_launch(a));
   ENGRAM_ASSIGN_OR_RETURN(int sm, resolve_sm_count(a.sm_count));
   const TableView& v = a.table->host_view();
-  LaunchInfo li = plan_launch(a.tokens * a.heads, v.d, a.grid_fraction, sm);
+  LaunchInfo li = plan_launch(a.tokens * v.slice.out_heads(a.heads), v.d, a.grid_fraction, sm);
   if (li.rows == 0) {
     li.grid = 0;
     return li;
   }
   const auto s = static_cast<cudaStream_t>(stream);
   if (a.checked) {
-    ENGRAM_ASSIGN_OR_RETURN(IdCheck chk, check_ids(*a.table, a.ids, li.rows, stream));
+    ENGRAM_ASSIGN_OR_RETURN(IdCheck chk, check_ids(*a.table, a.ids, a.tokens * a.heads, stream));
     if (chk.invalid > 0)
       return Status(Code::kInvalidArgument,
-                    "checked lookup: " + std::to_string(chk.invalid) + " id(s) >= table rows " + std::to_string(v.rows) +
+                    "checked lookup: " + std::to_string(chk.invalid) + " id(s) >= table rows " +
+                        std::to_string(v.id_limit()) +
                         "; first at position " + std::to_string(chk.first_position) + " (id " +
                         std::to_string(chk.first_id) + "); nothing was written");
   }

@@ -7,6 +7,9 @@
 // host read — or, with LookupArgs::checked, rejected before the launch (cost: one extra pass over the ids on the
 // GPU plus one stream synchronisation; not allowed while the stream is being captured). Decoding uses
 // format.hpp's decode_element, so the staging is bit-identical to the CPU reference (src/cpu/lookup.hpp).
+// A tensor-parallel slice's table (TableView::slice, engram/tp_slice.hpp) takes the layer's ids [tokens][heads]
+// and writes out[tokens][local_heads][d]: zeros for padded heads and for ids of another rank's rows; "table rows"
+// is then the whole layer's rows (TableView::id_limit). A slice without heads has no rows and reads nothing.
 //
 // Kernel shape (design.md "Lookup"): a group of G lanes (G = d/16 up to 32) reads one row with 16-byte loads;
 // a warp holds 32/G rows per load round and U = 4 rounds in flight before the first use (U = 1 when the batch
@@ -44,8 +47,9 @@ struct UvaSegment {
 // Move-only; the registrations must outlive it. Thread safety: immutable after make().
 class UvaTable {
  public:
-  // Errors: kInvalidArgument when the view is malformed (null data, rows <= 0, d % 32 != 0, bad stride) or when
-  // its payload/scale bytes are not wholly inside `regs`; kCuda/kOutOfMemory for the segment-table copy.
+  // Errors: kInvalidArgument when the view is malformed (null data, rows <= 0 — except a TP slice without heads,
+  // which has neither —, d % 32 != 0, bad stride, a slice that does not describe the rows) or when its
+  // payload/scale bytes are not wholly inside `regs`; kCuda/kOutOfMemory for the segment-table copy.
   // force_segments: translate per chunk even when one offset would do (exercises that path in tests).
   static Result<UvaTable> make(const TableView& host_view, const std::vector<const HostRegistration*>& regs,
                                bool force_segments = false);
@@ -75,8 +79,9 @@ struct LookupArgs {
   const UvaTable* table = nullptr;
   const int64_t* ids = nullptr;             // device, [tokens][heads], 8-byte aligned
   int64_t tokens = 0;
-  int heads = 0;
-  uint16_t* out = nullptr;                  // device, [tokens][heads][d] bf16 bits, 16-byte aligned
+  int heads = 0;                            // the ids' heads (a TP slice: the layer's, slice.heads)
+  uint16_t* out = nullptr;                  // device, [tokens][out heads][d] bf16 bits, 16-byte aligned; out heads
+                                            // = table->host_view().slice.out_heads(heads)
   unsigned long long* counters = nullptr;   // device [2]: += dead rows, += invalid ids; nullptr = not counted
   double grid_fraction = 1.0;               // cap = max(1, floor(fraction * sm_count)), fraction in (0, 1]
   int sm_count = 0;                         // 0 = read from the current device
@@ -85,7 +90,7 @@ struct LookupArgs {
 };
 
 struct LaunchInfo {
-  int64_t rows = 0;       // tokens * heads
+  int64_t rows = 0;       // tokens * out heads: positions written
   int64_t tiles = 0;      // ceil(rows / tile_rows)
   int grid = 0;           // blocks launched: min(tiles, cap); 0 when rows == 0 (nothing launched)
   int cap = 0;            // max(1, floor(grid_fraction * sm_count))
@@ -96,8 +101,9 @@ struct LaunchInfo {
 };
 
 // Checks what the launch needs: table (d % 32 == 0, fused stride % 16 == 0, 16-byte aligned payload and
-// device offset), non-null 8-byte-aligned ids and 16-byte-aligned out when rows > 0, tokens >= 0, heads > 0,
-// rows * d within int64, grid_fraction in (0, 1]. kInvalidArgument names the first violation.
+// device offset), non-null 8-byte-aligned ids and 16-byte-aligned out when rows > 0, tokens >= 0, heads > 0
+// (a TP slice: the layer's heads), rows * d within int64, grid_fraction in (0, 1]. kInvalidArgument names the
+// first violation.
 Status can_launch(const LookupArgs& args);
 
 // Enqueues the lookup on `stream` (nothing is launched when rows == 0). Asynchronous: returns after the launch;
@@ -105,7 +111,7 @@ Status can_launch(const LookupArgs& args);
 // kCuda for a launch failure. Graph-capturable when !checked.
 Result<LaunchInfo> launch_lookup(const LookupArgs& args, void* stream);
 
-// Checked mode's pre-pass: number of ids in device ids[n] that are >= table rows, and the first such position
+// Checked mode's pre-pass: number of ids in device ids[n] that are >= table rows (TableView::id_limit), and the first such position
 // (-1 if none). Synchronises `stream`. kInvalidArgument while `stream` is being captured.
 struct IdCheck {
   int64_t invalid = 0;

@@ -82,8 +82,11 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   for (const UvaTable* t : tables)
     if (!t) return bad("null table");
   const int d = tables.front()->host_view().d;
-  for (const UvaTable* t : tables)
+  const int out_heads = tables.front()->host_view().slice.out_heads(heads);
+  for (const UvaTable* t : tables) {
     if (t->host_view().d != d) return bad("tables differ in d");
+    if (t->host_view().slice.out_heads(heads) != out_heads) return bad("tables are sliced differently");
+  }
   if (!options.fast_paths.empty() && options.fast_paths.size() != tables.size())
     return bad("fast paths: " + std::to_string(options.fast_paths.size()) + " given for " +
                std::to_string(tables.size()) + " tables");
@@ -92,6 +95,7 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   q->tables_ = std::move(tables);
   q->layer_ids_ = std::move(layer_ids);
   q->heads_ = heads;
+  q->out_heads_ = out_heads;
   q->d_ = d;
   q->opt_ = options;
   q->main_stream_ = main_stream;
@@ -123,7 +127,7 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   q->counters_host_[0] = q->counters_host_[1] = 0;
 
   const size_t ids_bytes = static_cast<size_t>(options.max_tokens) * heads * sizeof(int64_t);
-  const size_t staging_bytes = static_cast<size_t>(options.max_tokens) * heads * d * sizeof(uint16_t);
+  const size_t staging_bytes = static_cast<size_t>(options.max_tokens) * out_heads * d * sizeof(uint16_t);
   for (size_t li = 0; li < q->tables_.size(); ++li) {
     auto slot = std::make_unique<Slot>();
     const std::string which = " (Engram layer " + std::to_string(q->layer_ids_[li]) + ")";
@@ -209,7 +213,7 @@ Status CudaPrefetchQueue::prepare(int layer_index, const int64_t* ids, int64_t t
                                               " prepared twice without consume");
   const int64_t n = tokens * heads_;
   if (opt_.checked) {
-    const int64_t rows = tables_[layer_index]->host_view().rows;
+    const int64_t rows = tables_[layer_index]->host_view().id_limit();
     for (int64_t i = 0; i < n; ++i)
       if (ids[i] >= rows)
         return Status(Code::kInvalidArgument, "cuda prefetch (checked): id " + std::to_string(ids[i]) + " at position " +
@@ -290,8 +294,8 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
   slot.timing.step = step_;
   slot.timing.layer_index = layer_index;
   slot.timing.layer_id = layer_ids_[layer_index];
-  slot.timing.rows = tokens * heads_;
-  rows_total_ += tokens * heads_;
+  slot.timing.rows = tokens * out_heads_;
+  rows_total_ += tokens * out_heads_;
   step_order_.push_back(layer_index);
   return Status::ok();
 }
@@ -312,7 +316,7 @@ Result<StagingView> CudaPrefetchQueue::consume(int layer_index) {
   if (timed) ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.ev_w, ms), "cuda prefetch: record wait_end");
   slot.pending = false;
   slot.consume_timed = timed;
-  return StagingView{slot.staging, slot.tokens, heads_, d_, true};
+  return StagingView{slot.staging, slot.tokens, out_heads_, d_, true};
 }
 
 Status CudaPrefetchQueue::end_step() {

@@ -52,7 +52,8 @@ struct CudaPrefetchOptions {
 
 class CudaPrefetchQueue final : public PrefetchQueue {
  public:
-  // tables[i] is Engram layer i's table (layer_ids[i]); every table has `heads` heads and the same d. The tables
+  // tables[i] is Engram layer i's table (layer_ids[i]); every table has `heads` heads and the same d (ids are
+  // [tokens][heads]; the staging has the tables' out heads: a TP slice's local heads, alike for all). The tables
   // and `main_stream` (a cudaStream_t; the consumer's stream) must outlive the queue. Uses the current device.
   // Errors: kInvalidArgument (sizes, counts, d mismatch); kOutOfMemory / kCuda for buffers, events, the stream.
   static Result<std::unique_ptr<CudaPrefetchQueue>> create(std::vector<const UvaTable*> tables,
@@ -64,7 +65,7 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   // ids: host [tokens][heads] int64, copied before return; tokens <= max_tokens. kInvalidArgument: bad layer,
   // tokens out of range, layer already prepared and not consumed, (checked) an id >= rows.
   Status prepare(int layer_index, const int64_t* ids, int64_t tokens) override;
-  // The staging is device memory [tokens][heads][d] bf16, valid on the main stream after this call and until the
+  // The staging is device memory [tokens][out heads][d] bf16, valid on the main stream after this call and until the
   // next prepare of the layer.
   Result<StagingView> consume(int layer_index) override;
   // One host synchronisation; then the step's timeline rows and the invalid/dead counters become final.
@@ -84,7 +85,7 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   void* prefetch_stream() const { return prefetch_stream_; }
   void* main_stream() const { return main_stream_; }
   int64_t max_tokens() const { return opt_.max_tokens; }
-  // Device address of layer's persistent staging buffer ([max_tokens][heads][d] bf16).
+  // Device address of layer's persistent staging buffer ([max_tokens][out heads][d] bf16).
   const uint16_t* staging_buffer(int layer_index) const;
   // Turns the timeline on or off between steps (e.g. to measure its own overhead in one run: off uses
   // cudaEventDisableTiming events for r and f and records nothing else). kInvalidArgument inside a step.
@@ -99,7 +100,8 @@ class CudaPrefetchQueue final : public PrefetchQueue {
 
   std::vector<const UvaTable*> tables_;
   std::vector<int> layer_ids_;
-  int heads_ = 0;
+  int heads_ = 0;      // ids' heads per token
+  int out_heads_ = 0;  // staging's heads per token (heads_, or a TP slice's local heads)
   int d_ = 0;
   int sm_count_ = 0;
   CudaPrefetchOptions opt_;

@@ -80,5 +80,8 @@ const BackendEntry* cuda_backend_entry();  // nullptr when the library was built
 
 // Report lines of a backend's describe() (Engine::describe_lines).
 std::vector<std::string> describe_lines(const nlohmann::json& details);
+// The table's TP slice for describe(): null for a whole table, else {size, rank, heads, local_heads, head_begin,
+// held_heads, layers: [{layer_id, row_begin, row_end}], bytes}.
+nlohmann::json tp_json(const HostTable& table);
 
 }  // namespace engram::engine

@@ -1,4 +1,5 @@
-// Report lines of an engine's lookup path, from a backend's describe() JSON: per Engram layer the paths the
+// Report lines of an engine's lookup path, from a backend's describe() JSON: the table's tensor-parallel slice
+// ("TP": heads held, padding, bytes), per Engram layer the paths the
 // planner took ("Path") with the last plan's reasons ("why"), and the hot-row cache ("Cache": size, rows,
 // format, HBM, hit rate, link bytes avoided per token, online updates). `engram run`, `engram replay` and the
 // Python module print the same lines. Missing figures print as n/a, never 0.
@@ -76,9 +77,36 @@ void cache_lines(const nlohmann::json& c, int layer_index, std::vector<std::stri
 
 }  // namespace
 
+nlohmann::json tp_json(const HostTable& t) {
+  if (t.tp().whole()) return nullptr;
+  nlohmann::json layers = nlohmann::json::array();
+  int64_t bytes = 0;
+  LayerSlice sl;
+  for (int li = 0; li < t.n_layers(); ++li) {
+    sl = layer_slice(t.layout(), li, t.tp());
+    layers.push_back({{"layer_id", t.layout().layer_ids[static_cast<size_t>(li)]}, {"row_begin", sl.row_begin},
+                      {"row_end", sl.row_end}});
+    bytes += t.layer_bytes(li);
+  }
+  return {{"size", t.tp().size}, {"rank", t.tp().rank}, {"heads", sl.heads}, {"local_heads", sl.local_heads},
+          {"head_begin", sl.head_begin}, {"held_heads", sl.held_heads()}, {"layers", layers}, {"bytes", bytes}};
+}
+
 std::vector<std::string> describe_lines(const nlohmann::json& det) {
   std::vector<std::string> out;
   if (!det.is_object()) return out;
+  if (det.contains("tp") && det["tp"].is_object()) {
+    const auto& tp = det["tp"];
+    const int begin = tp["head_begin"].get<int>(), held = tp["held_heads"].get<int>();
+    const int padded = tp["local_heads"].get<int>() - held;
+    const std::string heads = held > 0 ? "heads " + std::to_string(begin) + "-" + std::to_string(begin + held)
+                                       : std::string("no heads");
+    out.push_back(printf_line("TP        rank %d of %d: %s of %d (%d per rank%s), %s of table rows in memory",
+                              tp["rank"].get<int>(), tp["size"].get<int>(), heads.c_str(), tp["heads"].get<int>(),
+                              tp["local_heads"].get<int>(),
+                              padded > 0 ? (", " + std::to_string(padded) + " padded with zeros").c_str() : "",
+                              format_bytes(tp["bytes"].get<int64_t>()).c_str()));
+  }
   if (det.contains("cache_note") && det["cache_note"].is_string()) out.push_back("Cache     " + det["cache_note"].get<std::string>());
   if (det.value("backend", "") != "cuda") return out;
   const std::string mode = det.value("fast_path_mode", std::string("?"));

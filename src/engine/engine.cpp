@@ -187,6 +187,7 @@ Result<BackendKind> Engine::resolve_backend(const EngineOptions& o, std::string*
 }
 
 const EngramLayout& Engine::layout() const { return impl_->table->layout(); }
+int Engine::staging_heads() const { return impl_->table->staging_heads(); }
 HostTable& Engine::table() { return *impl_->table; }
 const HostTable& Engine::table() const { return *impl_->table; }
 std::shared_ptr<HostTable> Engine::shared_table() const { return impl_->table; }
@@ -248,6 +249,7 @@ nlohmann::json Engine::describe() const {
   j["backend_requested"] = backend_kind_name(options_.backend);
   j["backend_note"] = backend_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(backend_note_);
   j["registration_holder"] = impl_->registration ? impl_->registration->describe() : nlohmann::json(nullptr);
+  j["tp"] = engine::tp_json(*impl_->table);
   return j;
 }
 

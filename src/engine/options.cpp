@@ -181,7 +181,9 @@ std::vector<std::pair<std::string, std::string>> engine_option_keys() {
       {"prefault", "allocate every page at creation (true/false)"},
       {"prefault_threads", "threads that allocate the pages; 0 = one per CPU of the target nodes, at most 8"},
       {"allow_fallback", "a refused placement keeps the default policy (reported) instead of failing"},
-      {"home_node", "replica-per-node: the replica this process reads; -1 = its CPU's node"}};
+      {"home_node", "replica-per-node: the replica this process reads; -1 = its CPU's node"},
+      {"tp_size", "tensor-parallel ranks sharing the heads (vLLM's tp_size); the table holds one rank's heads"},
+      {"tp_rank", "this tensor-parallel rank, 0..tp_size-1"}};
   for (const Row& r : rows()) out.emplace_back(r.key, r.help);
   return out;
 }

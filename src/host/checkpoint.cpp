@@ -369,6 +369,9 @@ Status write_synthetic_checkpoint(const std::string& path, const EngramLayout& l
 }
 
 Status write_checkpoint(const std::string& path, const HostTable& table, const WriteOptions& options) {
+  if (!table.tp().whole())
+    return invalid("writing checkpoint " + path + ": the table holds " + table.tp().to_string() +
+                   "'s rows only; a checkpoint holds whole layers");
   try {
     const EngramLayout& layout = table.layout();
     const int d = layout.d;

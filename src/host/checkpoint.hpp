@@ -103,7 +103,8 @@ struct WriteOptions {
 };
 
 // Reads the checkpoint at `path` into `spans` (one per Engram layer of `layout`, in layer order, each
-// sized for layout.rows(i) rows of the layout's d and row format). Fused records get their padding
+// sized for layout.rows(i) rows of the layout's d and row format, or the span of a TP slice: then only
+// the slice's row range of each tensor is read). Fused records get their padding
 // zeroed. The file's layout must match `layout` (check_layout_matches). Pages of the spans are
 // first touched by the reader threads: place them before calling when placement matters.
 // Errors: as read_checkpoint_info; kInvalidArgument for a layout mismatch or spans that do not fit the
@@ -121,7 +122,8 @@ Status load_checkpoint(const std::string& path, HostTable& table, const LoadOpti
 Status write_synthetic_checkpoint(const std::string& path, const EngramLayout& layout, uint64_t seed,
                                   const WriteOptions& options = {});
 
-// Writes the rows of `table` (either in-memory layout) as a checkpoint. Errors as above.
+// Writes the rows of `table` (either in-memory layout) as a checkpoint. Errors as above; kInvalidArgument
+// for a TP slice (it does not hold whole layers).
 Status write_checkpoint(const std::string& path, const HostTable& table, const WriteOptions& options = {});
 
 }  // namespace engram::host

@@ -220,8 +220,13 @@ Result<Description> decode_description(const std::string& bytes) {
     return out;
   }
   auto it = d.find("segments");
+  int64_t tp_size = 1, tp_rank = 0;
+  if (d.contains("tp_size") && (!get_int(d, "tp_size", &tp_size) || !get_int(d, "tp_rank", &tp_rank) || tp_size < 1 ||
+                                tp_size > 65535 || tp_rank < 0 || tp_rank >= tp_size))
+    return Status(Code::kInvalidArgument, "malformed tp_size / tp_rank in the table description");
+  out.tp = {static_cast<int>(tp_size), static_cast<int>(tp_rank)};
   if (!get_str(d, "group", &out.group) || !get_str(d, "job", &out.job) || !get_str(d, "layout", &out.layout) ||
-      it == d.end() || !it->is_array() || it->empty())
+      it == d.end() || !it->is_array() || (it->empty() && out.tp.whole()))
     return Status(Code::kInvalidArgument, "malformed table description from the leader (group, job, layout, segments)");
   for (const auto& s : *it) {
     SegmentInfo i;
@@ -641,7 +646,7 @@ nlohmann::json SharedTableGroup::description() const {
     const auto& id = b.identity();
     const PlacementReport& r = p.backing->report;
     const bool by_fd = id.kind == BackingKind::kMemfd || id.kind == BackingKind::kHugetlb;
-    const HeadRange h = t.n_shards() > 1 ? t.shard_heads(p.shard) : HeadRange{0, t.layout().heads()};
+    const HeadRange h = t.n_shards() > 1 || !t.tp().whole() ? t.shard_heads(p.shard) : HeadRange{0, t.layout().heads()};
     const uint64_t offset = static_cast<uint64_t>(b.data() - t.view(p.layer_index, p.replica).data);
     segs.push_back({{"kind", backing_kind_name(id.kind)},
                     {"name", id.name},
@@ -660,8 +665,13 @@ nlohmann::json SharedTableGroup::description() const {
                     {"placement_obtained", r.obtained},
                     {"prefault", r.prefault}});
   }
-  return {{"protocol", kProtocolVersion}, {"group", group_}, {"job", job_}, {"layout", layout_to_json(t.layout())},
-          {"segments", segs}};
+  json out = {{"protocol", kProtocolVersion}, {"group", group_}, {"job", job_}, {"layout", layout_to_json(t.layout())},
+              {"segments", segs}};
+  if (!t.tp().whole()) {
+    out["tp_size"] = t.tp().size;
+    out["tp_rank"] = t.tp().rank;
+  }
+  return out;
 }
 
 Status SharedTableGroup::unlink_named() {
@@ -848,12 +858,14 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& c
   auto description = wire::decode_description(bytes);
   Status described = description.status();
   EngramLayout layout;
+  TpSlice tp;
   if (described.is_ok()) {
     // The leader gave up before admitting us: its failure is ours, now (it waits for no answer).
     if (!description->leader_failure.is_ok())
       return description->leader_failure.with_context("shared group '" + description->group + "', step 'describe'");
     g->group_ = description->group;
     g->job_ = description->job;
+    tp = description->tp;
     infos = std::move(description->segments);
     auto l = layout_from_json(description->layout);
     if (l.is_ok()) layout = *l;
@@ -868,6 +880,7 @@ Result<std::unique_ptr<SharedTableGroup>> SharedTableGroup::join(GroupChannel& c
     AttachOptions ao;
     ao.read_only = options.read_only;
     ao.gpu_node = options.gpu_node;
+    ao.tp = tp;
     ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::attach(layout, std::move(specs), ao));
     g->table_ = std::shared_ptr<HostTable>(std::move(t));
     return Status::ok();

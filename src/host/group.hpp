@@ -236,6 +236,8 @@ struct Description {
   std::string group, job;
   std::string layout;  // layout_to_json() text
   std::vector<SegmentInfo> segments;
+  TpSlice tp;          // the table's tensor-parallel slice ("tp_size" / "tp_rank"; absent: whole); a slice without
+                       // heads has no segments
   // The leader sent its failure instead of a table (SharedTableGroup::fail_peers): its code and
   // message; segments is then empty.
   Status leader_failure;

@@ -4,7 +4,9 @@
 // Both formats store one Engram layer as two row-major tensors somewhere in a file: the FP8 payload
 // [rows, d] and the ue8m0 scales [rows, d/32] (dtype U8 in engram checkpoints, F8_E8M0 in model
 // shards; the bytes mean the same). A RowSource says where row 0 of each begins; the loader reads
-// the first `layout.rows(i)` rows of layer i (rows after them are never read) into the layer's span:
+// the first `layout.rows(i)` rows of layer i (rows after them are never read) into the layer's span,
+// or, for the span of a tensor-parallel slice (TableSpan::slice), only the slice's rows
+// [row_begin, row_end) of the tensor (the other ranks' rows are never read):
 //  - split spans: each chunk of a tensor is pread straight into its array (no copy, no buffer);
 //  - fused spans: per chunk of rows, the scales of the chunk are read in one pread and the payload in
 //    1 MiB pieces into a per-thread bounce buffer that stays in the core's cache; each record is then
@@ -52,11 +54,13 @@ struct RowLoadOptions {
 };
 
 // kInvalidArgument unless `spans` has one span per Engram layer of `layout`, each with the layer's
-// rows, d, row format, stride and non-null arrays.
+// rows (a TP slice: the slice's rows of that layer), d, row format, stride and non-null arrays (a
+// slice without rows has none).
 Status check_table_spans(const EngramLayout& layout, std::span<const TableSpan> spans);
 
-// Reads rows [0, layout.rows(i)) of every layer i from sources[i] into spans[i]. `layout` must be
-// finalized and its format that of the spans. Pages of the spans are first touched by the readers.
+// Reads rows [0, layout.rows(i)) of every layer i (a TP slice: rows [row_begin, row_end)) from
+// sources[i] into spans[i]. `layout` must be finalized and its format that of the spans. Pages of
+// the spans are first touched by the readers.
 // Errors: kInvalidArgument (spans, sources), kIo (a read failed or came up short: the message names
 // the file and offset), kOutOfMemory (buffers, threads), pinning errors as run_chunked. On error the
 // spans hold partial data.

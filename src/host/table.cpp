@@ -9,6 +9,9 @@
 // mapped side by side (MAP_FIXED) into one reserved address range: consumers still see one contiguous
 // table and index it with global row ids. A shard boundary falls on a page edge, so the partial page
 // that two head ranges share is the lower shard's; it is at most one page per boundary.
+// A tensor-parallel slice (TableOptions::tp) is the other way round: the table holds only the rank's
+// rows, so each layer's backing is the slice's bytes and nothing else (views say which global rows
+// they hold); a rank without heads has no backing, its views no rows.
 #include "engram/table.hpp"
 
 #include <algorithm>
@@ -53,10 +56,11 @@ struct HostTable::Storage {
 
 HostTable::HostTable() : replica_nodes_{-1} {}
 
-TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index) {
-  const int64_t rows = layout.rows(layer_index);
+TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index, const TpSlice& tp) {
   TableSpan s;
-  s.data = base;
+  if (!tp.whole()) s.slice = layer_slice(layout, layer_index, tp);
+  const int64_t rows = tp.whole() ? layout.rows(layer_index) : s.slice.rows();
+  s.data = rows > 0 ? base : nullptr;
   s.rows = rows;
   s.d = layout.d;
   s.format = layout.format;
@@ -64,7 +68,7 @@ TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index)
     s.stride_bytes = layout.row_stride_bytes();
   } else {
     s.stride_bytes = layout.d;
-    s.scales = s.data + rows * layout.d;
+    s.scales = s.data ? s.data + rows * layout.d : nullptr;
   }
   return s;
 }
@@ -79,7 +83,7 @@ void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int
     pool.emplace_back([=] {
       const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
       for (int64_t r = lo; r < hi; ++r) {
-        synth_row(seed, layer_index, r, s.d, s.payload_of(r), s.scales_of(r));
+        synth_row(seed, layer_index, s.slice.row_begin + r, s.d, s.payload_of(r), s.scales_of(r));
         if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
       }
     });
@@ -177,6 +181,10 @@ Status set_table_option(TableOptions& o, std::string_view key_in, const std::str
     return integer(0, 4096, &o.prefault_threads);
   } else if (key == "home_node") {
     return integer(-1, 1023, &o.home_node);
+  } else if (key == "tp_size") {
+    return integer(1, 65535, &o.tp.size);
+  } else if (key == "tp_rank") {
+    return integer(0, 65534, &o.tp.rank);
   } else {
     return Status(Code::kNotFound, "not a table option: " + std::string(key_in));
   }
@@ -186,13 +194,22 @@ Status set_table_option(TableOptions& o, std::string_view key_in, const std::str
 Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout, const TableOptions& options) {
   if (layout.head_offsets.size() != layout.layer_ids.size())
     return Status(Code::kInvalidArgument, "HostTable: layout is not finalized");
+  ENGRAM_RETURN_IF_ERROR(check_tp_slice(options.tp).with_context("HostTable"));
+  if (!options.tp.whole() && !options.head_shards.empty())
+    return Status(Code::kInvalidArgument, "HostTable: head shards inside a tensor-parallel slice (" +
+                                              options.tp.to_string() + "): a TP rank's table is one backing per layer");
   ENGRAM_RETURN_IF_ERROR(host::check_table_fits(layout, options));  // every layer, replica and shard at once
   const host::BackingKind kind = options.backing.kind;
   const uint64_t huge_page_bytes =
       kind == host::BackingKind::kHugetlb ? (options.backing.huge_page_bytes ? options.backing.huge_page_bytes : 2u << 20) : 0;
   std::vector<HeadRange> shards = options.head_shards;
   if (shards.empty()) shards.push_back({0, layout.heads()});
-  for (size_t i = 0; i < shards.size(); ++i)
+  const bool tp_slice = !options.tp.whole();
+  if (tp_slice) {
+    const LayerSlice sl = layer_slice(layout, 0, options.tp);
+    shards = {{std::min(sl.head_begin, sl.heads), std::min(sl.head_begin, sl.heads) + sl.held_heads()}};
+  }
+  for (size_t i = 0; i < shards.size() && !tp_slice; ++i)
     if (shards[i].begin != (i == 0 ? 0 : shards[i - 1].end) || shards[i].end <= shards[i].begin ||
         (i + 1 == shards.size() && shards[i].end != layout.heads()))
       return Status(Code::kInvalidArgument, "head shards must tile the layout's " + std::to_string(layout.heads()) +
@@ -222,9 +239,18 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
   std::unique_ptr<HostTable> t(new HostTable());
   t->layout_ = layout;
   t->shard_heads_ = shards;
+  t->tp_ = options.tp;
   t->storage_ = std::make_unique<Storage>();
+  if (tp_slice && shards.front().end == shards.front().begin) {
+    // A rank without heads: no rows, no backing (its lookups write zeros).
+    t->replicas_.resize(1);
+    for (int li = 0; li < layout.n_layers(); ++li) t->replicas_[0].push_back(layer_span(nullptr, layout, li, options.tp));
+    t->storage_->layers.resize(static_cast<size_t>(layout.n_layers()));
+    t->spans_ = t->replicas_[0];
+    return t;
+  }
   for (int li = 0; li < layout.n_layers(); ++li) {
-    const uint64_t layer_bytes = static_cast<uint64_t>(layout.table_bytes(li));
+    const uint64_t layer_bytes = static_cast<uint64_t>(t->layer_bytes(li));
     uint8_t* reserved = nullptr;
     if (shards.size() > 1) {
       const uint64_t len = (layer_bytes + page - 1) / page * page;
@@ -246,9 +272,9 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
       bo.on_named_created = options.on_named_created;
       if (huge_page_bytes) bo.huge_page_bytes = huge_page_bytes;
       const std::string what = "table of Engram layer " + std::to_string(id.layer_id) +
-                               (shards.size() > 1 ? ", heads " + std::to_string(id.head_begin) + "-" +
-                                                        std::to_string(id.head_end)
-                                                  : std::string());
+                               (shards.size() > 1 || tp_slice ? ", heads " + std::to_string(id.head_begin) + "-" +
+                                                                    std::to_string(id.head_end)
+                                                              : std::string());
       if (shards.size() == 1) {
         bo.size_bytes = layer_bytes;
       } else {
@@ -289,7 +315,7 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
   t->replicas_.resize(first.size());
   for (size_t r = 0; r < first.size(); ++r)
     for (int li = 0; li < layout.n_layers(); ++li)
-      t->replicas_[r].push_back(layer_span(t->storage_->layers[li][r].backing.data(), layout, li));
+      t->replicas_[r].push_back(layer_span(t->storage_->layers[li][r].backing.data(), layout, li, options.tp));
   if (first.size() > 1) {
     const int home = options.home_node >= 0 ? options.home_node : sys::current_cpu_node().node;
     t->home_replica_ = std::max(0, host::choose_replica(t->replica_nodes_, -1, home));
@@ -309,14 +335,19 @@ TableSpan HostTable::span(int layer_index, int replica) const {
   return replicas_.at(static_cast<size_t>(replica)).at(layer_index);
 }
 
+int64_t HostTable::layer_bytes(int layer_index) const {
+  if (tp_.whole()) return layout_.table_bytes(layer_index);
+  return layer_slice(layout_, layer_index, tp_).rows() * layout_.row_stride_bytes();
+}
+
 const host::PlacedBacking* HostTable::backing(int layer_index, int replica) const {
-  if (!storage_) return nullptr;
+  if (!storage_ || storage_->layers.at(layer_index).empty()) return nullptr;
   if (n_shards() > 1) return replica == 0 ? &storage_->layers.at(layer_index).front() : nullptr;
   return &storage_->layers.at(layer_index).at(static_cast<size_t>(replica));
 }
 
 const host::PlacedBacking* HostTable::shard_backing(int layer_index, int shard) const {
-  if (!storage_) return nullptr;
+  if (!storage_ || storage_->layers.at(layer_index).empty()) return nullptr;
   if (n_shards() == 1) return shard == 0 ? backing(layer_index, home_replica_) : nullptr;
   return &storage_->layers.at(layer_index).at(static_cast<size_t>(shard));
 }
@@ -347,11 +378,13 @@ std::vector<host::PageCensus> HostTable::census(host::CensusPoint point, uint64_
       }
       continue;
     }
+    if (layer_bytes(li) == 0) continue;  // a TP rank without heads holds nothing to count
     for (int r = 0; r < n_replicas(); ++r) {
       host::TableIdentity id;
       id.layer_id = layout_.layer_ids[li];
-      id.head_end = layout_.heads();
-      id.bytes = static_cast<uint64_t>(layout_.table_bytes(li));
+      id.head_begin = shard_heads_.empty() ? 0 : shard_heads_.front().begin;
+      id.head_end = shard_heads_.empty() ? layout_.heads() : shard_heads_.front().end;
+      id.bytes = static_cast<uint64_t>(layer_bytes(li));
       const TableSpan s = span(li, r);
       id.base = reinterpret_cast<uintptr_t>(s.data);
       if (const host::PlacedBacking* pb = backing(li, r)) {
@@ -387,6 +420,7 @@ Result<std::unique_ptr<HostTable>> HostTable::attach(const EngramLayout& layout,
   SpecFds closer{&parts};
   if (layout.head_offsets.size() != layout.layer_ids.size())
     return Status(Code::kInvalidArgument, "HostTable::attach: layout is not finalized");
+  ENGRAM_RETURN_IF_ERROR(check_tp_slice(options.tp).with_context("HostTable::attach"));
   // replica-per-node: the copy on our GPU's node, else our CPU's node, else the first.
   std::vector<int> nodes;
   for (const auto& p : parts)
@@ -400,6 +434,7 @@ Result<std::unique_ptr<HostTable>> HostTable::attach(const EngramLayout& layout,
   std::unique_ptr<HostTable> t(new HostTable());
   t->layout_ = layout;
   t->read_only_ = options.read_only;
+  t->tp_ = options.tp;
   t->storage_ = std::make_unique<Storage>();
   t->storage_->layers.resize(static_cast<size_t>(layout.n_layers()));
   t->replica_nodes_ = {want_node};
@@ -408,10 +443,19 @@ Result<std::unique_ptr<HostTable>> HostTable::attach(const EngramLayout& layout,
     std::vector<size_t> mine;
     for (size_t k = 0; k < parts.size(); ++k)
       if (parts[k].layer_index == li && (want_node < 0 || parts[k].replica_node == want_node)) mine.push_back(k);
+    const uint64_t layer_bytes = static_cast<uint64_t>(t->layer_bytes(li));
+    if (layer_bytes == 0) {  // a TP rank without heads: the leader made no backing
+      if (!mine.empty())
+        return Status(Code::kInvalidArgument, "attach: a backing for Engram layer index " + std::to_string(li) +
+                                                  " of " + options.tp.to_string() + ", which holds no heads");
+      const LayerSlice sl = layer_slice(layout, li, options.tp);
+      t->shard_heads_ = {{sl.heads, sl.heads}};
+      spans[static_cast<size_t>(li)] = layer_span(nullptr, layout, li, options.tp);
+      continue;
+    }
     if (mine.empty())
       return Status(Code::kInvalidArgument, "attach: no backing holds Engram layer index " + std::to_string(li));
     std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return parts[a].offset_bytes < parts[b].offset_bytes; });
-    const uint64_t layer_bytes = static_cast<uint64_t>(layout.table_bytes(li));
     const bool sharded = mine.size() > 1;
     uint8_t* reserved = nullptr;
     uint64_t page = 4096;
@@ -466,7 +510,7 @@ Result<std::unique_ptr<HostTable>> HostTable::attach(const EngramLayout& layout,
     else if (heads.size() != t->shard_heads_.size())
       return Status(Code::kInvalidArgument, "attach: layers are sharded differently");
     uint8_t* base = sharded ? reserved : t->storage_->layers[static_cast<size_t>(li)].front().backing.data();
-    spans[static_cast<size_t>(li)] = layer_span(base, layout, li);
+    spans[static_cast<size_t>(li)] = layer_span(base, layout, li, options.tp);
   }
   t->replicas_ = {spans};
   t->spans_ = spans;

@@ -1,6 +1,7 @@
 // Whole-table room checks (see table_fit.hpp). A shard's size here is its head range's rows times
 // the record stride, rounded up to the page; HostTable::create rounds each boundary up instead, so
-// the two differ by at most a page per boundary -- far below what a room check can resolve.
+// the two differ by at most a page per boundary -- far below what a room check can resolve. A TP
+// slice is one backing per layer of exactly the slice's rows (none for a rank without heads).
 #include "host/table_fit.hpp"
 
 #include "host/backing.hpp"
@@ -22,8 +23,15 @@ Status check_table_fits(const EngramLayout& layout, const TableOptions& options)
   const BackingKind kind = options.backing.kind;
   const uint64_t huge_page_bytes =
       kind == BackingKind::kHugetlb ? (options.backing.huge_page_bytes ? options.backing.huge_page_bytes : 2u << 20) : 0;
+  if (!options.tp.whole() && (!options.head_shards.empty() || !check_tp_slice(options.tp).is_ok()))
+    return Status::ok();  // create names it
   std::vector<HeadRange> shards = options.head_shards;
   if (shards.empty()) shards.push_back({0, layout.heads()});
+  if (!options.tp.whole()) {
+    const LayerSlice sl = layer_slice(layout, 0, options.tp);
+    if (sl.held_heads() == 0) return Status::ok();  // nothing to allocate
+    shards = {{sl.head_begin, sl.head_begin + sl.held_heads()}};
+  }
   const std::vector<PlacementPolicy> policies =
       options.shard_placements.empty() ? std::vector<PlacementPolicy>(shards.size(), options.placement)
                                        : options.shard_placements;
@@ -52,8 +60,9 @@ Status check_table_fits(const EngramLayout& layout, const TableOptions& options)
       const auto& offsets = layout.head_offsets[static_cast<size_t>(li)];
       const uint64_t rows = static_cast<uint64_t>(offsets[static_cast<size_t>(shards[sh].end)] -
                                                   offsets[static_cast<size_t>(shards[sh].begin)]);
-      const uint64_t bytes = shards.size() == 1 ? static_cast<uint64_t>(layout.table_bytes(li))
-                                                : rows * static_cast<uint64_t>(layout.row_stride_bytes());
+      const uint64_t bytes = shards.size() == 1 && options.tp.whole()
+                                 ? static_cast<uint64_t>(layout.table_bytes(li))
+                                 : rows * static_cast<uint64_t>(layout.row_stride_bytes());
       o.size_bytes = (bytes + page - 1) / page * page;
       if (o.size_bytes == 0) return Status::ok();  // create names the empty shard
       requests.emplace_back(o, policies[sh]);

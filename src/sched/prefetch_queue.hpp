@@ -21,7 +21,7 @@ namespace engram {
 struct StagingView {
   const uint16_t* data = nullptr;  // [tokens][heads][d] bf16 bits (host memory for CPU, device for CUDA)
   int64_t tokens = 0;
-  int heads = 0;
+  int heads = 0;  // staging heads per token: the layout's, or a TP slice's local heads (engram/tp_slice.hpp)
   int d = 0;
   bool on_device = false;
 };

@@ -26,7 +26,7 @@ OwnedTable random_table(int64_t rows, int d, RowFormat f, std::mt19937_64& rng) 
     t.scales.resize(static_cast<size_t>(rows * (d / 32)));
     for (auto& b : t.scales) b = static_cast<uint8_t>(rng());
   }
-  t.view = {t.data.data(), f == RowFormat::kSplit ? t.scales.data() : nullptr, rows, d, f, stride};
+  t.view = {t.data.data(), f == RowFormat::kSplit ? t.scales.data() : nullptr, rows, d, f, stride, {}};
   return t;
 }
 

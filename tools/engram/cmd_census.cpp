@@ -4,7 +4,7 @@
 //                                      (kernelpagesize_kB units), Rss/Pss per table from smaps and the
 //                                      process's smaps_rollup.
 //   engram census [--table-size 64MiB] [--backing memfd] [--placement interleave:all] [--json]
-//                 [--head-shards 2 --shard-placements "bind:0;bind:1"]
+//                 [--head-shards 2 --shard-placements "bind:0;bind:1"] [--tp-size N --tp-rank R]
 //                                      builds a synthetic table here with that backing and placement,
 //                                      prints the placement report (requested / obtained / why) and the
 //                                      move_pages census after placement and after load.
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "engine_args.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
 #include "engram/table.hpp"
@@ -37,6 +38,7 @@ struct CensusArgs {
   uint64_t seed = 1;
   std::string head_shards;
   std::string shard_placements;
+  TpArgs tp;
 };
 
 int census_pid(const CensusArgs& a) {
@@ -60,6 +62,7 @@ int census_here(const CensusArgs& a) {
            {"--backing", a.backing}, {"--placement", a.placement}, {"--head-shards", a.head_shards},
            {"--shard-placements", a.shard_placements}})
     if (Status st = set_table_option(opts, flag, value, layout->heads()); !st.is_ok()) return report_failure("census", st);
+  if (Status st = apply_tp_args(a.tp, opts); !st.is_ok()) return report_failure("census", st);
   auto table = HostTable::create(*layout, opts);
   if (!table.is_ok()) return report_failure("census", table.status());
   nlohmann::json j;
@@ -69,6 +72,7 @@ int census_here(const CensusArgs& a) {
     for (int r = 0; r < per_layer; ++r) {
       const host::PlacedBacking* pb =
           (*table)->n_shards() > 1 ? (*table)->shard_backing(li, r) : (*table)->backing(li, r);
+      if (!pb) continue;  // a TP rank without heads has no backing
       if (a.json) {
         nlohmann::json p = pb->report.to_json();
         p["backing"] = pb->backing.identity().to_string();
@@ -108,6 +112,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "N (equal ranges) or a-b,c-d,... (e.g. 0-12,12-24)");
   sub.add_option("--shard-placements", a->shard_placements,
                  "Without --pid: one placement per head shard, ';'-separated (e.g. \"bind:0;bind:1\"); default --placement");
+  add_tp_options(sub, a->tp);
   sub.add_option("--max-samples", a->max_samples, "Exact census up to this many pages, stride sampling above");
   return [a] { return a->pid > 0 ? census_pid(*a) : census_here(*a); };
 }

@@ -78,7 +78,14 @@ int run_ranks(const RunArgs& a) {
 int run(const RunArgs& a) {
   if (a.ranks > 1 && a.hash == "gpu")
     return report_failure("run", Status(Code::kInvalidArgument, "--hash gpu: the ranks of --ranks hash on the CPU"));
-  if (a.ranks > 1) return run_ranks(a);
+  if (a.ranks > 1) {
+    TableOptions tp_check;
+    if (Status st = apply_tp_args(a.engine.tp, tp_check); !st.is_ok()) return report_failure("run", st);
+    if (!tp_check.tp.whole())
+      return report_failure("run", Status(Code::kInvalidArgument, "--tp-size " + a.engine.tp.size +
+                                                                      " with --ranks: a rank group shares one whole table"));
+    return run_ranks(a);
+  }
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure("run", fmt.status().with_context("--row-layout"));
   const TableContent content = !a.model.empty() ? TableContent::model(a.model, a.tensor_names)
@@ -201,7 +208,8 @@ int run(const RunArgs& a) {
                 {"bytes", layout->total_bytes()},
                 {"content", eo.content.to_string()},
                 {"backing", eo.table.backing.to_string()},
-                {"placement_requested", eo.table.placement.to_string()}};
+                {"placement_requested", eo.table.placement.to_string()},
+                {"tp", details.value("tp", nlohmann::json(nullptr))}};  // null: the whole table
   nlohmann::json cj = nlohmann::json::array();
   for (const auto& c : censuses) cj.push_back(c.to_json());
   j["census"] = cj;
@@ -392,6 +400,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "layers.{L}.engram.embed.weight,layers.{L}.engram.embed.scale)")
       ->needs(model);
   add_table_memory_options(sub, a->engine);
+  add_tp_options(sub, a->engine.tp);
   sub.add_option("--ranks", a->ranks,
                  "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "
                  "each rank replays on its own engine (its backend, queue and lookup path) over the shared mapping")

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "engine_args.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
 #include "engram/engine.hpp"
@@ -37,6 +38,7 @@ struct ServeArgs {
   uint64_t seed = 1;
   std::string backing = "memfd";
   std::string placement = "none";
+  TpArgs tp;
   std::string shm_dir = "/dev/shm";
   std::string socket;
   std::string group = "engram-table";
@@ -106,6 +108,7 @@ int serve(const ServeArgs& a) {
   EngineOptions eo;
   if (Status st = set_engine_option(eo, "--backing", a.backing); !st.is_ok()) return report_failure("serve-table", st);
   if (Status st = set_engine_option(eo, "--placement", a.placement); !st.is_ok()) return report_failure("serve-table", st);
+  if (Status st = apply_tp_args(a.tp, eo.table); !st.is_ok()) return report_failure("serve-table", st);
   eo.table.shm_dir = a.shm_dir;
   eo.step_timeout_ms = a.step_timeout_ms;
   eo.content = job.content();
@@ -221,6 +224,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--placement", a->placement,
                  "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
                  "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+  add_tp_options(sub, a->tp);
   sub.add_option("--shm-dir", a->shm_dir, "Directory of the named file for --backing shm (default /dev/shm)");
   sub.add_option("--socket", a->socket,
                  "Socket path (its directory must be 0700 and yours); default: $XDG_RUNTIME_DIR/engram or "

@@ -39,6 +39,12 @@ inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& wa
                  "a decayed LFU count vs the coldest of a sampled set of cached rows), or off (default every=4,rows=256)");
 }
 
+// Tensor-parallel slice of the table (--tp-size, --tp-rank): kept as typed, parsed by set_table_option.
+struct TpArgs {
+  std::string size = "1";
+  std::string rank = "0";
+};
+
 // The lookup-stack options every engine command takes.
 struct EngineArgs {
   std::string backend = "auto";
@@ -49,6 +55,7 @@ struct EngineArgs {
   int threads = 0;
   bool checked = false;
   CacheArgs cache;
+  TpArgs tp;
 };
 
 inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
@@ -74,6 +81,21 @@ inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
                  "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
 }
 
+inline void add_tp_options(CLI::App& sub, TpArgs& t) {
+  sub.add_option("--tp-size", t.size,
+                 "Tensor-parallel ranks the heads are split over, as vLLM's ParallelEngramEmbedding does: each rank "
+                 "holds ceil(heads / N) heads and only their rows (default 1: the whole table)");
+  sub.add_option("--tp-rank", t.rank, "This process's tensor-parallel rank, 0..tp-size-1 (default 0)");
+}
+
+// Sets o.tp from the flags. kInvalidArgument naming the flag: not an integer, --tp-size < 1, --tp-rank outside
+// [0, tp-size).
+inline Status apply_tp_args(const TpArgs& t, TableOptions& o) {
+  ENGRAM_RETURN_IF_ERROR(set_table_option(o, "--tp-size", t.size));
+  ENGRAM_RETURN_IF_ERROR(set_table_option(o, "--tp-rank", t.rank));
+  return check_tp_slice(o.tp).with_context("--tp-size " + t.size + " --tp-rank " + t.rank);
+}
+
 // The lookup-side flags as (flag, text) pairs, for set_engine_option: what a rank process of `run --ranks` gets
 // from the leader's job (the table's backing and placement are the leader's).
 inline std::vector<std::pair<std::string, std::string>> lookup_option_text(const EngineArgs& a, int default_warmup) {
@@ -94,6 +116,7 @@ inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout,
   (void)layout;  // a cache profile is checked against the layout when the engine is built
   ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--backing", a.backing));
   ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--placement", a.placement));
+  ENGRAM_RETURN_IF_ERROR(apply_tp_args(a.tp, o.table));
   for (const auto& [flag, value] : lookup_option_text(a, default_warmup))
     ENGRAM_RETURN_IF_ERROR(set_engine_option(o, flag, value));
   return Status::ok();
