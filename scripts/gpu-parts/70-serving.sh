@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU part 70: serving quality of `engram run --backend cuda` with every feature on (planner, 5% cache from the
 # warm-up window, online updates), against the same with `--cache-update off`, in one run.
-#  1. cuda_test_engine_cache (sliced online updates in flight stay bit-identical; a probe between a slice's stage
-#     and its commit sees the old cache exactly; the cache-maintenance spans of the timeline).
+#  1. cuda_test_engine_cache, its online-update tests (sliced online updates in flight stay bit-identical; a probe
+#     between a slice's stage and its commit sees the old cache exactly; the cache-maintenance spans).
 #  2. At batch 64, 256 and 512 (v41-flash-mini, 8 GiB, real text when build/data has tokens, 8 warm-up + 96
 #     measured steps), arms `updates` (default every=4,rows=256,slice=64) and `off` alternated, REPS times each:
 #     step p50 / p99 (us), p99/p50, tokens/s, online updates, slices and rows swapped. Then per batch the medians
@@ -17,33 +17,18 @@
 # Budget on an H200: test ~20 s; each run ~10-15 s (8 GiB fill, registration, calibration, 104 steps): 12 runs +
 # the trace run ~3 min.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-BUILD=${BUILD:-build-gpu}
-LOG_DIR=${LOG_DIR:-/tmp/engram-part70}
-BUDGET=${PART_BUDGET_S:-240}
+source "$(dirname "$0")/common.bash"
+part_setup /tmp/engram-part70 240
 REPS=${REPS:-2}
-mkdir -p "$LOG_DIR"
-START=$(date +%s)
-left() { echo $((BUDGET - ($(date +%s) - START))); }
-STATUS=0
-engram="$BUILD/bin/engram"
+part_build 70-serving engram_cli cuda_test_engine_cache
 
-if [[ ! -x $engram || ! -x $BUILD/tests/cuda_test_engine_cache ]]; then
-  ninja -C "$BUILD" -j "$(nproc)" engram_cli cuda_test_engine_cache >"$LOG_DIR/build.log" 2>&1 ||
-    { echo "FAIL  70-serving build (see build.log)"; exit 1; }
-fi
-
-timeout 90 "$BUILD/tests/cuda_test_engine_cache" >"$LOG_DIR/tests.log" 2>&1
+# The tests of online updates, sliced and in flight, only (part 35 runs the whole binary).
+timeout 90 "$BUILD/tests/cuda_test_engine_cache" --gtest_filter='*WarmupWindowThenOnlineUpdates*:HotRowCacheStage.*' >"$LOG_DIR/tests.log" 2>&1
 rc=$?
-if ((rc == 0)); then echo "PASS  engine-cache tests ($(grep -c '^\[       OK' "$LOG_DIR/tests.log") ok)"
-else echo "FAIL  engine-cache tests rc=$rc (see tests.log)"; grep -E "FAILED|Failure|seed" "$LOG_DIR/tests.log" | head -20; STATUS=1; fi
+if ((rc == 0)); then echo "PASS  sliced-update tests ($(grep -c '^\[       OK' "$LOG_DIR/tests.log") ok)"
+else echo "FAIL  sliced-update tests rc=$rc (see tests.log)"; grep -E "FAILED|Failure|seed" "$LOG_DIR/tests.log" | head -20; STATUS=1; fi
 
-TOK=""
-for f in build/data/common-licenses.tokens build/data/*.tokens; do [[ -f $f ]] && { TOK=$f; break; }; done
-if [[ -n $TOK ]]; then IDS=(--ids text --tokens "$TOK"); echo "ids: real text $TOK"
-else IDS=(--ids zipf); echo "ids: zipf (no token file under build/data)"; fi
-
+part_text_ids
 COMMON=(--backend cuda --layout v41-flash-mini --table-size 8GiB --warmup 8 --steps 96 --cache-size 5% --no-baseline
         --json "${IDS[@]}")
 # run_one NAME TIMEOUT ARGS...: engram run --json into run-NAME.json.

@@ -308,6 +308,8 @@ Status HotRowCache::maybe_rebuild_map(void* stream) {
   }
   if (!pin_map_)
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_map_, static_cast<size_t>(12 * map_cap_)), "hot cache: map staging");
+  else if (ev_update_)  // the previous rebuild's copy (before the previous commit's event) has read pin_map_
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait map copy");
   std::memcpy(pin_map_, h_keys_.data(), static_cast<size_t>(8 * map_cap_));
   std::memcpy(pin_map_ + 8 * map_cap_, h_slots_.data(), static_cast<size_t>(4 * map_cap_));
   const auto s = static_cast<cudaStream_t>(stream);
