@@ -249,6 +249,7 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
   c.cache.profile_source = k.profile_source;
   c.cache.update_every = k.update.every;
   c.cache.update_rows = k.update.rows;
+  c.cache.update_slice_rows = k.update.slice;
   ENGRAM_ASSIGN_OR_RETURN(auto be, cuda::make_cuda_backend(c, views));
   auto out = std::make_unique<CudaEngineBackend>(std::move(be), o);
   out->set_shape(layout.n_layers(), layout.heads());
