@@ -119,13 +119,16 @@ struct CacheSize {
 // "off" / "0", bytes ("256MiB", "1.5GB"), or a share ("5%", in [0, 100]; "0%" is off).
 Result<CacheSize> parse_cache_size(const std::string& text);
 
-// The online update of the cache: every `every` counted steps, at most `rows` rows swapped per layer.
+// The online update of the cache: every `every` counted steps, at most `rows` rows swapped per layer, applied
+// at most `slice` rows per layer and step (the per-step budget of cache maintenance).
 struct CacheUpdate {
+  static constexpr int64_t kDefaultSlice = 64;
   int every = 4;       // 0 = no online update
   int64_t rows = 256;
-  std::string to_string() const;  // "every=4,rows=256" or "off"
+  int64_t slice = kDefaultSlice;
+  std::string to_string() const;  // "every=4,rows=256" (",slice=S" when not the default) or "off"
 };
-// "every=K,rows=M" (K, M >= 1; a key left out keeps the value in `base`) or "off" / "0".
+// "every=K,rows=M,slice=S" (K, M, S >= 1; a key left out keeps the value in `base`) or "off" / "0".
 Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdate& base = {});
 
 }  // namespace engram

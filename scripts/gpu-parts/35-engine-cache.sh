@@ -12,31 +12,17 @@
 # Budget on an H200: test ~15 s; each run ~15-25 s (8 GiB fill ~5 s, registration ~1 s, calibration-free); profile
 # ~10 s; replay ~20 s: ~2.5 min in all.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-BUILD=${BUILD:-build-gpu}
-LOG_DIR=${LOG_DIR:-/tmp/engram-part35}
-BUDGET=${PART_BUDGET_S:-180}
-mkdir -p "$LOG_DIR"
-START=$(date +%s)
-left() { echo $((BUDGET - ($(date +%s) - START))); }
-STATUS=0
-engram="$BUILD/bin/engram"
-
-if [[ ! -x $engram || ! -x $BUILD/tests/cuda_test_engine_cache ]]; then
-  ninja -C "$BUILD" -j "$(nproc)" engram_cli cuda_test_engine_cache >"$LOG_DIR/build.log" 2>&1 ||
-    { echo "FAIL  35-engine-cache build (see build.log)"; exit 1; }
-fi
+source "$(dirname "$0")/common.bash"
+part_setup /tmp/engram-part35 180
+part_build 35-engine-cache engram_cli cuda_test_engine_cache
 
 timeout 90 "$BUILD/tests/cuda_test_engine_cache" >"$LOG_DIR/tests.log" 2>&1
 rc=$?
 if ((rc == 0)); then echo "PASS  engine-cache tests ($(grep -c '^\[       OK' "$LOG_DIR/tests.log") ok)"
 else echo "FAIL  engine-cache tests rc=$rc (see tests.log)"; grep -E "FAILED|Failure|seed" "$LOG_DIR/tests.log" | head -20; STATUS=1; fi
 
-TOK=""
-for f in build/data/common-licenses.tokens build/data/*.tokens; do [[ -f $f ]] && { TOK=$f; break; }; done
-if [[ -n $TOK ]]; then IDS=(--ids text --tokens "$TOK"); echo "ids: real text $TOK" | tee "$LOG_DIR/ids.txt"
-else IDS=(--ids zipf); echo "ids: zipf (no token file under build/data: run scripts/tokenize-setup)" | tee "$LOG_DIR/ids.txt"; fi
+part_text_ids >"$LOG_DIR/ids.txt"
+cat "$LOG_DIR/ids.txt"
 
 COMMON=(--backend cuda --layout v41-flash-mini --table-size 8GiB --batch 64 --warmup 8 --steps 64 --timeline none)
 # run_one NAME ARGS...: engram run with the common arguments; prints the Path/Cache/Steps lines.

@@ -311,7 +311,10 @@ Result<CacheSize> parse_cache_size(const std::string& text) {
 }
 
 std::string CacheUpdate::to_string() const {
-  return every <= 0 ? "off" : "every=" + std::to_string(every) + ",rows=" + std::to_string(rows);
+  if (every <= 0) return "off";
+  std::string s = "every=" + std::to_string(every) + ",rows=" + std::to_string(rows);
+  if (slice != kDefaultSlice) s += ",slice=" + std::to_string(slice);
+  return s;
 }
 
 Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdate& base) {
@@ -321,7 +324,7 @@ Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdat
     return u;
   }
   auto bad = [&] {
-    return Status(Code::kInvalidArgument, "cache update '" + text + "': expected every=K,rows=M (K, M >= 1) or off");
+    return Status(Code::kInvalidArgument, "cache update '" + text + "': expected every=K,rows=M,slice=S (K, M, S >= 1) or off");
   };
   bool any = false;
   for (const std::string& item : split(text, ',')) {
@@ -333,6 +336,7 @@ Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdat
     if (val.empty() || *end != '\0' || v < 1 || v > (int64_t{1} << 30)) return bad();
     if (key == "every") u.every = static_cast<int>(v);
     else if (key == "rows") u.rows = v;
+    else if (key == "slice") u.slice = v;
     else return bad();
     any = true;
   }

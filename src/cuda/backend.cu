@@ -94,6 +94,8 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = info;
   be->heads_ = opt.heads;
+  be->queue_rank_ = opt.rank;
+  be->layer_ids_ = opt.layer_ids;
   if (opt.registered) {
     if (opt.registered->device() != opt.device && !opt.registered->report().device_equals_host)
       return bad("the tables were registered for device " + std::to_string(opt.registered->device()) +
@@ -198,6 +200,15 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
       co.pool_size = std::max<int64_t>(256, 4 * opt.cache.update_rows);
       be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, opt.cache.max_pending_ids);
     }
+    if (opt.cache.update_every > 0) {
+      if (opt.cache.update_slice_rows < 1) return bad("cache update slice must be >= 1 row");
+      int least = 0, greatest = 0;
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cache maintenance: priorities");
+      cudaStream_t ms = nullptr;
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&ms, cudaStreamNonBlocking, least),
+                                  "cache maintenance: create stream");
+      be->maint_stream_ = ms;
+    }
     if (!opt.cache.profile.empty()) ENGRAM_RETURN_IF_ERROR(be->create_caches(/*from_profile=*/true));
     else
       for (auto& c : be->cache_)
@@ -208,6 +219,8 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
 
 CudaBackend::~CudaBackend() {
   if (main_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(main_stream_));
+  if (maint_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(maint_stream_));
+  collect_spans(/*all=*/true);
   counts_.reset();
   equeue_.reset();
   queue_.reset();
@@ -216,6 +229,7 @@ CudaBackend::~CudaBackend() {
   tables_.clear();
   registered_.reset();
   if (owns_stream_ && main_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(main_stream_));
+  if (maint_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(maint_stream_));
   (void)cudaGetLastError();
 }
 
@@ -279,13 +293,12 @@ Status CudaBackend::on_end_step() {
     if (counted_steps_ >= cache_opt_.warmup_steps) return create_caches(/*from_profile=*/false);
     return Status::ok();
   }
+  collect_spans(/*all=*/false);
   if (cache_opt_.update_every > 0 && ++since_update_ >= cache_opt_.update_every) {
     since_update_ = 0;
-    for (auto& st : cache_) st.update_pending = true;
+    for (auto& st : cache_) st.update_due = true;
   }
-  for (const auto& st : cache_)
-    if (st.update_pending) return update_caches();
-  return Status::ok();
+  return maintain_caches();
 }
 
 Status CudaBackend::create_caches(bool from_profile) {
@@ -371,42 +384,124 @@ Status CudaBackend::create_caches(bool from_profile) {
   return Status::ok();
 }
 
-Status CudaBackend::update_caches() {
+Status CudaBackend::enqueue_span(int li, const char* what, void* stream, const std::function<Result<int64_t>()>& enqueue,
+                                 int64_t* rows, double* host_us) {
   using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool timed = queue_->record_timeline() && queue_->time_origin_event() != nullptr;
+  PendingSpan p;
+  if (timed) {
+    cudaEvent_t b = nullptr, e = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&b), "cache maintenance: span event");
+    if (cudaEventCreate(&e) != cudaSuccess) {
+      (void)cudaEventDestroy(b);
+      (void)cudaGetLastError();
+      return Status(Code::kCuda, "cache maintenance: span event");
+    }
+    p.ev_begin = b;
+    p.ev_end = e;
+    (void)cudaEventRecord(b, s);
+  }
+  auto r = enqueue();
+  if (timed) (void)cudaEventRecord(static_cast<cudaEvent_t>(p.ev_end), s);
+  *host_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+  *rows = r.is_ok() ? *r : 0;
+  if (timed) {
+    p.span.rank = queue_rank_;
+    p.span.step = step_;
+    p.span.layer_index = li;
+    p.span.layer_id = li < static_cast<int>(layer_ids_.size()) ? layer_ids_[static_cast<size_t>(li)] : li;
+    p.span.what = what;
+    p.span.rows = *rows;
+    p.span.host_us = *host_us;
+    spans_.push_back(std::move(p));
+  }
+  return r.is_ok() ? Status::ok() : r.status();
+}
+
+void CudaBackend::collect_spans(bool all) {
+  const auto origin = static_cast<cudaEvent_t>(queue_ ? queue_->time_origin_event() : nullptr);
+  auto ns_of = [&](void* ev) {
+    float ms = 0;
+    if (!origin || cudaEventElapsedTime(&ms, origin, static_cast<cudaEvent_t>(ev)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return kNotRecorded;
+    }
+    return static_cast<double>(ms) * 1e6;
+  };
+  size_t kept = 0;
+  for (size_t i = 0; i < spans_.size(); ++i) {
+    PendingSpan& p = spans_[i];
+    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(p.ev_end));
+    if (q == cudaErrorNotReady && !all) {
+      spans_[kept++] = std::move(p);
+      continue;
+    }
+    if (q == cudaSuccess && queue_) {
+      p.span.start_ns = ns_of(p.ev_begin);
+      p.span.end_ns = ns_of(p.ev_end);
+      queue_->add_maintenance(p.span);
+    }
+    (void)cudaGetLastError();
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(p.ev_begin));
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(p.ev_end));
+  }
+  spans_.resize(kept);
+}
+
+Status CudaBackend::maintain_caches() {
   for (size_t li = 0; li < cache_.size(); ++li) {
     CacheState& st = cache_[li];
     HotRowCache* c = fast_[li] ? fast_[li]->cache() : nullptr;
-    if (!c || !counts_) continue;
-    const auto t0 = clock::now();
-    std::vector<plan::CacheSwap> swaps;
-    if (!st.update_pending) continue;
-    // While the counting thread holds the counts, the update moves to the next step; waiting at once cost up to
-    // 29 ms of the serving thread on the H200 (the counter re-takes its lock chunk after chunk), dropping the update
-    // skipped most of them (14 of 18). After kMaxUpdateDeferrals deferrals in a row the serving thread waits.
-    constexpr int kMaxUpdateDeferrals = 8;
-    auto plan_swaps = [&](plan::HotCounts& h) { swaps = h.plan(cache_opt_.update_rows); };
-    if (!counts_->try_with(static_cast<int>(li), plan_swaps)) {
-      if (++st.deferred_in_a_row < kMaxUpdateDeferrals) {
-        ++st.rep.updates_deferred;
-        continue;
+    if (!c || !counts_ || !maint_stream_) continue;
+    const int layer = static_cast<int>(li);
+    auto context = [&](const Status& s) {
+      return s.with_context("online update of the hot-row cache of Engram layer " + std::to_string(li));
+    };
+    double host_us = 0;
+    bool worked = false;
+    // Commit the slice staged at an earlier step once its copy is done; never wait for it.
+    if (c->has_staged() && c->stage_ready()) {
+      int64_t rows = 0;
+      double us = 0;
+      const Status s = enqueue_span(layer, "commit", queue_->prefetch_stream(), [&] { return c->commit(queue_->prefetch_stream()); },
+                                    &rows, &us);
+      if (!s.is_ok()) return context(s);
+      st.rep.rows_swapped += rows;
+      ++st.rep.slices;
+      host_us += us;
+      worked = true;
+    }
+    // Stage the next slice of the planned swaps (at most update_slice_rows rows of host fill and copy).
+    if (!c->has_staged()) {
+      const std::vector<plan::CacheSwap> swaps = counts_->take_planned(layer, cache_opt_.update_slice_rows);
+      if (!swaps.empty()) {
+        std::vector<std::pair<int64_t, int64_t>> v;
+        v.reserve(swaps.size());
+        for (const auto& sw : swaps) v.emplace_back(sw.slot, sw.new_id);
+        int64_t rows = 0;
+        double us = 0;
+        const Status s = enqueue_span(layer, "stage", maint_stream_, [&] { return c->stage(v, maint_stream_); }, &rows, &us);
+        if (!s.is_ok()) return context(s);
+        host_us += us;
+        worked = true;
       }
-      ++st.rep.updates_waited_counter;
-      counts_->with(static_cast<int>(li), plan_swaps);
     }
-    st.update_pending = false;
-    st.deferred_in_a_row = 0;
-    if (!swaps.empty()) {
-      std::vector<std::pair<int64_t, int64_t>> v;
-      v.reserve(swaps.size());
-      for (const auto& sw : swaps) v.emplace_back(sw.slot, sw.new_id);
-      auto r = c->replace(v, queue_->prefetch_stream());
-      if (!r.is_ok()) return r.status().with_context("online update of the hot-row cache of Engram layer " + std::to_string(li));
-      st.rep.rows_swapped += *r;
+    if (st.update_due) {
+      if (c->has_staged() || counts_->update_in_progress(layer)) {
+        ++st.rep.updates_deferred;  // the previous update is still being applied
+      } else if (counts_->request_plan(layer, cache_opt_.update_rows)) {
+        st.update_due = false;
+        ++st.rep.updates;
+      }
     }
-    const double us = std::chrono::duration<double, std::micro>(clock::now() - t0).count();
-    ++st.rep.updates;
-    st.update_host_us_sum += us;
-    st.rep.update_host_us_max = std::isfinite(st.rep.update_host_us_max) ? std::max(st.rep.update_host_us_max, us) : us;
+    if (worked) {
+      ++st.host_timed;
+      st.update_host_us_sum += host_us;
+      st.rep.update_host_us_max =
+          std::isfinite(st.rep.update_host_us_max) ? std::max(st.rep.update_host_us_max, host_us) : host_us;
+    }
   }
   return Status::ok();
 }
@@ -420,7 +515,14 @@ Result<EngineCacheReport> CudaBackend::cache_report(int li) {
     r.counted_batches = counts_->counted_batches();
     r.dropped_batches = counts_->dropped_batches();
   }
-  if (r.updates > 0) r.update_host_us_mean = st.update_host_us_sum / static_cast<double>(r.updates);
+  if (st.host_timed > 0) r.update_host_us_mean = st.update_host_us_sum / static_cast<double>(st.host_timed);
+  if (counts_) {
+    const plan::HotCountsWorker::PlanTimes pt = counts_->plan_times();
+    if (pt.plans > 0) {
+      r.plan_us_mean = pt.sum_us / static_cast<double>(pt.plans);
+      r.plan_us_max = pt.max_us;
+    }
+  }
   FastLookup* f = fast_lookup(li);
   HotRowCache* c = f ? f->cache() : nullptr;
   if (!c) return r;

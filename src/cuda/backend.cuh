@@ -14,16 +14,20 @@
 // side: prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks, drops
 // and counts a batch when its backlog is full), and end_step() — after the step's host sync, so nothing of the
 // step is in flight — (a) closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it
-// creates each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) every
-// `update_every` steps swaps at most `update_rows` rows per layer (HotCounts::plan + HotRowCache::replace,
-// enqueued on the prefetch stream so that it is ordered before the next step's lookups). Planning needs the
-// counts lock: while the counting thread holds it the layer's update is deferred to the next step (counted), and
-// only after kMaxUpdateDeferrals deferrals in a row does the serving thread wait for it (counted as a wait); the
-// host thread's cost per update is the planning plus filling <= update_rows rows (timed and reported).
+// creates each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) keeps
+// the online update moving without waiting for anything: every `update_every` steps it asks the counting thread
+// for a plan of at most `update_rows` swaps per layer (planned there, after the ids counted before it); each
+// step it takes at most `update_slice_rows` planned swaps, stages them (host fill of those rows, H2D on a
+// low-priority maintenance stream: HotRowCache::stage) and, at a later step once that copy is done (an event
+// query), commits them on the prefetch stream (row copy + map edits, ordered before the next step's lookups, so
+// lookups stay bit-identical). The serving thread's cost per step is bounded by one slice. An update that comes
+// due while the previous one is still being applied waits for it (counted as deferred). Each stage and commit is
+// a span in the timeline's "cache maintenance" lane (on the lookups' time base) when the timeline is recorded.
 // queue() stays the bare CudaPrefetchQueue (graph capture, benches). No CUDA types in this header.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -53,6 +57,7 @@ struct EngineCacheOptions {
   std::string profile_source;         // report: where the profile came from
   int update_every = 4;               // counted steps between online updates; 0 = none
   int64_t update_rows = 256;          // most rows swapped per layer and update
+  int64_t update_slice_rows = 64;     // most rows staged per layer and step (the per-step maintenance budget)
   plan::HotCountsOptions counts;      // decay, pool, sampled victims (id_limit is set per table)
   int64_t max_pending_ids = int64_t{1} << 22;  // counting backlog before batches are dropped
 };
@@ -72,9 +77,14 @@ struct EngineCacheReport {
   int64_t rows_since_create = 0;      // rows looked up by the layer since creation (all paths)
   int64_t link_bytes_avoided = 0;     // hits x (d + d/32): PCIe reads the cache replaced
   double link_bytes_avoided_per_token = std::numeric_limits<double>::quiet_NaN();
-  int64_t updates = 0, updates_waited_counter = 0, updates_deferred = 0, rows_swapped = 0, map_rebuilds = 0;
+  int64_t updates = 0, updates_deferred = 0, rows_swapped = 0, map_rebuilds = 0;
+  int64_t slices = 0;                 // stage/commit pairs that applied the updates' rows
+  // Serving-thread time per slice (stage + commit enqueue, including the host fill of the slice's rows).
   double update_host_us_max = std::numeric_limits<double>::quiet_NaN();
   double update_host_us_mean = std::numeric_limits<double>::quiet_NaN();
+  // Planning time on the counting thread (all layers).
+  double plan_us_max = std::numeric_limits<double>::quiet_NaN();
+  double plan_us_mean = std::numeric_limits<double>::quiet_NaN();
   int64_t counted_batches = 0, dropped_batches = 0;  // of all layers (one counting thread)
 };
 
@@ -162,13 +172,22 @@ class CudaBackend {
     int64_t budget = 0;
     int64_t rows_at_create = 0, hits_at_create = 0, probes_at_create = 0;
     double update_host_us_sum = 0;
-    bool update_pending = false;  // an update is due and has not run yet (deferred while the counter was busy)
-    int deferred_in_a_row = 0;
+    int64_t host_timed = 0;   // slices whose serving-thread time is in update_host_us_sum
+    bool update_due = false;  // an update is due and its plan has not been requested yet
+  };
+  struct PendingSpan {         // a maintenance span whose events have not completed yet
+    MaintenanceSpan span;
+    void* ev_begin = nullptr;  // cudaEvent_t
+    void* ev_end = nullptr;
   };
   void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
   Status on_end_step();
   Status create_caches(bool from_profile);
-  Status update_caches();
+  Status maintain_caches();
+  void collect_spans(bool all);
+  // Records a timed event pair around `enqueue` on `stream` when the timeline is on; host time goes in the span.
+  Status enqueue_span(int layer_index, const char* what, void* stream, const std::function<Result<int64_t>()>& enqueue,
+                      int64_t* rows, double* host_us);
   DeviceInfo device_;
   void* main_stream_ = nullptr;
   bool owns_stream_ = false;
@@ -183,8 +202,12 @@ class CudaBackend {
   std::vector<CacheState> cache_;
   std::unique_ptr<plan::HotCountsWorker> counts_;
   std::unique_ptr<EngineQueue> equeue_;
+  void* maint_stream_ = nullptr;  // cudaStream_t, lowest priority: the online update's staging copies
+  std::vector<PendingSpan> spans_;
   bool cache_wanted_ = false, caches_created_ = false;
   int heads_ = 0;
+  int queue_rank_ = 0;
+  std::vector<int> layer_ids_;
   int64_t step_ = 0, counted_steps_ = 0, since_update_ = 0;
 };
 

@@ -179,6 +179,10 @@ HotRowCache::~HotRowCache() {
     (void)cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_));
     (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev_update_));
   }
+  if (ev_staged_) {
+    (void)cudaEventSynchronize(static_cast<cudaEvent_t>(ev_staged_));
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev_staged_));
+  }
   for (void* p : {static_cast<void*>(d_keys_), static_cast<void*>(d_slots_), static_cast<void*>(d_rows_),
                   static_cast<void*>(d_stage_rows_), static_cast<void*>(d_edits_)})
     if (p) (void)cudaFree(p);
@@ -258,9 +262,10 @@ Status HotRowCache::ensure_staging(int64_t max_rows) {
     cudaEvent_t e = nullptr;
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: update event");
     ev_update_ = e;
-  } else {
-    // The previous update's staging must have been read before it is overwritten.
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait update");
+  } else if (ev_staged_) {
+    // The previous stage's copy must have read the pinned staging before it is overwritten (the device staging is
+    // guarded on the GPU: stage() makes its stream wait for the previous commit).
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_staged_)), "hot cache: wait stage");
   }
   if (pin_cap_ < max_rows) {
     // Grow geometrically (at least 256 rows): pinned allocations cost milliseconds, so the staging should be
@@ -303,6 +308,8 @@ Status HotRowCache::maybe_rebuild_map(void* stream) {
   }
   if (!pin_map_)
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_map_, static_cast<size_t>(12 * map_cap_)), "hot cache: map staging");
+  else if (ev_update_)  // the previous rebuild's copy (before the previous commit's event) has read pin_map_
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_update_)), "hot cache: wait map copy");
   std::memcpy(pin_map_, h_keys_.data(), static_cast<size_t>(8 * map_cap_));
   std::memcpy(pin_map_ + 8 * map_cap_, h_slots_.data(), static_cast<size_t>(4 * map_cap_));
   const auto s = static_cast<cudaStream_t>(stream);
@@ -315,8 +322,17 @@ Status HotRowCache::maybe_rebuild_map(void* stream) {
 }
 
 Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stream) {
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t n, stage(slot_id, stream));
+  if (n == 0) return int64_t{0};
+  return commit(stream);
+}
+
+Result<int64_t> HotRowCache::stage(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stage_stream) {
   const int64_t n = static_cast<int64_t>(slot_id.size());
   if (n == 0) return int64_t{0};
+  if (staged_rows_ > 0)
+    return Status(Code::kInvalidArgument, "hot cache stage: " + std::to_string(staged_rows_) +
+                                              " staged rows are not committed yet");
   {
     std::unordered_map<int64_t, int> seen_slot, seen_id;
     for (const auto& [slot, id] : slot_id) {
@@ -328,8 +344,13 @@ Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_
                                                   " outside the table, given twice or already cached");
     }
   }
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = static_cast<cudaStream_t>(stage_stream);
   ENGRAM_RETURN_IF_ERROR(ensure_staging(n));
+  if (!ev_staged_) {
+    cudaEvent_t e = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: stage event");
+    ev_staged_ = e;
+  }
   const uint64_t mask = static_cast<uint64_t>(map_cap_ - 1);
   std::vector<int64_t> admit_edits, tomb_edits;
   admit_edits.reserve(static_cast<size_t>(3 * n));
@@ -359,18 +380,40 @@ Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_
   std::memcpy(pin_edits_, admit_edits.data(), admit_edits.size() * 8);
   std::memcpy(pin_edits_ + admit_edits.size(), tomb_edits.data(), tomb_edits.size() * 8);
   const int64_t n_edits = static_cast<int64_t>(admit_edits.size() + tomb_edits.size()) / 3;
+  // The previous commit read the device staging on the lookup stream: the side stream waits for it on the GPU.
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ev_update_), 0), "hot cache: stage wait");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_stage_rows_, pin_rows_, static_cast<size_t>(n * row_bytes_),
                                               cudaMemcpyHostToDevice, s), "hot cache: replace rows");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_edits_, pin_edits_, static_cast<size_t>(n_edits * 3 * 8),
                                               cudaMemcpyHostToDevice, s), "hot cache: replace edits");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_staged_), s), "hot cache: stage event");
+  staged_rows_ = n;
+  staged_tombs_ = static_cast<int64_t>(tomb_edits.size()) / 3;
+  return n;
+}
+
+bool HotRowCache::stage_ready() const {
+  if (staged_rows_ == 0 || !ev_staged_) return false;
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(ev_staged_));
+  if (e == cudaErrorNotReady) return false;
+  if (e != cudaSuccess) (void)cudaGetLastError();  // commit() reports the failure through its own calls
+  return true;
+}
+
+Result<int64_t> HotRowCache::commit(void* lookup_stream) {
+  const int64_t n = staged_rows_;
+  if (n == 0) return int64_t{0};
+  const auto s = static_cast<cudaStream_t>(lookup_stream);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ev_staged_), 0), "hot cache: commit wait");
   row_copy_kernel<<<static_cast<int>(std::min<int64_t>(n, 1024)), 128, 0, s>>>(d_stage_rows_, d_edits_, n, row_bytes_,
                                                                               d_rows_);
-  const int64_t n_tomb = static_cast<int64_t>(tomb_edits.size()) / 3;
-  if (n_tomb > 0) map_edit_kernel<<<1, 256, 0, s>>>(d_edits_ + 3 * n, n_tomb, d_keys_, d_slots_);
+  if (staged_tombs_ > 0) map_edit_kernel<<<1, 256, 0, s>>>(d_edits_ + 3 * n, staged_tombs_, d_keys_, d_slots_);
   map_edit_kernel<<<1, 256, 0, s>>>(d_edits_, n, d_keys_, d_slots_);
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache: replace kernels");
   swapped_rows_ += n;
-  ENGRAM_RETURN_IF_ERROR(maybe_rebuild_map(stream));
+  staged_rows_ = 0;
+  staged_tombs_ = 0;
+  ENGRAM_RETURN_IF_ERROR(maybe_rebuild_map(lookup_stream));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_update_), s), "hot cache: replace event");
   return n;
 }

@@ -14,7 +14,13 @@
 // stalls the prefetch queue by more than that bounded work; the host keeps a mirror of the map. replace() is the
 // same update with the victims chosen by the caller (the engine's sampled LFU, src/plan/hot_counts.hpp). Evictions
 // leave tombstones; when keys + tombstones pass 3/4 of the map it is rebuilt on the host and copied whole.
-// Thread safety: one stream at a time. No CUDA types in this header.
+// Two phases, so that a server keeps the transfer off its lookups: stage() fills the new rows on the host and
+// copies them (and the map edits) to device staging on a side stream (a low-priority one); commit(), called once
+// stage_ready() says that copy is done, enqueues the device-to-device row copy and the map edits on the lookup
+// stream. Lookups never read the staging, and the commit is ordered with them on their stream, so every lookup
+// sees either the cache before or after the whole slice: results stay bit-identical to the table's at all times.
+// replace() is stage() + commit() on one stream. The host mirror (contains(), slot_ids()) changes at stage().
+// Thread safety: one driving thread. No CUDA types in this header.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +73,18 @@ class HotRowCache {
   // kInvalidArgument (nothing enqueued) for a slot outside [0, slots()) or given twice, an id outside the table,
   // an id given twice, or an id already cached.
   Result<int64_t> replace(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stream);
+  // Phase one of replace(): validates and stages the swaps (the rows read from the host table, H2D on
+  // stage_stream after the previous commit has read the staging; the host waits only for the previous stage's
+  // pinned buffer, normally long done). Same errors as replace(); kInvalidArgument also while a stage is not
+  // committed. Returns the rows staged.
+  Result<int64_t> stage(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stage_stream);
+  bool has_staged() const { return staged_rows_ > 0; }
+  // The staged copy has completed (an event query: never waits). False when nothing is staged.
+  bool stage_ready() const;
+  // Phase two: the staged rows and map edits applied on the lookup stream (a map rebuild too when due: host
+  // O(map), see map_rebuilds()). Waits on the GPU, not the host, for the staged copy. Returns the rows committed
+  // (0 when nothing was staged).
+  Result<int64_t> commit(void* lookup_stream);
   // The id held by each slot (-1: free), the host mirror's view; what plan::HotCounts::set_slots takes.
   const std::vector<int64_t>& slot_ids() const { return slot_ids_; }
   int64_t swapped_rows() const { return swapped_rows_; }  // rows admitted by update()/replace() since create()
@@ -116,6 +134,8 @@ class HotRowCache {
   uint8_t* d_stage_rows_ = nullptr;
   int64_t* d_edits_ = nullptr;
   uint8_t* pin_map_ = nullptr;  // full-map staging (keys then slots) of maybe_rebuild_map, pinned
+  void* ev_staged_ = nullptr;   // the staged copy's completion (stage stream)
+  int64_t staged_rows_ = 0, staged_tombs_ = 0;
 };
 
 }  // namespace engram::cuda

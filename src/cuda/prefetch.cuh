@@ -91,6 +91,10 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   // cudaEventDisableTiming events for r and f and records nothing else). kInvalidArgument inside a step.
   Status set_record_timeline(bool on);
   bool record_timeline() const { return record_timeline_; }
+  // The timeline's time base (cudaEvent_t of the first step's origin; nullptr before the first step), and a
+  // span of other work on it (the engine's cache maintenance), for its lane in the trace.
+  void* time_origin_event() const { return have_first_origin_ ? ev_first_origin_ : nullptr; }
+  void add_maintenance(const MaintenanceSpan& span) { timeline_.add_maintenance(span); }
 
  private:
   struct Slot;

@@ -198,8 +198,10 @@ class CudaEngineBackend final : public Backend {
             {"link_bytes_avoided", c.link_bytes_avoided},
             {"link_bytes_avoided_per_token", json_num(c.link_bytes_avoided_per_token)},
             {"updates", c.updates},
-            {"updates_waited_counter", c.updates_waited_counter},
             {"updates_deferred", c.updates_deferred},
+            {"slices", c.slices},
+            {"plan_us_mean", json_num(c.plan_us_mean)},
+            {"plan_us_max", json_num(c.plan_us_max)},
             {"rows_swapped", c.rows_swapped},
             {"map_rebuilds", c.map_rebuilds},
             {"update_host_us_max", json_num(c.update_host_us_max)},
@@ -267,6 +269,7 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
   c.cache.profile_source = k.profile_source;
   c.cache.update_every = k.update.every;
   c.cache.update_rows = k.update.rows;
+  c.cache.update_slice_rows = k.update.slice;
   ENGRAM_ASSIGN_OR_RETURN(auto be, cuda::make_cuda_backend(c, views));
   auto out = std::make_unique<CudaEngineBackend>(std::move(be), o);
   out->set_shape(layout.n_layers(), layout.heads());

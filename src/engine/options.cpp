@@ -122,7 +122,7 @@ const std::vector<Row>& rows() {
        [](O& o, S v) { return assign(parse_double(v, 0, 1, true), [&](double x) { o.cache.hbm_fraction = x; }); }},
       {"cache_warmup", "warm-up window of the cache in steps (>= 1)",
        [](O& o, S v) { return assign(parse_int(v, 1, 1 << 20), [&](int64_t x) { o.cache.warmup_steps = static_cast<int>(x); }); }},
-      {"cache_update", "online updates: every=K,rows=M or off",
+      {"cache_update", "online updates: every=K,rows=M,slice=S or off",
        [](O& o, S v) { return assign(parse_cache_update(v, o.cache.update), [&](CacheUpdate u) { o.cache.update = u; }); }},
       {"cache_profile", "fill the cache at start-up from this profile file (engram profile)", [](O& o, S v) {
          if (v.empty()) return Status(Code::kInvalidArgument, "'': expected a profile file");

@@ -6,6 +6,7 @@
 #include "plan/hot_counts.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace engram::plan {
@@ -164,6 +165,7 @@ HotCountsWorker::HotCountsWorker(int layers, const HotCountsOptions& o, int64_t 
     : max_pending_ids_(max_pending_ids) {
   counts_.reserve(static_cast<size_t>(std::max(0, layers)));
   for (int i = 0; i < layers; ++i) counts_.emplace_back(o);
+  planned_.resize(counts_.size());
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -209,7 +211,24 @@ void HotCountsWorker::loop() {
     }
     HotCounts& c = counts_[static_cast<size_t>(b.layer)];
     const int64_t n = static_cast<int64_t>(b.ids.size());
-    {
+    if (b.plan_rows > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<CacheSwap> swaps;
+      {
+        std::lock_guard<std::mutex> g(counts_mu_);
+        swaps = c.plan(b.plan_rows);
+      }
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> l(planned_mu_);
+        Planned& p = planned_[static_cast<size_t>(b.layer)];
+        p.swaps.insert(p.swaps.end(), swaps.begin(), swaps.end());
+        p.queued = false;
+        ++plan_times_.plans;
+        plan_times_.sum_us += us;
+        plan_times_.max_us = std::max(plan_times_.max_us, us);
+      }
+    } else {
       // The whole batch under one hold (the decay is per batch); try_with() meanwhile answers false at once.
       std::lock_guard<std::mutex> g(counts_mu_);
       c.observe(b.ids.data(), n);
@@ -218,7 +237,7 @@ void HotCountsWorker::loop() {
       std::lock_guard<std::mutex> l(queue_mu_);
       pending_ids_ -= n;
       busy_ = false;
-      ++counted_;
+      if (b.plan_rows == 0) ++counted_;
     }
     idle_cv_.notify_all();
   }
@@ -241,6 +260,48 @@ void HotCountsWorker::with(int layer, const std::function<void(HotCounts&)>& f) 
   if (layer < 0 || layer >= static_cast<int>(counts_.size())) return;
   std::lock_guard<std::mutex> g(counts_mu_);
   f(counts_[static_cast<size_t>(layer)]);
+}
+
+bool HotCountsWorker::request_plan(int layer, int64_t max_rows) {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size()) || max_rows <= 0) return false;
+  {
+    std::lock_guard<std::mutex> l(planned_mu_);
+    Planned& p = planned_[static_cast<size_t>(layer)];
+    if (p.queued || !p.swaps.empty()) return false;
+    p.queued = true;
+  }
+  Batch b;
+  b.layer = layer;
+  b.plan_rows = max_rows;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    queue_.push_back(std::move(b));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::vector<CacheSwap> HotCountsWorker::take_planned(int layer, int64_t max_rows) {
+  std::vector<CacheSwap> out;
+  if (layer < 0 || layer >= static_cast<int>(counts_.size()) || max_rows <= 0) return out;
+  std::lock_guard<std::mutex> l(planned_mu_);
+  std::deque<CacheSwap>& q = planned_[static_cast<size_t>(layer)].swaps;
+  const size_t n = static_cast<size_t>(std::min<int64_t>(max_rows, static_cast<int64_t>(q.size())));
+  out.assign(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
+  q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
+  return out;
+}
+
+bool HotCountsWorker::update_in_progress(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return false;
+  std::lock_guard<std::mutex> l(planned_mu_);
+  const Planned& p = planned_[static_cast<size_t>(layer)];
+  return p.queued || !p.swaps.empty();
+}
+
+HotCountsWorker::PlanTimes HotCountsWorker::plan_times() const {
+  std::lock_guard<std::mutex> l(planned_mu_);
+  return plan_times_;
 }
 
 int64_t HotCountsWorker::dropped_batches() const {

@@ -13,9 +13,12 @@
 //
 // HotCountsWorker owns one HotCounts per layer and counts on its own thread: submit() copies the ids and returns
 // (a batch is dropped, and counted as dropped, when more than `max_pending_ids` are waiting: counting never
-// stalls the serving thread); try_with() runs planning on the caller's thread only if the counts are not being written
-// at that moment (else it says so and the caller retries at a later step). drain() waits for the backlog
-// (start-up only: when the warm-up window closes and the cache is filled from the counts).
+// stalls the serving thread). Online updates are planned on that thread too, in stream order with the batches:
+// request_plan() queues a plan of at most M swaps (never dropped, one per layer at a time), the worker runs
+// HotCounts::plan when it reaches it and parks the swaps; take_planned() hands them out in slices of a per-step
+// row budget. The lock take_planned() shares with the worker is held only to move swaps, never while a batch is
+// counted or a plan computed, so the serving thread never waits for counting. try_with()/with() run f on the
+// caller's thread (start-up: filling the cache from the warm-up window's counts); drain() waits for the backlog.
 // Thread safety: HotCounts is single-threaded; HotCountsWorker's methods may be called from one driving thread.
 #pragma once
 
@@ -107,11 +110,32 @@ class HotCountsWorker {
   int64_t dropped_batches() const;
   int64_t counted_batches() const;
 
+  // Queues a plan of at most max_rows swaps for `layer`, computed on the counting thread after the batches
+  // submitted before it. False (nothing queued) while the layer's previous plan is queued or has swaps not yet
+  // taken: one update per layer is in progress at a time, so the slices of one plan never name a slot twice.
+  bool request_plan(int layer, int64_t max_rows);
+  // Up to max_rows of the layer's planned swaps, in plan order (hottest candidate first); empty while the plan is
+  // still queued or when it is used up. Never waits for counting or planning.
+  std::vector<CacheSwap> take_planned(int layer, int64_t max_rows);
+  // A plan of `layer` is queued, or some of its swaps have not been taken yet.
+  bool update_in_progress(int layer) const;
+  // Host time of the plans computed on the counting thread (all layers).
+  struct PlanTimes {
+    int64_t plans = 0;
+    double sum_us = 0, max_us = 0;
+  };
+  PlanTimes plan_times() const;
+
  private:
   void loop();
   struct Batch {
     int layer = 0;
     std::vector<int64_t> ids;
+    int64_t plan_rows = 0;  // > 0: a plan request (no ids)
+  };
+  struct Planned {
+    bool queued = false;          // request_plan() accepted, the worker has not reached it yet
+    std::deque<CacheSwap> swaps;  // planned, not yet taken
   };
   std::vector<HotCounts> counts_;
   int64_t max_pending_ids_;
@@ -121,7 +145,10 @@ class HotCountsWorker {
   int64_t pending_ids_ = 0;
   bool busy_ = false, stop_ = false;
   int64_t dropped_ = 0, counted_ = 0;
-  std::mutex counts_mu_;  // held while a chunk of a batch is counted, and by try_with/with
+  std::mutex counts_mu_;  // held while a batch is counted or a plan computed, and by try_with/with
+  mutable std::mutex planned_mu_;  // planned_ and plan_times_: held only to move swaps in or out
+  std::vector<Planned> planned_;
+  PlanTimes plan_times_;
   std::thread thread_;
 };
 

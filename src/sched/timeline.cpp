@@ -75,7 +75,16 @@ nlohmann::json Timeline::to_json() const {
                     {"c_ns", num_or_null(t.c_ns)},
                     {"wait_end_ns", num_or_null(t.wait_end_ns)}});
   }
-  return {{"unit", "ns"}, {"rows", rows}};
+  nlohmann::json j = {{"unit", "ns"}, {"rows", rows}};
+  if (!maintenance_.empty()) {
+    nlohmann::json m = nlohmann::json::array();
+    for (const auto& s : maintenance_)
+      m.push_back({{"rank", s.rank}, {"step", s.step}, {"layer_index", s.layer_index}, {"layer_id", s.layer_id},
+                   {"what", s.what}, {"rows", s.rows}, {"start_ns", num_or_null(s.start_ns)},
+                   {"end_ns", num_or_null(s.end_ns)}, {"host_us", num_or_null(s.host_us)}});
+    j["maintenance"] = m;
+  }
+  return j;
 }
 
 nlohmann::json Timeline::to_chrome_trace() const {
@@ -88,6 +97,19 @@ nlohmann::json Timeline::to_chrome_trace() const {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "main (consumer)"}}}});
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "prefetch queue"}}}});
+  }
+  std::vector<int> maint_ranks;
+  for (const auto& m : maintenance_)
+    if (std::find(maint_ranks.begin(), maint_ranks.end(), m.rank) == maint_ranks.end()) maint_ranks.push_back(m.rank);
+  for (int r : maint_ranks)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 2}, {"args", {{"name", "cache maintenance"}}}});
+  for (const auto& m : maintenance_) {
+    if (!std::isfinite(m.start_ns) || !std::isfinite(m.end_ns)) continue;
+    events.push_back({{"ph", "X"}, {"name", "cache " + m.what + " L" + std::to_string(m.layer_id) + " step " +
+                                                std::to_string(m.step)},
+                      {"cat", "maintenance"}, {"pid", m.rank}, {"tid", 2}, {"ts", us(m.start_ns)},
+                      {"dur", std::max(0.0, us(m.end_ns - m.start_ns))},
+                      {"args", {{"rows", m.rows}, {"step", m.step}, {"host_us", num_or_null(m.host_us)}}}});
   }
   for (const auto& t : rows_) {
     const std::string tag = "L" + std::to_string(t.layer_id) + " step " + std::to_string(t.step);

@@ -60,23 +60,46 @@ struct ModelRow {
 std::vector<ModelRow> explain_serial_queue(const std::vector<LayerTiming>& queue, double f0_ns,
                                            double scale_l = 1.0, double advance_r_ns = 0.0);
 
+// Work that keeps the serving state fresh but is not a lookup (the hot-row cache's online update): one span per
+// (rank, step, Engram layer, phase), on the lookups' time base. `what`: "stage" (rows copied to device staging on
+// the low-priority maintenance stream) or "commit" (staged rows and map edits applied on the prefetch stream).
+struct MaintenanceSpan {
+  int rank = 0;
+  int64_t step = 0;      // the step whose end enqueued it
+  int layer_index = 0;
+  int layer_id = 0;
+  std::string what;
+  int64_t rows = 0;
+  double start_ns = kNotRecorded;
+  double end_ns = kNotRecorded;
+  double host_us = kNotRecorded;  // serving-thread time spent enqueuing it
+};
+
 class Timeline {
  public:
   void add(const LayerTiming& t) { rows_.push_back(t); }
+  void add_maintenance(const MaintenanceSpan& m) { maintenance_.push_back(m); }
+  const std::vector<MaintenanceSpan>& maintenance() const { return maintenance_; }
   const std::vector<LayerTiming>& rows() const { return rows_; }
   std::vector<LayerTiming>& rows() { return rows_; }
-  void clear() { rows_.clear(); }
+  void clear() {
+    rows_.clear();
+    maintenance_.clear();
+  }
 
   // Reads to_json() output, or a Chrome trace written by to_chrome_trace() (its "engram_timeline" key).
   static Result<Timeline> from_json(const nlohmann::json& j);
   // JSON: {"unit":"ns","rows":[{rank,step,layer_id,r_ns,...}]} with null for NaN.
   nlohmann::json to_json() const;
   // Chrome trace event JSON (opens in Perfetto / chrome://tracing): per rank one "main" lane (consumer waits)
-  // and one "prefetch queue" lane (lookups), plus instant events for r and submit. Times in microseconds.
+  // and one "prefetch queue" lane (lookups), plus instant events for r and submit, and a "cache maintenance" lane
+  // when maintenance spans were recorded. Times in microseconds. to_json() carries the spans as "maintenance"
+  // (only when there are some); from_json() reads the lookup rows only.
   nlohmann::json to_chrome_trace() const;
 
  private:
   std::vector<LayerTiming> rows_;
+  std::vector<MaintenanceSpan> maintenance_;
 };
 
 // Percentile (0..100) of the finite values, linear interpolation; NaN when there are none.

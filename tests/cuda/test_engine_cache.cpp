@@ -3,7 +3,10 @@
 // the same steps with the fast path off and to the CPU reference, on random non-zero tables (every byte random),
 // with the staging poisoned between steps so that a row the cache path forgot to write shows. The cache must
 // actually serve (hits > 0) and actually change (rows swapped > 0, including enough swaps to force a map rebuild).
-// HotRowCache::replace rejects bad swaps without enqueueing anything. Skips without a GPU.
+// HotRowCache::replace rejects bad swaps without enqueueing anything. Online updates applied in small slices
+// (stage on the maintenance stream, commit at a later step) keep every step bit-identical and show in the
+// timeline's cache-maintenance lane; a probe between a slice's stage and its commit still sees the old cache,
+// exactly. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +14,10 @@
 #include <map>
 
 #include "cuda/backend.cuh"
+#include "cuda/dedup.cuh"
+#include "cuda/hot_cache.cuh"
 #include "cuda_test_support.hpp"
+#include "sched/timeline.hpp"
 
 namespace engram {
 namespace {
@@ -27,6 +33,8 @@ struct CacheSetup {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> profile;
   int update_every = 1;
   int64_t update_rows = 64;
+  int64_t slice_rows = 64;
+  bool record_timeline = false;
 };
 
 // Ids of one step: a hot window of `hot` ids per head that drifts with the step (so online updates have work),
@@ -50,6 +58,7 @@ std::vector<int64_t> drifting_ids(const EngramLayout& l, int li, int64_t step, s
 struct StepsRun {
   std::vector<std::vector<std::vector<uint16_t>>> staging;  // [step][layer]
   std::vector<cuda::EngineCacheReport> reports;             // per layer, after the run
+  std::vector<MaintenanceSpan> maintenance;                 // the timeline's cache-maintenance spans
 };
 
 // Builds a backend on `host` (registration is per backend: one at a time), runs the steps through engine_queue()
@@ -62,7 +71,7 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
   o.heads = layout.heads();
   o.max_tokens = kTokens;
   o.fast_path = s.fast_path;
-  o.record_timeline = false;
+  o.record_timeline = s.record_timeline;
   if (s.budget_bytes > 0) o.cache.budget_bytes.assign(static_cast<size_t>(layout.n_layers()), s.budget_bytes);
   o.cache.format = format;
   o.cache.warmup_steps = s.warmup_steps;
@@ -70,6 +79,7 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
   o.cache.profile_source = "test profile";
   o.cache.update_every = s.update_every;
   o.cache.update_rows = s.update_rows;
+  o.cache.update_slice_rows = s.slice_rows;
   o.cache.counts.half_life_batches = 2;  // fast decay: the drifting window's new ids beat the old ones
   std::vector<TableView> views;
   for (int li = 0; li < layout.n_layers(); ++li) views.push_back(host.view(li));
@@ -114,6 +124,7 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     if (r.is_ok()) out.reports.push_back(*r);
   }
+  out.maintenance = (*be)->engine_queue().timeline().maintenance();
   return out;
 }
 
@@ -158,18 +169,29 @@ constexpr int64_t kSmallBudget = 200 * (272 + 24);
 
 class EngineCache : public ::testing::TestWithParam<cuda::CacheFormat> {};
 
+// The steps with the fast path off (the path every cached run is compared with).
+StepsRun run_plain(const Fixture& f, cuda::CacheFormat format) {
+  CacheSetup off;
+  off.fast_path = false;
+  return run_steps(f.layout, *f.host, off, f.ids, format);
+}
+
+// A small cache that every batch probes, filled from the warm-up window, updated online.
+CacheSetup small_forced_cache() {
+  CacheSetup on;
+  on.force_cache = true;
+  on.budget_bytes = kSmallBudget;
+  return on;
+}
+
 TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
   ENGRAM_REQUIRE_GPU();
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   Fixture f = make_fixture(rng, 40);
-  CacheSetup off;
-  off.fast_path = false;
-  const StepsRun plain = run_steps(f.layout, *f.host, off, f.ids, GetParam());
-  CacheSetup on;
-  on.force_cache = true;
-  on.budget_bytes = kSmallBudget;
+  const StepsRun plain = run_plain(f, GetParam());
+  CacheSetup on = small_forced_cache();
   const StepsRun cached = run_steps(f.layout, *f.host, on, f.ids, GetParam());
   expect_identical(plain, cached, f, "cache forced");
   ASSERT_EQ(cached.reports.size(), 2u);
@@ -193,6 +215,39 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
   on.force_cache = false;
   const StepsRun planned = run_steps(f.layout, *f.host, on, f.ids, GetParam());
   expect_identical(plain, planned, f, "planner with cache");
+
+  // Updates of 64 rows applied 8 rows per step: each slice is staged at one step's end and committed at a later
+  // one, so lookups run while a slice is in flight; every step stays identical to the plain path and the
+  // reference, and each stage and commit is a span of the timeline's cache-maintenance lane.
+  CacheSetup sliced = small_forced_cache();
+  sliced.update_every = 2;
+  sliced.update_rows = 64;
+  sliced.slice_rows = 8;
+  sliced.record_timeline = true;
+  const StepsRun in_flight = run_steps(f.layout, *f.host, sliced, f.ids, GetParam());
+  expect_identical(plain, in_flight, f, "sliced updates");
+  ASSERT_EQ(in_flight.reports.size(), 2u);
+  int64_t stages = 0, commits = 0;
+  for (const auto& m : in_flight.maintenance) {
+    EXPECT_TRUE(m.what == "stage" || m.what == "commit") << m.what;
+    EXPECT_GT(m.rows, 0);
+    EXPECT_LE(m.rows, 8);
+    EXPECT_TRUE(std::isfinite(m.start_ns) && std::isfinite(m.end_ns)) << m.what << " step " << m.step;
+    EXPECT_GE(m.end_ns, m.start_ns);
+    EXPECT_TRUE(std::isfinite(m.host_us));
+    (m.what == "stage" ? stages : commits) += 1;
+  }
+  EXPECT_GT(commits, 0);
+  EXPECT_GE(stages, commits);  // the last slice may still be staged when the run ends
+  for (const auto& r : in_flight.reports) {
+    EXPECT_EQ(r.state, "on") << r.note;
+    EXPECT_GT(r.updates, 0);
+    EXPECT_GT(r.rows_swapped, 0);
+    EXPECT_GT(r.rows_swapped, 8) << "more rows than one slice holds: several slices were applied";
+    EXPECT_LE(r.rows_swapped, 8 * r.slices);
+    EXPECT_TRUE(std::isfinite(r.update_host_us_max));
+    EXPECT_TRUE(std::isfinite(r.plan_us_max));
+  }
 }
 
 TEST_P(EngineCache, ProfileFillsAtStartUp) {
@@ -215,9 +270,7 @@ TEST_P(EngineCache, ProfileFillsAtStartUp) {
     std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
     on.profile.push_back(std::move(p));
   }
-  CacheSetup off;
-  off.fast_path = false;
-  const StepsRun plain = run_steps(f.layout, *f.host, off, f.ids, GetParam());
+  const StepsRun plain = run_plain(f, GetParam());
   const StepsRun cached = run_steps(f.layout, *f.host, on, f.ids, GetParam());
   expect_identical(plain, cached, f, "profile cache");
   for (const auto& r : cached.reports) {
@@ -283,6 +336,82 @@ TEST(HotRowCacheReplace, RejectsBadSwapsWithoutChangingTheCache) {
   EXPECT_EQ((*c)->filled(), 4);
   EXPECT_EQ((*c)->slot_ids()[0], 10);
   EXPECT_EQ((*c)->slot_ids()[5], 11);
+}
+
+// A probe between stage() and commit() sees the cache as it was (the evicted row still served, exactly; the
+// admitted id a miss); after commit() the admitted row is served, exactly, and the evicted id misses.
+TEST(HotRowCacheStage, ProbesBetweenStageAndCommitSeeTheOldCacheExactly) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const EngramLayout l = testing::make_layout(256, RowFormat::kFused, 1, 5000, {0});
+  auto host = testing::random_host_table(l, rng);
+  ASSERT_TRUE(host);
+  for (const cuda::CacheFormat format : {cuda::CacheFormat::kFp8, cuda::CacheFormat::kBf16}) {
+    SCOPED_TRACE(cuda::cache_format_name(format));
+    cuda::HotCacheOptions o;
+    o.budget_bytes = 8 * (512 + 24);
+    o.format = format;
+    const int64_t a = 100 + static_cast<int64_t>(rng() % 1000), b = a + 1, c_new = a + 2000;
+    auto c = cuda::HotRowCache::create(host->view(0), {a, b}, o);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    const std::vector<int64_t> ids = {a, b, c_new};
+    const std::vector<uint16_t> ref = testing::reference_staging(host->view(0), ids, 1);
+    const int64_t d = 256, n = 3;
+    int64_t *d_ids = nullptr, *d_miss = nullptr;
+    uint16_t* d_out = nullptr;
+    cudaStream_t side = nullptr, lookups = nullptr;
+    ASSERT_EQ(cudaMalloc(&d_ids, n * 8), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_miss, n * 8), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_out, n * d * 2), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreate(&side), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreate(&lookups), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_ids, ids.data(), n * 8, cudaMemcpyHostToDevice), cudaSuccess);
+    auto probe = [&](std::vector<int64_t>& miss, std::vector<uint16_t>& out) {
+      ASSERT_EQ(cudaMemset(d_out, 0x7F, n * d * 2), cudaSuccess);  // poison
+      ASSERT_TRUE((*c)->launch_probe(d_ids, n, nullptr, d_miss, d_out, nullptr, lookups).is_ok());
+      ASSERT_EQ(cudaStreamSynchronize(lookups), cudaSuccess);
+      miss.assign(n, 0);
+      out.assign(static_cast<size_t>(n * d), 0);
+      ASSERT_EQ(cudaMemcpy(miss.data(), d_miss, n * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(out.data(), d_out, n * d * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    };
+    auto row = [&](const std::vector<uint16_t>& v, int64_t k) {
+      return std::vector<uint16_t>(v.begin() + k * d, v.begin() + (k + 1) * d);
+    };
+    const int64_t slot_a = std::find((*c)->slot_ids().begin(), (*c)->slot_ids().end(), a) - (*c)->slot_ids().begin();
+    auto st = (*c)->stage({{slot_a, c_new}}, side);  // evict a, admit c_new, in a's slot
+    ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+    EXPECT_TRUE((*c)->has_staged());
+    EXPECT_FALSE((*c)->stage({{7, c_new + 1}}, side).is_ok()) << "one stage at a time";  // slot 7 is free
+    ASSERT_EQ(cudaStreamSynchronize(side), cudaSuccess);
+    EXPECT_TRUE((*c)->stage_ready());
+    std::vector<int64_t> miss;
+    std::vector<uint16_t> out;
+    probe(miss, out);  // staged, not committed: the device still holds a, b
+    EXPECT_EQ(miss[0], cuda::kSkipId);
+    EXPECT_EQ(miss[1], cuda::kSkipId);
+    EXPECT_EQ(miss[2], c_new);
+    EXPECT_EQ(testing::first_mismatch(row(out, 0), row(ref, 0)), -1) << "evicted row, before commit";
+    EXPECT_EQ(testing::first_mismatch(row(out, 1), row(ref, 1)), -1);
+    auto cm = (*c)->commit(lookups);
+    ASSERT_TRUE(cm.is_ok()) << cm.status().to_string();
+    EXPECT_EQ(*cm, 1);
+    EXPECT_FALSE((*c)->has_staged());
+    probe(miss, out);
+    EXPECT_EQ(miss[0], a);
+    EXPECT_EQ(miss[1], cuda::kSkipId);
+    EXPECT_EQ(miss[2], cuda::kSkipId);
+    EXPECT_EQ(testing::first_mismatch(row(out, 1), row(ref, 1)), -1);
+    EXPECT_EQ(testing::first_mismatch(row(out, 2), row(ref, 2)), -1) << "admitted row, after commit";
+    EXPECT_EQ((*c)->swapped_rows(), 1);
+    (void)cudaFree(d_ids);
+    (void)cudaFree(d_miss);
+    (void)cudaFree(d_out);
+    (void)cudaStreamDestroy(side);
+    (void)cudaStreamDestroy(lookups);
+  }
 }
 
 }  // namespace

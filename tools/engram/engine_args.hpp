@@ -35,8 +35,10 @@ inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& wa
                      warmup_default + ")")
       ->check(CLI::Range(1, 1 << 20));
   sub.add_option("--cache-update", c.update,
-                 "Online update: every=K,rows=M swaps at most M rows per layer every K steps (hottest uncached ids of "
-                 "a decayed LFU count vs the coldest of a sampled set of cached rows), or off (default every=4,rows=256)");
+                 "Online update: every=K,rows=M,slice=S swaps at most M rows per layer every K steps (hottest uncached "
+                 "ids of a decayed LFU count vs the coldest of a sampled set of cached rows, planned on the counting "
+                 "thread), applied at most S rows per layer and step off the lookups' path, or off (default "
+                 "every=4,rows=256,slice=64)");
 }
 
 // Tensor-parallel slice of the table (--tp-size, --tp-rank): kept as typed, parsed by set_table_option.
@@ -139,7 +141,8 @@ inline nlohmann::json cache_requested_json(const CacheArgs& a, const EngineOptio
           {"profile", a.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.profile)},
           {"warmup_steps", o.cache.warmup_steps},
           {"update_every", o.cache.update.every},
-          {"update_rows", o.cache.update.rows}};
+          {"update_rows", o.cache.update.rows},
+          {"update_slice", o.cache.update.slice}};
 }
 
 }  // namespace engram::cli

@@ -40,6 +40,12 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
   EXPECT_EQ(u->every, 8);
   EXPECT_EQ(u->rows, 64);
   EXPECT_EQ(u->to_string(), "every=8,rows=64");
+  EXPECT_EQ(u->slice, CacheUpdate::kDefaultSlice);
+  auto sliced = parse_cache_update("slice=16", *u);
+  ASSERT_TRUE(sliced.is_ok());
+  EXPECT_EQ(sliced->slice, 16);
+  EXPECT_EQ(sliced->rows, 64);
+  EXPECT_EQ(sliced->to_string(), "every=8,rows=64,slice=16");
 
   CacheUpdate base;
   base.every = 3;
@@ -54,7 +60,7 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
   EXPECT_EQ(off->every, 0);
   EXPECT_EQ(off->to_string(), "off");
 
-  for (const char* bad : {"every=0,rows=4", "rows=0", "every=x", "often", "every=4,colour=red"})
+  for (const char* bad : {"every=0,rows=4", "rows=0", "every=x", "often", "every=4,colour=red", "slice=0"})
     EXPECT_FALSE(parse_cache_update(bad).is_ok()) << bad;
 }
 

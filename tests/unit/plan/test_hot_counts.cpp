@@ -191,5 +191,61 @@ TEST(HotCountsWorker, DropsBatchesBeyondTheBacklog) {
   EXPECT_EQ(w.counted_batches(), 0);
 }
 
+// The counting thread plans an online update after the batches submitted before it, and hands the swaps out in
+// slices of a row budget: concatenated, the slices are exactly what HotCounts::plan gives for the same traffic,
+// no slice names a slot or an id twice, and a second plan is refused until the first is used up.
+TEST(HotCountsWorker, PlansOnItsThreadAndHandsOutSlices) {
+  HotCountsOptions o = no_decay();
+  o.pool_size = 64;
+  HotCountsWorker w(2, o);
+  HotCounts ref(o);
+  std::vector<int64_t> slots(40);
+  for (int64_t s = 0; s < 40; ++s) slots[static_cast<size_t>(s)] = s < 30 ? 1000 + s : -1;  // 10 free slots
+  w.with(0, [&](HotCounts& c) { c.set_slots(slots); });
+  ref.set_slots(slots);
+  std::vector<int64_t> batch;
+  for (int64_t id = 0; id < 50; ++id)
+    for (int64_t r = 0; r <= id % 7; ++r) batch.push_back(id);  // ids 0..49 with 1..7 hits each
+  for (int i = 0; i < 3; ++i) {
+    w.submit(0, batch.data(), static_cast<int64_t>(batch.size()));
+    ref.observe(batch.data(), static_cast<int64_t>(batch.size()));
+  }
+  EXPECT_TRUE(w.take_planned(0, 8).empty());  // nothing planned yet (or not yet reached): empty, no wait
+  ASSERT_TRUE(w.request_plan(0, 24));
+  EXPECT_FALSE(w.request_plan(0, 24)) << "one update per layer in progress";
+  EXPECT_TRUE(w.update_in_progress(0));
+  EXPECT_FALSE(w.update_in_progress(1));
+  w.drain();
+  const std::vector<CacheSwap> want = ref.plan(24);
+  ASSERT_FALSE(want.empty());
+  std::vector<CacheSwap> got;
+  int slices = 0;
+  while (true) {
+    std::vector<CacheSwap> s = w.take_planned(0, 7);
+    if (s.empty()) break;
+    EXPECT_LE(s.size(), 7u);
+    ++slices;
+    std::set<int64_t> slot_set, id_set;
+    for (const auto& sw : s) {
+      EXPECT_TRUE(slot_set.insert(sw.slot).second) << "slot twice in a slice";
+      EXPECT_TRUE(id_set.insert(sw.new_id).second) << "id twice in a slice";
+    }
+    got.insert(got.end(), s.begin(), s.end());
+  }
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(slices, static_cast<int>((want.size() + 6) / 7));
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].slot, want[i].slot) << i;
+    EXPECT_EQ(got[i].old_id, want[i].old_id) << i;
+    EXPECT_EQ(got[i].new_id, want[i].new_id) << i;
+  }
+  EXPECT_FALSE(w.update_in_progress(0));
+  EXPECT_EQ(w.plan_times().plans, 1);
+  EXPECT_EQ(w.counted_batches(), 3);  // a plan request is not a counted batch
+  EXPECT_TRUE(w.request_plan(0, 24)) << "the next update may start once the previous one is used up";
+  EXPECT_FALSE(w.request_plan(7, 24));  // no such layer
+  EXPECT_FALSE(w.request_plan(1, 0));   // nothing to plan
+}
+
 }  // namespace
 }  // namespace engram::plan

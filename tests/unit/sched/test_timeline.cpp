@@ -104,6 +104,50 @@ TEST(TimelineExport, ChromeTraceHasLookupAndWaitSlices) {
   EXPECT_EQ(waits, 1);
 }
 
+// Cache-maintenance spans get their own lane (tid 2, named) with microsecond times; a span whose times were not
+// recorded is left out of the trace but kept, as null, in the JSON; no spans: no lane and no "maintenance" key.
+TEST(TimelineExport, MaintenanceSpansHaveTheirOwnLane) {
+  Timeline tl;
+  tl.add(t(0, 1000, 3000, 2000, 3000, 1));
+  EXPECT_FALSE(tl.to_json().contains("maintenance"));
+  MaintenanceSpan m;
+  m.rank = 0;
+  m.step = 4;
+  m.layer_id = 1;
+  m.what = "stage";
+  m.rows = 64;
+  m.start_ns = 5000;
+  m.end_ns = 7500;
+  m.host_us = 12.5;
+  tl.add_maintenance(m);
+  MaintenanceSpan untimed = m;
+  untimed.what = "commit";
+  untimed.start_ns = kNotRecorded;
+  tl.add_maintenance(untimed);
+  const auto j = tl.to_chrome_trace();
+  int spans = 0;
+  bool lane_named = false;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e.value("tid", -1) == 2) lane_named = e["args"]["name"] == "cache maintenance";
+    if (e["ph"] != "X" || e["cat"] != "maintenance") continue;
+    ++spans;
+    EXPECT_EQ(e["tid"], 2);
+    EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 5.0);
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.5);
+    EXPECT_EQ(e["args"]["rows"], 64);
+    EXPECT_EQ(e["name"], "cache stage L1 step 4");
+  }
+  EXPECT_EQ(spans, 1);
+  EXPECT_TRUE(lane_named);
+  const auto js = tl.to_json();
+  ASSERT_TRUE(js.contains("maintenance"));
+  ASSERT_EQ(js["maintenance"].size(), 2u);
+  EXPECT_TRUE(js["maintenance"][1]["start_ns"].is_null());
+  EXPECT_DOUBLE_EQ(js["maintenance"][0]["host_us"].get<double>(), 12.5);
+  tl.clear();
+  EXPECT_TRUE(tl.maintenance().empty());
+}
+
 TEST(TimelineExport, ChromeTraceRoundTripsThroughFromJson) {
   Timeline tl;
   LayerTiming x = t(1, 2, 3, 4, 5, 14);

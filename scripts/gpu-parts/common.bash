@@ -1,0 +1,32 @@
+# Shared set-up of the GPU parts (sourced, not a part: gpu-check runs only *.sh here).
+# part_setup DEFAULT_LOG_DIR DEFAULT_BUDGET_S: BUILD, LOG_DIR, BUDGET, START, STATUS, engram; left() = seconds left.
+# part_build NAME TARGET...: builds the targets when the engram binary or one of them is missing (exit 1 on failure).
+# part_text_ids: IDS=(--ids text --tokens F) from build/data when a token file is there, else (--ids zipf); TOK=F.
+part_setup() {
+  root=$(cd "$(dirname "${BASH_SOURCE[1]}")/../.." && pwd)
+  cd "$root" || exit 1
+  BUILD=${BUILD:-build-gpu}
+  LOG_DIR=${LOG_DIR:-$1}
+  BUDGET=${PART_BUDGET_S:-$2}
+  mkdir -p "$LOG_DIR"
+  START=$(date +%s)
+  STATUS=0
+  engram="$BUILD/bin/engram"
+}
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+part_build() {
+  local name=$1 missing=0 t
+  shift
+  [[ -x $engram ]] || missing=1
+  for t in "$@"; do [[ $t == engram_cli || -x $BUILD/tests/$t ]] || missing=1; done
+  if ((missing)); then
+    ninja -C "$BUILD" -j "$(nproc)" "$@" >"$LOG_DIR/build.log" 2>&1 || { echo "FAIL  $name build (see build.log)"; exit 1; }
+  fi
+}
+part_text_ids() {
+  TOK=""
+  local f
+  for f in build/data/common-licenses.tokens build/data/*.tokens; do [[ -f $f ]] && { TOK=$f; break; }; done
+  if [[ -n $TOK ]]; then IDS=(--ids text --tokens "$TOK"); echo "ids: real text $TOK"
+  else IDS=(--ids zipf); echo "ids: zipf (no token file under build/data: run scripts/tokenize-setup)"; fi
+}
