@@ -1,6 +1,6 @@
 """engram_offload: serve DeepSeek Engram tables from host memory, from Python.
 
-A thin layer over the C++ library (extension module ``_engram``). Terms follow docs/design.md:
+A thin layer over the C++ library (extension module ``_engram``). Terms:
 
 * ``Layout``      the shape of a model's Engram tables (layer ids, heads, prime rows per head, row width d).
 * ``SharedTable`` host memory of every Engram layer: shared memfd backings (default), NUMA placement,
@@ -442,7 +442,7 @@ def _option_text(options):
 
 
 class Prefetcher:
-    """A rank's serial prefetch queue (design.md "Prefetch"): the queue of an Engine, on the CPU or a CUDA device.
+    """A rank's serial prefetch queue: the queue of an Engine, on the CPU or a CUDA device.
 
     source: an Engine (its queue: the lookup path, planner and cache it was built with), or a SharedTable (an engine
     is built over it for this prefetcher, kept alive with the table). layers: table layer indices served (None =
@@ -597,7 +597,7 @@ def _channel_arg(group):
 def _create(layout, backing="memfd", placement="none", group="", prefault=True, allow_fallback=False, home_node=-1,
             seed=None, checkpoint=None, group_name="", shm_dir="/dev/shm", step_timeout_s=30.0, load_timeout_s=600.0,
             **options):
-    """Creates the table's host memory: one shared backing per Engram layer (see the C++ docstring below).
+    """Creates the table's host memory: one shared backing per Engram layer, NUMA-placed and loaded.
 
     group: '' or a name (carried in backing names), or a channel (UnixGroupChannel from UnixGroupListener.accept,
     TorchGroupChannel, any GroupChannel) whose rank is 0: then this process is the shared group's leader: it
