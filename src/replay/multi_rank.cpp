@@ -660,7 +660,14 @@ std::string multi_rank_text(const json& j) {
        (a["step_ns_median_worst_rank"].is_number() ? fmt(a["step_ns_median_worst_rank"].get<double>() / 1e3, "%.1f") : "n/a") +
        " us; wall " + fmt(a["wall_s"].get<double>(), "%.2f") + " s");
   line("Ids       " + (j["per_rank"].empty() ? std::string("?") : j["per_rank"][0]["report"].value("ids", "?")) +
-       " (rank 1; each rank has its own stream)");
+       (j["per_rank"].empty() ? std::string() : " (rank " + std::to_string(j["per_rank"][0]["rank"].get<int>()) + ";") +
+       " each rank has its own stream)");
+  // Each rank writes its own trace: name them, so none is written unseen.
+  std::string traces;
+  for (const auto& r : j["per_rank"])
+    if (r.contains("report") && r["report"].contains("timeline") && r["report"]["timeline"].is_string())
+      traces += (traces.empty() ? "" : ", ") + r["report"]["timeline"].get<std::string>();
+  if (!traces.empty()) line("Timelines " + traces + " (one per rank; engram trace analyze FILE)");
   return out;
 }
 
