@@ -219,7 +219,7 @@ Result<Report> run_copy_bench(Context& ctx) {
   const double tk = ot[4].summary().median;
   Table o;
   o.key = "overlap";
-  o.title = "Overlap of an H2D copy with a kernel on another stream (seed 003: non_blocking needs pinned memory)";
+  o.title = "Overlap of an H2D copy with a kernel on another stream (non_blocking needs pinned memory)";
   o.columns = {{"source", 0}, {"copy alone [ms]", 3}, {"kernel alone [ms]", 3}, {"both [ms]", 3}, {"overlap [%]", 1}};
   for (int i = 0; i < 2; ++i) {
     const double tc = ot[static_cast<size_t>(2 * i)].summary().median;

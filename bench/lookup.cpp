@@ -251,6 +251,9 @@ Status run_fast(const LookupOptions& o, const std::vector<std::string>& sections
 
 Result<Report> run_lookup(Context& ctx) {
   LookupOptions o = g_opt;
+  // An option that cannot apply is refused, never replaced: --smoke fixes its own spans.
+  if (ctx.smoke && !g_opt.spans.empty())
+    return Status(Code::kInvalidArgument, "--spans cannot apply with --smoke (the smoke run fixes its sizes)");
   if (ctx.smoke) {
     o.table_size = "64MiB";
     o.batches = {1, 64, 512};
@@ -287,7 +290,10 @@ Result<Report> run_lookup(Context& ctx) {
       continue;
     }
     ENGRAM_ASSIGN_OR_RETURN(const int64_t b, parse_size_bytes(s));
-    spans.push_back(std::min(b, table_bytes_req));
+    if (b > table_bytes_req)
+      return Status(Code::kInvalidArgument, "--spans " + s + " is larger than the table (--table-size " + o.table_size +
+                                                "): the ids cannot cover it");
+    spans.push_back(b);
   }
   if (spans.empty()) spans.push_back(table_bytes_req);
   std::sort(spans.begin(), spans.end());

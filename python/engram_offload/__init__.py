@@ -1,6 +1,6 @@
 """engram_offload: serve DeepSeek Engram tables from host memory, from Python.
 
-A thin layer over the C++ library (extension module ``_engram``). Terms follow docs/design.md:
+A thin layer over the C++ library (extension module ``_engram``). Terms:
 
 * ``Layout``      the shape of a model's Engram tables (layer ids, heads, prime rows per head, row width d).
 * ``SharedTable`` host memory of every Engram layer: shared memfd backings (default), NUMA placement,
@@ -72,6 +72,25 @@ def _torch():
 def _is_torch_tensor(obj):
     t = _torch() if type(obj).__module__.startswith("torch") else None
     return t is not None and isinstance(obj, t.Tensor)
+
+
+def _like_input(result, inp):
+    """The result as the kind of array the caller passed: a torch tensor (sharing the memory) for torch input,
+    else the NumPy array as is."""
+    if _is_torch_tensor(inp):
+        return _torch().from_numpy(result)
+    return result
+
+
+def _bf16_like_input(staging, torch_input):
+    """uint16 bf16 bits as a torch.bfloat16 tensor sharing the memory for torch input, else as is."""
+    if not torch_input:
+        return staging
+    t = _torch()
+    import warnings
+    with warnings.catch_warnings():  # a read-only zero-copy view stays read-only; torch only warns about it
+        warnings.simplefilter("ignore", UserWarning)
+        return t.from_numpy(staging.view(_np.int16)).view(t.bfloat16)
 
 
 def _as_numpy(obj, what):
@@ -335,10 +354,11 @@ class Hasher:
         """Ids of a whole sequence starting at tokens[0] for one Engram layer.
 
         tokens: 1-D integer array of raw token ids (< vocab_size). Returns int64 [T, heads]: global row ids
-        (head_offsets[h] + hash mod p_h) or, with global_ids=False, per-head ids in [0, p_h).
+        (head_offsets[h] + hash mod p_h) or, with global_ids=False, per-head ids in [0, p_h); a torch tensor
+        for torch input, else a NumPy array.
         Errors: EngramError invalid_argument (bad layer index, token id >= vocab_size naming its position).
         """
-        return _engram._hash(self._h, _as_numpy(tokens, "tokens"), layer_index, global_ids)
+        return _like_input(_engram._hash(self._h, _as_numpy(tokens, "tokens"), layer_index, global_ids), tokens)
 
     def begin_sequence(self):
         """A fresh Sequence (position 0) for incremental hashing with hash_chunk()."""
@@ -356,8 +376,8 @@ class Hasher:
     def hash_chunk(self, sequence, tokens, global_ids=True):
         """Hash the next tokens of ``sequence`` (prefill chunk or decode step) for every Engram layer and
         advance it: int64 [n_layers, T, heads]. Chunks give exactly the ids of hashing the whole sequence.
-        On error the sequence is unchanged."""
-        return _engram._hash_chunk(sequence, _as_numpy(tokens, "tokens"), global_ids)
+        On error the sequence is unchanged. A torch tensor for torch input, else a NumPy array."""
+        return _like_input(_engram._hash_chunk(sequence, _as_numpy(tokens, "tokens"), global_ids), tokens)
 
 
 class Engine:
@@ -444,7 +464,7 @@ def _option_text(options):
 
 
 class Prefetcher:
-    """A rank's serial prefetch queue (design.md "Prefetch"): the queue of an Engine, on the CPU or a CUDA device.
+    """A rank's serial prefetch queue: the queue of an Engine, on the CPU or a CUDA device.
 
     source: an Engine (its queue: the lookup path, planner and cache it was built with), or a SharedTable (an engine
     is built over it for this prefetcher, kept alive with the table). layers: table layer indices served (None =
@@ -470,6 +490,7 @@ class Prefetcher:
     def __init__(self, source, layers=None, device="cpu", mode="early", threads=0, checked=False, rank=0,
                  clock_ns=None, stream=None, max_tokens=8192, grid_cap=None, record_timeline=True, **options):
         self._keep = {}
+        self._torch_ids = set()  # host layers prepared with torch ids: consume() returns torch
         self._stream = None
         if isinstance(source, Engine):
             if options or device != "cpu" or stream is not None or clock_ns is not None:
@@ -538,6 +559,10 @@ class Prefetcher:
             self._keep[layer_index] = keep
             return
         self._keep.pop(layer_index, None)
+        if _is_torch_tensor(ids):
+            self._torch_ids.add(layer_index)
+        else:
+            self._torch_ids.discard(layer_index)
         self._q.prepare(layer_index, _as_numpy(ids, "ids"))
 
     def write_ids(self, layer_index, ids):
@@ -546,14 +571,15 @@ class Prefetcher:
 
     def consume(self, layer_index, copy=True):
         """Wait for the layer's lookup and return its staging [tokens, heads, d].
-        CPU: uint16 bf16 bits (copy=False: a read-only zero-copy view of the queue's staging, valid until the
-        next prepare() of this layer). CUDA: the main stream waits for the lookup on the GPU (the host does not);
+        CPU: uint16 bf16 bits, or a torch.bfloat16 tensor over them when the layer's ids were a torch tensor
+        (copy=False: a read-only zero-copy view of the queue's staging, valid until the next prepare() of this
+        layer). CUDA: the main stream waits for the lookup on the GPU (the host does not);
         a torch.bfloat16 CUDA tensor over the queue's staging (zero copy, valid until the layer's next prepare;
         clone it to keep it), or a DeviceArray without torch."""
         r = self._q.consume(layer_index, copy)
         if self.device >= 0:
             return _staging_tensor(r)
-        return r
+        return _bf16_like_input(r, layer_index in self._torch_ids)
 
     def last_launch(self, layer_index):
         """CUDA: rows, tiles, grid, cap of the layer's last launch; None on the CPU."""
@@ -599,7 +625,7 @@ def _channel_arg(group):
 def _create(layout, backing="memfd", placement="none", group="", prefault=True, allow_fallback=False, home_node=-1,
             seed=None, checkpoint=None, group_name="", shm_dir="/dev/shm", step_timeout_s=30.0, load_timeout_s=600.0,
             tp_size=1, tp_rank=0, **options):
-    """Creates the table's host memory: one shared backing per Engram layer (see the C++ docstring below).
+    """Creates the table's host memory: one shared backing per Engram layer, NUMA-placed and loaded.
 
     group: '' or a name (carried in backing names), or a channel (UnixGroupChannel from UnixGroupListener.accept,
     TorchGroupChannel, any GroupChannel) whose rank is 0: then this process is the shared group's leader: it

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "cpu/lookup.hpp"
 
@@ -28,6 +29,8 @@ Result<std::unique_ptr<CpuPrefetchQueue>> CpuPrefetchQueue::create(std::vector<T
   q->opt_ = options;
   if (!q->opt_.clock_ns) {
     const auto origin = std::chrono::steady_clock::now();
+    q->timeline_.origin_unix_ns =
+        std::chrono::duration<double, std::nano>(std::chrono::system_clock::now().time_since_epoch()).count();
     q->opt_.clock_ns = [origin] {
       return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - origin).count();
     };
@@ -83,7 +86,10 @@ void CpuPrefetchQueue::worker_loop() {
   }
 }
 
-void CpuPrefetchQueue::begin_step(int64_t step) { step_ = step; }
+void CpuPrefetchQueue::begin_step(int64_t step) {
+  step_ = step;
+  step_begin_ns_ = opt_.clock_ns();
+}
 
 Status CpuPrefetchQueue::prepare(int layer_index, const int64_t* ids, int64_t tokens) {
   if (layer_index < 0 || layer_index >= static_cast<int>(slots_.size()))
@@ -141,6 +147,9 @@ Status CpuPrefetchQueue::end_step() {
     if (slots_[i].pending)
       return Status(Code::kInvalidArgument, "cpu prefetch: step ended with layer index " + std::to_string(i) +
                                                 " prepared but not consumed");
+  if (opt_.record_timeline && std::isfinite(step_begin_ns_))
+    timeline_.add_step({opt_.rank, step_, step_begin_ns_, opt_.clock_ns(), false});
+  step_begin_ns_ = kNotRecorded;
   return Status::ok();
 }
 

@@ -67,6 +67,7 @@ class CpuPrefetchQueue final : public PrefetchQueue {
   Timeline timeline_;
   LookupStats totals_;
   int64_t step_ = 0;
+  double step_begin_ns_ = kNotRecorded;  // clock at begin_step (the step's span on the timeline)
 
   mutable std::mutex mu_;
   std::condition_variable cv_job_, cv_done_;

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -181,6 +182,10 @@ void CudaPrefetchQueue::begin_step(int64_t step) {
       return;
     }
     have_first_origin_ = true;
+    // The host's wall clock when the origin event was enqueued: the trace's absolute time base (the event runs
+    // when the main stream reaches it; at the first step of a replay that stream is idle, so within microseconds).
+    timeline_.origin_unix_ns =
+        std::chrono::duration<double, std::nano>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
   if (cudaEventRecord(as_event(ev_step_origin_), as_stream(main_stream_)) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -363,6 +368,7 @@ Status CudaPrefetchQueue::end_step() {
       }
       timeline_.add(t);
     }
+    if (step_origin_recorded_) timeline_.add_step({opt_.rank, step_, base, base + elapsed_ns(origin, as_event(ev_end_)), false});
   }
   step_order_.clear();
   return Status::ok();

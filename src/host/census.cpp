@@ -191,8 +191,8 @@ nlohmann::json PageCensus::to_json() const {
     errs[name ? name : std::to_string(e)] = c;
   }
   j["errors"] = errs;
-  j["rss_bytes"] = rss_bytes >= 0 ? nlohmann::json(rss_bytes) : nlohmann::json("n/a");
-  j["pss_bytes"] = pss_bytes >= 0 ? nlohmann::json(pss_bytes) : nlohmann::json("n/a");
+  j["rss_bytes"] = rss_bytes >= 0 ? nlohmann::json(rss_bytes) : nlohmann::json(nullptr);
+  j["pss_bytes"] = pss_bytes >= 0 ? nlohmann::json(pss_bytes) : nlohmann::json(nullptr);
   return j;
 }
 

@@ -1,5 +1,6 @@
-// Conditions: the facts every figure must carry (design.md "Measurement rules"): git revision, compiler, CPU
-// model, cores, NUMA nodes and distances, kernel, THP settings, hugepages. Anything that cannot be read is "n/a".
+// Conditions: the facts every figure must carry (docs/measurement.md): this project's revision, compiler, CPU
+// model, cores, cpufreq governor, load average, NUMA nodes and distances, kernel, THP settings, hugepages, NUMA
+// balancing. Anything that cannot be read is null in the JSON and "n/a" in the summary.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -7,10 +8,11 @@
 
 namespace engram {
 
-// Reads the machine's conditions now. `git_rev` is the build's revision (ENGRAM_GIT_REV).
+// Reads the machine's conditions now. `git_rev` is the build's revision (ENGRAM_GIT_REV; "n/a" -> null).
 nlohmann::json collect_conditions(const std::string& git_rev);
 
-// "n/a"-safe one-line summary: "cpu=<model> x<cores>, nodes=<n>, kernel=<release>, thp=<enabled>".
+// One-line summary: "cpu=<model> x<cores>, numa_nodes=<n>, kernel=<release>, thp=<enabled>, governor=<g>,
+// load=<1-min load average>, rev=<revision>" with "n/a" for what could not be read.
 std::string conditions_summary(const nlohmann::json& conditions);
 
 }  // namespace engram

@@ -263,7 +263,9 @@ Result<Topology> read_topology() {
 
 nlohmann::json Topology::to_json() const {
   using nlohmann::json;
-  auto na = [](int64_t v) { return v < 0 ? json("n/a") : json(v); };
+  // What could not be read is null in the JSON (the text report prints it as n/a).
+  auto na = [](int64_t v) { return v < 0 ? json(nullptr) : json(v); };
+  auto text = [](const std::string& v) { return v == "n/a" || v.empty() ? json(nullptr) : json(v); };
   json j;
   j["kernel"] = kernel;
   j["packages"] = na(packages);
@@ -276,19 +278,19 @@ nlohmann::json Topology::to_json() const {
     j["nodes"].push_back({{"id", n.id}, {"cpus", sys::format_int_list(n.cpus)}, {"total_bytes", na(n.total_bytes)},
                           {"free_bytes", na(n.free_bytes)}, {"hugepages", h}});
   }
-  j["distances"] = distances.empty() ? json("n/a") : json(distances);
-  j["distances_source"] = distances_source;
+  j["distances"] = distances.empty() ? json(nullptr) : json(distances);
+  j["distances_source"] = text(distances_source);
   for (const auto* list : {&gpus, &nics}) {
     json a = json::array();
     for (const PciDeviceInfo& d : *list)
-      a.push_back({{"bus_id", d.bus_id}, {"name", d.name}, {"numa_node", d.numa_node < 0 ? json("unknown") : json(d.numa_node)},
+      a.push_back({{"bus_id", d.bus_id}, {"name", d.name}, {"numa_node", d.numa_node < 0 ? json(nullptr) : json(d.numa_node)},
                    {"numa_source", d.numa_source}});
     j[list == &gpus ? "gpus" : "nics"] = a;
   }
-  j["thp"] = {{"enabled", thp_enabled}, {"defrag", thp_defrag}, {"shmem_enabled", thp_shmem_enabled}};
+  j["thp"] = {{"enabled", text(thp_enabled)}, {"defrag", text(thp_defrag)}, {"shmem_enabled", text(thp_shmem_enabled)}};
   j["numa_balancing"] = na(numa_balancing);
-  j["dev_shm"] = {{"fs", shm_fs}, {"options", shm_options}, {"total_bytes", na(shm_total_bytes)}, {"free_bytes", na(shm_free_bytes)}};
-  j["process"] = {{"cpus_allowed", cpus_allowed}, {"mems_allowed", mems_allowed}, {"mempolicy", mempolicy}};
+  j["dev_shm"] = {{"fs", text(shm_fs)}, {"options", shm_options}, {"total_bytes", na(shm_total_bytes)}, {"free_bytes", na(shm_free_bytes)}};
+  j["process"] = {{"cpus_allowed", cpus_allowed}, {"mems_allowed", mems_allowed}, {"mempolicy", text(mempolicy)}};
   j["notes"] = notes;
   return j;
 }

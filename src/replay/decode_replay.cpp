@@ -46,10 +46,12 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
   double distinct_sum = 0;
   int64_t distinct_n = 0;
   size_t timeline_mark = queue.timeline().rows().size();
+  size_t step_mark = queue.timeline().steps().size();
   LookupStats before{};
   for (int64_t step = 0; step < total_steps; ++step) {
     if (step == opt.warmup_steps) {
       timeline_mark = queue.timeline().rows().size();
+      step_mark = queue.timeline().steps().size();
       before = queue.totals();
     }
     // Ids are hashed before the step's clock starts: an engine hashes on the host ahead of the step, and the
@@ -87,6 +89,8 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
   }
   const LookupStats after = queue.totals();
   rep.measured_steps = opt.steps;
+  rep.first_measured_row = timeline_mark;
+  rep.first_measured_step = step_mark;
   rep.rows_looked_up = after.rows - before.rows;
   rep.dead_rows = after.dead_rows - before.dead_rows;
   rep.invalid_ids = after.invalid_ids - before.invalid_ids;

@@ -45,6 +45,9 @@ struct LayerReport {
 
 struct DecodeReplayReport {
   int64_t measured_steps = 0;
+  // The queue's timeline rows and step spans before these indices belong to warm-up steps (or earlier work):
+  // Timeline::mark_warmup(first_measured_row, first_measured_step) marks them in a copy written to a trace.
+  size_t first_measured_row = 0, first_measured_step = 0;
   int64_t rows_looked_up = 0;          // measured steps only
   int64_t dead_rows = 0, invalid_ids = 0;
   double lookup_busy_ns = 0;           // sum of L over measured lookups

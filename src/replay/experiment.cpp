@@ -16,6 +16,7 @@
 #include "core/stats.hpp"
 #include "sys/affinity.hpp"
 #include "sys/numa.hpp"
+#include "sys/process.hpp"
 
 namespace engram {
 
@@ -72,6 +73,63 @@ PlacementPolicy bind_to(int node) {
 
 }  // namespace
 
+namespace {
+
+// Where an arm's table pages land on this machine, normalised so that two spellings of the same placement
+// compare equal (interleave over one node is that node; one copy per node on one node is one copy).
+std::string pages_where(const ArmSpec& a, const std::vector<int>& nodes) {
+  const PlacementPolicy& p = a.rig.table.placement;
+  std::vector<int> on = p.all_nodes || p.nodes.empty() ? nodes : p.nodes;
+  auto list = [](const std::vector<int>& v) {
+    std::string t;
+    for (int n : v) t += (t.empty() ? "N" : ",N") + std::to_string(n);
+    return t;
+  };
+  switch (p.kind) {
+    case PlacementKind::kBind:
+    case PlacementKind::kInterleave:
+    case PlacementKind::kWeightedInterleave:
+      return on.size() == 1 ? "pages on " + list(on) : "pages spread over " + list(on);
+    case PlacementKind::kReplicaPerNode:
+      return on.size() == 1 ? "pages on " + list(on) : std::to_string(on.size()) + " copies, one per node, reading N" +
+                                                           std::to_string(a.rig.table.home_node);
+    default:
+      return "pages placed by the kernel (" + p.to_string() + ")";
+  }
+}
+
+std::string effective_text(const ArmSpec& a, const std::vector<int>& nodes, BackendKind backend) {
+  std::string t = pages_where(a, nodes) + ", consumer on " +
+                  (a.consumer_node < 0 ? std::string("any node") : "N" + std::to_string(a.consumer_node)) + ", " +
+                  prefetch_mode_name(a.mode) + " prefetch, ";
+  if (backend == BackendKind::kCuda) return t + "grid " + num(a.rig.grid_fraction, "%.3f") + " of the SMs";
+  return t + (a.rig.lookup_threads > 0 ? std::to_string(a.rig.lookup_threads) : std::string("default")) + " lookup threads";
+}
+
+// The one refusal rule: two arms that do the same thing on this machine would compare noise with itself.
+Status check_arms_differ(const std::string& id, const std::vector<ArmSpec>& arms, const std::vector<int>& nodes,
+                         int hardware_threads, BackendKind backend) {
+  for (size_t i = 0; i < arms.size(); ++i)
+    for (size_t k = i + 1; k < arms.size(); ++k) {
+      if (arms[i].effective != arms[k].effective) continue;
+      std::string why;
+      if (id[0] == 'A')
+        why = id + " needs two NUMA memory nodes; this machine has " + std::to_string(nodes.size()) +
+              " (placement cannot change). B1 and B2 run here; scripts/numa-guest runs " + id + " in a 2-node guest";
+      else if (id == "B2" && backend != BackendKind::kCuda)
+        why = "B2's CPU analogue sets the lookup threads to cap x (cores - 1) = cap x " +
+              std::to_string(std::max(1, hardware_threads - 1)) +
+              " on this machine; give caps that differ by more than one thread, or run it on a GPU";
+      else
+        why = "the arms set the same thing";
+      return Status(Code::kUnsupported, id + ": arms " + arms[i].name + " and " + arms[k].name +
+                                            " would do the same on this machine (" + arms[i].effective + "): " + why);
+    }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOptions& base, const std::vector<int>& nodes,
                                        const std::vector<double>& caps, int hardware_threads) {
   std::vector<ArmSpec> arms;
@@ -82,17 +140,15 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
     a.rig = base;
     return a;
   };
+  const std::vector<int> node_list = nodes.empty() ? std::vector<int>{0} : nodes;
   if (id == "A1" || id == "A2" || id == "A3") {
-    if (nodes.size() < 2)
-      return Status(Code::kUnsupported, id + " needs two NUMA memory nodes; this machine has " + std::to_string(nodes.size()) +
-                                            " (placement cannot change). B1 and B2 run here; scripts/numa-guest runs " + id +
-                                            " in a 2-node guest");
-    const int n0 = nodes.front(), nl = nodes.back();
+    const int n0 = node_list.front(), nl = node_list.back();
     if (id == "A1") {
       ArmSpec a = arm("node" + std::to_string(n0), "table bound to node " + std::to_string(n0) + " (consumer's node)");
       a.rig.table.placement = bind_to(n0);
       a.consumer_node = n0;
-      ArmSpec b = arm("node" + std::to_string(nl), "table bound to node " + std::to_string(nl) + " (remote)");
+      ArmSpec b = arm(nl == n0 ? "remote" : "node" + std::to_string(nl),
+                      "table bound to node " + std::to_string(nl) + " (remote)");
       b.rig.table.placement = bind_to(nl);
       b.consumer_node = n0;
       arms = {a, b};
@@ -102,7 +158,7 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
       a.consumer_node = n0;
       PlacementPolicy il;
       il.kind = PlacementKind::kInterleave;
-      il.nodes = nodes;
+      il.nodes = node_list;
       ArmSpec b = arm("interleaved", "table interleaved over nodes " + il.to_string().substr(11));
       b.rig.table.placement = il;
       b.consumer_node = n0;
@@ -111,7 +167,8 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
       ArmSpec a = arm("shared", "one shared copy on node " + std::to_string(n0) + " (capacity 1 x W)");
       a.rig.table.placement = bind_to(n0);
       a.consumer_node = nl;
-      ArmSpec b = arm("replica", "one copy per node, rank reads its node's copy (capacity " + std::to_string(nodes.size()) + " x W)");
+      ArmSpec b = arm("replica", "one copy per node, rank reads its node's copy (capacity " +
+                                     std::to_string(node_list.size()) + " x W)");
       b.rig.table.placement.kind = PlacementKind::kReplicaPerNode;
       b.rig.table.placement.all_nodes = true;
       b.rig.table.home_node = nl;
@@ -125,7 +182,7 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
     b.mode = PrefetchMode::kOnDemand;
     arms = {a, b};
   } else if (id == "B2") {
-    if (caps.empty()) return Status(Code::kInvalidArgument, "B2: no caps to sweep");
+    if (caps.size() < 2) return Status(Code::kInvalidArgument, "B2: --caps needs at least two caps to compare");
     for (double c : caps) {
       if (!(c > 0 && c <= 1)) return Status(Code::kInvalidArgument, "B2: a cap must be in (0, 1]");
       ArmSpec a = arm("cap=" + num(c, "%.2f"), "");
@@ -142,6 +199,8 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
   } else {
     return Status(Code::kInvalidArgument, "experiment '" + id + "': expected A1, A2, A3, B1 or B2");
   }
+  for (auto& a : arms) a.effective = effective_text(a, node_list, base.backend);
+  ENGRAM_RETURN_IF_ERROR(check_arms_differ(id, arms, nodes, hardware_threads, base.backend));
   return arms;
 }
 
@@ -258,7 +317,7 @@ std::vector<double> column(const std::vector<RunMetrics>& runs, double RunMetric
   return v;
 }
 
-// Acceptance chain of one comparison (arm vs baseline), seed §6.3.
+// Acceptance chain of one comparison (arm vs baseline).
 nlohmann::json acceptance_chain(const std::string& id, const ArmResult& base, const ArmResult& arm,
                                 const std::map<std::string, stats::MedianDiff>& d) {
   auto sig = [&](const char* k) { return d.at(k).significant(); };
@@ -321,7 +380,11 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
   auto log = [&](const std::string& s) {
     if (o.log) o.log(s);
   };
-  if (o.reps < 1) return Status(Code::kInvalidArgument, "experiment: at least one repetition");
+  if (o.reps < kMinExperimentReps)
+    return Status(Code::kInvalidArgument, "experiment: --reps " + std::to_string(o.reps) + " is too few: with fewer than " +
+                                              std::to_string(kMinExperimentReps) +
+                                              " repetitions the bootstrap interval is a point and every difference "
+                                              "looks significant");
   if (!o.make_ids) return Status(Code::kInvalidArgument, "experiment: no id source");
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ENGRAM_ASSIGN_OR_RETURN(std::vector<ArmSpec> specs, make_arms(o.id, o.base, sys::memory_nodes(), o.caps, hw));
@@ -399,7 +462,7 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
         std::filesystem::create_directories(o.out_dir, ec);
         arm.trace_file = o.out_dir + "/trace-" + arm.spec.name + ".json";
         std::ofstream f(arm.trace_file);
-        if (f) f << rig->queue().timeline().to_chrome_trace().dump() << "\n";
+        if (f) f << rig->queue().timeline().to_chrome_trace({sys::process_id()}).dump() << "\n";
         else arm.trace_file.clear();
       }
     }
@@ -477,8 +540,8 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
   md << "Model: " << o.serving.model.note << "; compute " << o.serving.rates.tflops << " TFLOPS, weights "
      << o.serving.rates.weight_gbps << " GB/s, unit " << o.serving.rates.unit_us << " us. SLO: TTFT <= " << o.serving.slo_ttft_ms
      << " ms, mean ITL <= " << o.serving.slo_itl_ms << " ms.\n";
-  if (o.conditions.is_object() && o.conditions.contains("git_rev"))
-    md << "Revision: " << o.conditions["git_rev"].dump() << "\n";
+  if (o.conditions.is_object() && o.conditions.contains("git_revision"))
+    md << "Revision: " << o.conditions["git_revision"].dump() << "\n";
   md << "\n## Arms and placement evidence (census after placement)\n\n| arm | sets | valid | census |\n|---|---|---|---|\n";
   for (const auto& a : res.arms)
     md << "| " << a.spec.name << " | " << a.spec.value << " | " << (a.valid ? "yes" : "**no**") << " | " << a.evidence << " |\n";
@@ -504,7 +567,7 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
       md << "| " << mi.label << " | " << g("diff") << " | [" << g("ci_low") << ", " << g("ci_high") << "] | "
          << (x["significant"].get<bool>() ? "yes" : "no") << " |\n";
     }
-    md << "\nAcceptance chain (seed 000 §6.3):\n\n";
+    md << "\nAcceptance chain:\n\n";
     int k = 1;
     for (const auto& l : c["links"]) {
       const auto& h = l["holds"];

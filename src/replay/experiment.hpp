@@ -1,5 +1,4 @@
-// Experiments A1-A3 / B1-B2 (seed 000 §6.2-6.3, issue 7 §3): each changes exactly one thing and keeps the
-// rest fixed, and each is one call.
+// Experiments A1-A3 / B1-B2: each changes exactly one thing and keeps the rest fixed, and each is one call.
 //
 //   A1  table on node 0 <-> node 1           (bind:0 vs bind:1; the consumer runs on node 0)
 //   A2  bound <-> interleaved                (bind:0 vs interleave over every memory node)
@@ -10,17 +9,21 @@
 //   B2  background grid cap sweep            (CUDA: grid fraction of the SMs; CPU: the analogue, lookup
 //                                             threads as a fraction of the cores)
 //
-// Protocol per repetition (>= 5), arms in an order shuffled from a seed: the arm's engine is created from
+// Protocol per repetition (at least kMinExperimentReps), arms in an order shuffled from a seed: the arm's engine is created from
 // scratch (Engine::create_local with the arm's placement and backing: placement before the first page, never a
 // reused resident backing), its census is read and checked against what the arm asked for (else the arm is
 // INVALID and not timed), the backend is built (CUDA: registration after placement), and the SAME recorded
 // schedule (token batches, serving.hpp) is replayed. Per arm the per-run metrics are summarised as median and
 // p5/p95 over repetitions; each arm is compared with the first (the baseline) by the difference of medians
-// with a bootstrap 95% confidence interval (core/stats). The acceptance chain of seed §6.3 is evaluated in
-// order: placement changed -> lookup or wait changed -> main compute not regressed -> end-to-end improved; a
+// with a bootstrap 95% confidence interval (core/stats). The acceptance chain is evaluated in order: placement changed -> lookup or wait changed -> main compute not regressed -> end-to-end improved; a
 // link that cannot be judged is "n/a", and a later link is only claimed when the earlier ones hold.
 //
-// A machine with one memory node cannot run A1-A3: make_arms() answers kUnsupported saying so (exit 77).
+// One rule refuses an experiment this machine cannot run: make_arms() describes what every arm really does here
+// (ArmSpec::effective: where the table's pages land and the consumer runs, the prefetch mode, the grid fraction or
+// lookup threads) and answers kUnsupported, naming the two arms and why, when two arms would do the same thing —
+// A1-A3 on one memory node, B2's CPU analogue when the caps round to the same thread count (exit 77). With fewer
+// than kMinExperimentReps repetitions a bootstrap interval is a point and every difference looks significant, so
+// run_experiment() refuses them (kInvalidArgument).
 #pragma once
 
 #include <cstdint>
@@ -38,9 +41,13 @@
 
 namespace engram {
 
+inline constexpr int kMinExperimentReps = 5;
+
 struct ArmSpec {
   std::string name;    // e.g. "node0", "early", "cap=0.50"
   std::string value;   // the one thing this arm sets, in words
+  std::string effective;  // what the arm does on this machine, normalised ("pages on N0, consumer on N0, early,
+                          // 1 lookup threads"): two arms with the same text would measure the same thing
   EngineOptions rig;   // the arm's table and backend (backend resolved, not auto); built with Engine::create_local
   PrefetchMode mode = PrefetchMode::kEarly;
   int consumer_node = -1;  // the replay thread (and the CPU lookup threads it starts) run on this node; -1: as is
@@ -62,8 +69,8 @@ struct ExperimentOptions {
   std::function<void(const std::string&)> log;
 };
 
-// The arms of an experiment for `nodes` memory nodes. kUnsupported for A* with fewer than two nodes;
-// kInvalidArgument for an unknown id.
+// The arms of an experiment for `nodes` memory nodes and `hardware_threads` CPUs. kUnsupported when two arms
+// would do the same thing on this machine (see the file comment); kInvalidArgument for an unknown id or a bad cap.
 Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOptions& base, const std::vector<int>& nodes,
                                        const std::vector<double>& caps, int hardware_threads);
 

@@ -43,9 +43,7 @@ constexpr const char* kStepReport = "report";
 
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
-json dist_json(const Distribution& d) {
-  return {{"median", num(d.median)}, {"p5", num(d.p5)}, {"p95", num(d.p95)}, {"p99", num(d.p99)}, {"n", d.n}};
-}
+json dist_json(const Distribution& d) { return d.to_json(); }
 
 std::string fmt(double v, const char* f) {
   if (!std::isfinite(v)) return "n/a";
@@ -200,6 +198,7 @@ json RankJob::to_json() const {
           {"tokens", tokens},       {"zipf_alpha", zipf_alpha},
           {"compute_only_baseline", compute_only_baseline},
           {"verify_rows", verify_rows}, {"timeline", timeline},
+          {"timeline_absolute", timeline_absolute},
           {"ranks", ranks},         {"engine", engine},
           {"gpus", gpus}};
 }
@@ -248,6 +247,7 @@ Result<RankJob> RankJob::from_json(const std::string& text) {
   boolean("compute_only_baseline", &r.compute_only_baseline);
   integer("verify_rows", &r.verify_rows);
   str("timeline", &r.timeline);
+  boolean("timeline_absolute", &r.timeline_absolute);
   integer("ranks", &r.ranks);
   integer("gpus", &r.gpus);
   {
@@ -574,14 +574,17 @@ Status run_rank_worker(const RankWorkerOptions& o) {
                         {"exposed_wait_ns", dist_json(l.exposed_wait_ns)},
                         {"measured_wait_ns", dist_json(l.measured_wait_ns)},
                         {"lookup_ns", dist_json(l.lookup_ns)},
-                        {"queue_ns", dist_json(l.queue_ns)}});
+                        {"queue_ns", dist_json(l.queue_ns)},
+                        {"residual_s_ns", dist_json(l.residual_s_ns)}});
     report["layers"] = layers;
     report["timeline"] = nullptr;
     if (!job.timeline.empty() && job.timeline != "none") {
       const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";
       std::ofstream f(path);
       if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
-      f << engine.queue().timeline().to_chrome_trace().dump() << "\n";
+      Timeline tl = engine.queue().timeline();
+      tl.mark_warmup(r.first_measured_row, r.first_measured_step);
+      f << tl.to_chrome_trace({sys::process_id(), job.timeline_absolute}).dump() << "\n";
       report["timeline"] = path;
     }
     return Status::ok();
@@ -671,7 +674,14 @@ std::string multi_rank_text(const json& j) {
        (a["step_ns_median_worst_rank"].is_number() ? fmt(a["step_ns_median_worst_rank"].get<double>() / 1e3, "%.1f") : "n/a") +
        " us; wall " + fmt(a["wall_s"].get<double>(), "%.2f") + " s");
   line("Ids       " + (j["per_rank"].empty() ? std::string("?") : j["per_rank"][0]["report"].value("ids", "?")) +
-       " (rank 1; each rank has its own stream)");
+       (j["per_rank"].empty() ? std::string() : " (rank " + std::to_string(j["per_rank"][0]["rank"].get<int>()) + ";") +
+       " each rank has its own stream)");
+  // Each rank writes its own trace: name them, so none is written unseen.
+  std::string traces;
+  for (const auto& r : j["per_rank"])
+    if (r.contains("report") && r["report"].contains("timeline") && r["report"]["timeline"].is_string())
+      traces += (traces.empty() ? "" : ", ") + r["report"]["timeline"].get<std::string>();
+  if (!traces.empty()) line("Timelines " + traces + " (one per rank; engram trace analyze FILE)");
   return out;
 }
 

@@ -54,6 +54,7 @@ struct RankJob {
   bool compute_only_baseline = true;
   int verify_rows = 64;                   // rows per layer each rank compares with the expected content
   std::string timeline;                   // "" / "none": no trace; else rank r writes "<timeline>.rank<r>.json"
+  bool timeline_absolute = false;         // trace timestamps since the Unix epoch (Timeline::to_chrome_trace)
   int ranks = 1;                          // filled in by run_multi_rank
   // Every rank's engine options as text (set_engine_option keys: backend, fast_path, cache_size, grid_fraction,
   // threads, ...). A rank without threads takes max(1, cores / ranks - 1) lookup threads.

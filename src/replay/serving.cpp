@@ -27,10 +27,7 @@ namespace {
 double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53; }
 
 nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-nlohmann::json dist_json(const Distribution& d) {
-  return {{"median", num_or_null(d.median)}, {"p5", num_or_null(d.p5)}, {"p95", num_or_null(d.p95)},
-          {"p99", num_or_null(d.p99)}, {"n", d.n}};
-}
+nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 // output kept in a temporary file for the error message; both temporaries are removed afterwards.
 #include "report/plot.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -62,7 +63,8 @@ Status validate(const Figure& f, size_t index) {
 }
 
 void panel(std::ostringstream& o, const Figure& f, size_t k) {
-  o << "reset\nset datafile missing \"NaN\"\nset grid\nset key outside right top\n";
+  // The legend goes under the panel: beside it, it takes the width the data need; inside, it can hide them.
+  o << "reset\nset datafile missing \"NaN\"\nset grid\nset key below horizontal\n";
   o << "set title " << quote(f.title) << "\nset xlabel " << quote(f.x_label) << "\nset ylabel " << quote(f.y_label)
     << "\n";
   if (f.log_x && f.style != Style::kBars) o << "set logscale x\n";
@@ -100,12 +102,22 @@ void panel(std::ostringstream& o, const Figure& f, size_t k) {
   }
 
   if (f.style == Style::kBars) {
-    o << "set style data histogram\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
-         "set boxwidth 0.9\nset xtics rotate by -30\n";
+    // Error bars (y_low..y_high) on any series: every series writes y, low, high (a series without them gets
+    // a zero-length bar at y) and the histogram draws them as whiskers.
+    bool err = false;
+    for (const auto& s : f.series) err = err || !s.y_low.empty();
+    o << "set style data histogram\nset style histogram " << (err ? "errorbars lw 1.5" : "clustered")
+      << " gap 1\nset style fill solid 0.8 border -1\nset boxwidth 0.9\n";
+    size_t longest = 0;
+    for (const auto& c : f.categories) longest = std::max(longest, c.size());
+    if (longest > 8 && f.categories.size() > 2) o << "set xtics rotate by -30\n";
     o << "$d" << k << " << EOD\n";
     for (size_t c = 0; c < f.categories.size(); ++c) {
       o << quote(f.categories[c]);
-      for (const auto& s : f.series) o << " " << num(s.y[c]);
+      for (const auto& s : f.series) {
+        o << " " << num(s.y[c]);
+        if (err) o << " " << num(s.y_low.empty() ? s.y[c] : s.y_low[c]) << " " << num(s.y_high.empty() ? s.y[c] : s.y_high[c]);
+      }
       o << "\n";
     }
     o << "EOD\n";
@@ -114,9 +126,13 @@ void panel(std::ostringstream& o, const Figure& f, size_t k) {
       return;
     }
     o << "plot ";
-    for (size_t i = 0; i < f.series.size(); ++i)
-      o << (i ? ", '' " : "$d" + std::to_string(k) + " ") << "using " << i + 2 << (i == 0 ? ":xtic(1)" : "")
-        << " title " << quote(f.series[i].name);
+    const size_t per = err ? 3 : 1;
+    for (size_t i = 0; i < f.series.size(); ++i) {
+      const size_t col = 2 + i * per;
+      o << (i ? ", '' " : "$d" + std::to_string(k) + " ") << "using " << col;
+      if (err) o << ":" << col + 1 << ":" << col + 2;
+      o << (i == 0 ? ":xtic(1)" : "") << " title " << quote(f.series[i].name);
+    }
     o << "\n";
     return;
   }

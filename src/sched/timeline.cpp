@@ -41,6 +41,19 @@ Result<Timeline> Timeline::from_json(const nlohmann::json& j) {
     return r.contains(k) && r[k].is_number() ? r[k].get<double>() : kNotRecorded;
   };
   Timeline tl;
+  const nlohmann::json& top = j.contains("engram_timeline") ? j["engram_timeline"] : j;
+  if (top.contains("origin_unix_ns") && top["origin_unix_ns"].is_number()) tl.origin_unix_ns = top["origin_unix_ns"].get<double>();
+  if (top.contains("steps") && top["steps"].is_array())
+    for (const auto& s : top["steps"]) {
+      if (!s.is_object()) return Status(Code::kInvalidArgument, "timeline: a step is not an object");
+      StepSpan sp;
+      sp.rank = s.value("rank", 0);
+      sp.step = s.value("step", int64_t{0});
+      sp.begin_ns = num(s, "begin_ns");
+      sp.end_ns = num(s, "end_ns");
+      sp.warmup = s.value("warmup", false);
+      tl.add_step(sp);
+    }
   for (const auto& r : *rows) {
     if (!r.is_object()) return Status(Code::kInvalidArgument, "timeline: a row is not an object");
     LayerTiming t;
@@ -55,6 +68,7 @@ Result<Timeline> Timeline::from_json(const nlohmann::json& j) {
     t.f_ns = num(r, "f_ns");
     t.c_ns = num(r, "c_ns");
     t.wait_end_ns = num(r, "wait_end_ns");
+    t.warmup = r.value("warmup", false);
     tl.add(t);
   }
   return tl;
@@ -73,9 +87,14 @@ nlohmann::json Timeline::to_json() const {
                     {"s_ns", num_or_null(t.s_ns)},
                     {"f_ns", num_or_null(t.f_ns)},
                     {"c_ns", num_or_null(t.c_ns)},
-                    {"wait_end_ns", num_or_null(t.wait_end_ns)}});
+                    {"wait_end_ns", num_or_null(t.wait_end_ns)},
+                    {"warmup", t.is_warmup()}});
   }
-  nlohmann::json j = {{"unit", "ns"}, {"rows", rows}};
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : steps_)
+    steps.push_back({{"rank", s.rank}, {"step", s.step}, {"begin_ns", num_or_null(s.begin_ns)},
+                     {"end_ns", num_or_null(s.end_ns)}, {"warmup", s.is_warmup()}});
+  nlohmann::json j = {{"unit", "ns"}, {"origin_unix_ns", num_or_null(origin_unix_ns)}, {"rows", rows}, {"steps", steps}};
   if (!maintenance_.empty()) {
     nlohmann::json m = nlohmann::json::array();
     for (const auto& s : maintenance_)
@@ -87,53 +106,119 @@ nlohmann::json Timeline::to_json() const {
   return j;
 }
 
-nlohmann::json Timeline::to_chrome_trace() const {
+void Timeline::mark_warmup(size_t first_measured_row, size_t first_measured_step) {
+  for (size_t i = 0; i < rows_.size() && i < first_measured_row; ++i) rows_[i].warmup = true;
+  for (size_t i = 0; i < steps_.size() && i < first_measured_step; ++i) steps_[i].warmup = true;
+}
+
+Timeline Timeline::measured() const {
+  Timeline t;
+  t.origin_unix_ns = origin_unix_ns;
+  for (const auto& r : rows_)
+    if (!r.is_warmup()) t.add(r);
+  for (const auto& s : steps_)
+    if (!s.is_warmup()) t.add_step(s);
+  return t;
+}
+
+nlohmann::json Timeline::to_chrome_trace(const ChromeTraceOptions& o) const {
   nlohmann::json events = nlohmann::json::array();
+  const double shift_us = o.absolute_time && std::isfinite(origin_unix_ns) ? origin_unix_ns / 1000.0 : 0.0;
   auto us = [](double ns) { return ns / 1000.0; };
+  auto ts = [&](double ns) { return shift_us + ns / 1000.0; };
+  // Each rank is a process of its own (Perfetto: one track group): the OS pid when given, else the rank. Ranks
+  // that share one process (one timeline holding several ranks) get lanes of their own within it.
+  auto pid_of = [&](int rank) { return o.pid > 0 ? o.pid : rank; };
   std::vector<int> ranks;
   for (const auto& t : rows_)
     if (std::find(ranks.begin(), ranks.end(), t.rank) == ranks.end()) ranks.push_back(t.rank);
+  for (const auto& s : steps_)
+    if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end()) ranks.push_back(s.rank);
+  enum Lane { kSteps = 0, kMain = 1, kQueue = 2, kMaintenance = 3 };
+  auto tid = [&](int rank, Lane lane) { return o.pid > 0 ? 4 * rank + lane : static_cast<int>(lane); };
   for (int r : ranks) {
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "main (consumer)"}}}});
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "prefetch queue"}}}});
+    const int pid = pid_of(r);
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "engram rank " + std::to_string(r)}}}});
+    events.push_back({{"ph", "M"}, {"name", "process_labels"}, {"pid", pid}, {"args", {{"labels", "rank=" + std::to_string(r)}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid(r, kSteps)}, {"args", {{"name", "steps"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid(r, kMain)}, {"args", {{"name", "main (consumer)"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid(r, kQueue)}, {"args", {{"name", "prefetch queue"}}}});
+  }
+  auto name = [](bool warm, const std::string& n) { return warm ? "warm-up " + n : n; };
+  for (const auto& s : steps_) {
+    if (!std::isfinite(s.begin_ns) || !std::isfinite(s.end_ns)) continue;
+    events.push_back({{"ph", "X"}, {"name", name(s.is_warmup(), "step " + std::to_string(s.step))}, {"cat", "step"},
+                      {"pid", pid_of(s.rank)}, {"tid", tid(s.rank, kSteps)}, {"ts", ts(s.begin_ns)},
+                      {"dur", std::max(0.0, us(s.end_ns - s.begin_ns))},
+                      {"args", {{"rank", s.rank}, {"step", s.step}, {"warmup", s.is_warmup()}}}});
   }
   std::vector<int> maint_ranks;
   for (const auto& m : maintenance_)
     if (std::find(maint_ranks.begin(), maint_ranks.end(), m.rank) == maint_ranks.end()) maint_ranks.push_back(m.rank);
   for (int r : maint_ranks)
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 2}, {"args", {{"name", "cache maintenance"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_of(r)}, {"tid", tid(r, kMaintenance)},
+                      {"args", {{"name", "cache maintenance"}}}});
   for (const auto& m : maintenance_) {
     if (!std::isfinite(m.start_ns) || !std::isfinite(m.end_ns)) continue;
     events.push_back({{"ph", "X"}, {"name", "cache " + m.what + " L" + std::to_string(m.layer_id) + " step " +
                                                 std::to_string(m.step)},
-                      {"cat", "maintenance"}, {"pid", m.rank}, {"tid", 2}, {"ts", us(m.start_ns)},
+                      {"cat", "maintenance"}, {"pid", pid_of(m.rank)}, {"tid", tid(m.rank, kMaintenance)}, {"ts", ts(m.start_ns)},
                       {"dur", std::max(0.0, us(m.end_ns - m.start_ns))},
                       {"args", {{"rows", m.rows}, {"step", m.step}, {"host_us", num_or_null(m.host_us)}}}});
   }
   for (const auto& t : rows_) {
     const std::string tag = "L" + std::to_string(t.layer_id) + " step " + std::to_string(t.step);
-    nlohmann::json args = {{"rows", t.rows}, {"layer_id", t.layer_id}, {"step", t.step}};
+    const bool warm = t.is_warmup();
+    nlohmann::json args = {{"rank", t.rank}, {"rows", t.rows}, {"layer_id", t.layer_id}, {"step", t.step}, {"warmup", warm}};
     if (std::isfinite(t.s_ns) && std::isfinite(t.f_ns)) {
       args["queue_us"] = num_or_null(us(t.queue_ns()));
-      events.push_back({{"ph", "X"}, {"name", "lookup " + tag}, {"cat", "lookup"}, {"pid", t.rank}, {"tid", 1},
-                        {"ts", us(t.s_ns)}, {"dur", us(t.f_ns - t.s_ns)}, {"args", args}});
+      events.push_back({{"ph", "X"}, {"name", name(warm, "lookup " + tag)}, {"cat", "lookup"}, {"pid", pid_of(t.rank)},
+                        {"tid", tid(t.rank, kQueue)}, {"ts", ts(t.s_ns)}, {"dur", us(t.f_ns - t.s_ns)}, {"args", args}});
     }
     if (std::isfinite(t.c_ns) && std::isfinite(t.wait_end_ns)) {
-      nlohmann::json wargs = {{"exposed_wait_us", num_or_null(us(t.exposed_wait_ns()))}};
-      events.push_back({{"ph", "X"}, {"name", "wait " + tag}, {"cat", "wait"}, {"pid", t.rank}, {"tid", 0},
-                        {"ts", us(t.c_ns)}, {"dur", std::max(0.0, us(t.wait_end_ns - t.c_ns))}, {"args", wargs}});
+      nlohmann::json wargs = {{"rank", t.rank}, {"exposed_wait_us", num_or_null(us(t.exposed_wait_ns()))}, {"warmup", warm}};
+      events.push_back({{"ph", "X"}, {"name", name(warm, "wait " + tag)}, {"cat", "wait"}, {"pid", pid_of(t.rank)},
+                        {"tid", tid(t.rank, kMain)}, {"ts", ts(t.c_ns)}, {"dur", std::max(0.0, us(t.wait_end_ns - t.c_ns))},
+                        {"args", wargs}});
     }
     if (std::isfinite(t.r_ns))
-      events.push_back({{"ph", "i"}, {"s", "t"}, {"name", "ids ready " + tag}, {"cat", "ready"}, {"pid", t.rank},
-                        {"tid", 0}, {"ts", us(t.r_ns)}});
+      events.push_back({{"ph", "i"}, {"s", "t"}, {"name", name(warm, "ids ready " + tag)}, {"cat", "ready"},
+                        {"pid", pid_of(t.rank)}, {"tid", tid(t.rank, kMain)}, {"ts", ts(t.r_ns)}});
     if (std::isfinite(t.submit_ns))
-      events.push_back({{"ph", "i"}, {"s", "t"}, {"name", "submit " + tag}, {"cat", "submit"}, {"pid", t.rank},
-                        {"tid", 1}, {"ts", us(t.submit_ns)}});
+      events.push_back({{"ph", "i"}, {"s", "t"}, {"name", name(warm, "submit " + tag)}, {"cat", "submit"},
+                        {"pid", pid_of(t.rank)}, {"tid", tid(t.rank, kQueue)}, {"ts", ts(t.submit_ns)}});
+  }
+  // Main compute: within each recorded step, the consumer's lane is computing wherever it is not waiting (step
+  // begin -> first arrival c, each wait end -> the next arrival, the last wait end -> step end).
+  for (const auto& s : steps_) {
+    if (!std::isfinite(s.begin_ns) || !std::isfinite(s.end_ns)) continue;
+    std::vector<const LayerTiming*> waits;
+    for (const auto& t : rows_)
+      if (t.rank == s.rank && t.step == s.step && std::isfinite(t.c_ns) && std::isfinite(t.wait_end_ns)) waits.push_back(&t);
+    std::sort(waits.begin(), waits.end(), [](const LayerTiming* a, const LayerTiming* b) { return a->c_ns < b->c_ns; });
+    double from = s.begin_ns;
+    std::string after = "step start";
+    auto slice = [&](double to, const std::string& until) {
+      if (!(to > from)) return;
+      events.push_back({{"ph", "X"}, {"name", name(s.is_warmup(), "compute")}, {"cat", "compute"}, {"pid", pid_of(s.rank)},
+                        {"tid", tid(s.rank, kMain)}, {"ts", ts(from)}, {"dur", us(to - from)},
+                        {"args", {{"rank", s.rank}, {"step", s.step}, {"after", after}, {"until", until}, {"warmup", s.is_warmup()}}}});
+    };
+    for (const LayerTiming* w : waits) {
+      slice(w->c_ns, "wait L" + std::to_string(w->layer_id));
+      from = std::max(from, w->wait_end_ns);
+      after = "wait L" + std::to_string(w->layer_id);
+    }
+    slice(s.end_ns, "step end");
   }
   // The raw rows ride along so `engram trace analyze` can re-run the model from the same file; trace viewers
   // ignore unknown top-level keys.
-  return {{"traceEvents", events}, {"displayTimeUnit", "ns"}, {"engram_timeline", to_json()}};
+  return {{"schema", "engram.trace/1"}, {"traceEvents", events}, {"displayTimeUnit", "ns"}, {"engram_timeline", to_json()}};
+}
+
+nlohmann::json Distribution::to_json(double scale) const {
+  return {{"median", num_or_null(median / scale)}, {"p5", num_or_null(p5 / scale)}, {"p95", num_or_null(p95 / scale)},
+          {"p99", num_or_null(p99 / scale)}, {"n", n}};
 }
 
 Distribution Distribution::of(const std::vector<double>& v) {

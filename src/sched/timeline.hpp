@@ -1,9 +1,11 @@
-// Timeline of Engram lookups and the critical-path model that explains it (seed 000 §4).
+// Timeline of Engram lookups and the critical-path model that explains it.
 //
 // One LayerTiming per (rank, step, Engram layer): r hash ids ready, submit (host enqueued the lookup), s lookup
 // start, f lookup finish, c consumer arrival at its wait, wait_end consumer released. All in nanoseconds from one
 // origin on one time base (CPU: steady_clock; CUDA: elapsed time of events from one origin event). A value that
-// was not recorded is NaN and prints as n/a, never 0.
+// was not recorded is NaN and prints as n/a, never 0. One StepSpan per step (begin_step .. end_step on the same
+// time base). Warm-up steps are marked (LayerTiming::warmup, or a step number < 0 as the serving harness numbers
+// them): reports leave them out, and so does `engram trace analyze` unless asked.
 //
 // Model of a serial prefetch queue: s_i = max(r_i, f_{i-1}), f_i = s_i + L_i, exposed wait E_i = max(0, f_i - c_i),
 // queue time s_i - r_i. It explains an observed timeline; it does not predict one with fixed parameters
@@ -37,6 +39,9 @@ struct LayerTiming {
   double f_ns = kNotRecorded;
   double c_ns = kNotRecorded;
   double wait_end_ns = kNotRecorded;
+  bool warmup = false;   // a warm-up step's lookup (not measured)
+
+  bool is_warmup() const { return warmup || step < 0; }
 
   double lookup_ns() const { return f_ns - s_ns; }               // L
   double queue_ns() const { return s_ns - r_ns; }                // s - r
@@ -75,30 +80,62 @@ struct MaintenanceSpan {
   double host_us = kNotRecorded;  // serving-thread time spent enqueuing it
 };
 
+// One step of one rank on the timeline's time base: begin_step .. end_step (CUDA: the step's origin event ..
+// the end-of-step event on the main stream).
+struct StepSpan {
+  int rank = 0;
+  int64_t step = 0;
+  double begin_ns = kNotRecorded;
+  double end_ns = kNotRecorded;
+  bool warmup = false;
+  bool is_warmup() const { return warmup || step < 0; }
+};
+
+// How to_chrome_trace() writes its events.
+struct ChromeTraceOptions {
+  int pid = 0;                 // OS process id of the events (the rank goes into the process name and args)
+  bool absolute_time = false;  // ts in microseconds since the Unix epoch (needs origin_unix_ns), so the trace
+                               // lines up with other traces of the same run (a torch profiler trace) in Perfetto
+};
+
 class Timeline {
  public:
   void add(const LayerTiming& t) { rows_.push_back(t); }
   void add_maintenance(const MaintenanceSpan& m) { maintenance_.push_back(m); }
   const std::vector<MaintenanceSpan>& maintenance() const { return maintenance_; }
+  void add_step(const StepSpan& s) { steps_.push_back(s); }
   const std::vector<LayerTiming>& rows() const { return rows_; }
   std::vector<LayerTiming>& rows() { return rows_; }
+  const std::vector<StepSpan>& steps() const { return steps_; }
   void clear() {
     rows_.clear();
+    steps_.clear();
     maintenance_.clear();
   }
+  // Marks the lookups and steps recorded before row `first_measured_row` / step span `first_measured_step` as
+  // warm-up (a harness calls it with the counts it saw when its measured steps began).
+  void mark_warmup(size_t first_measured_row, size_t first_measured_step);
+  // The lookups and steps that are not warm-up.
+  Timeline measured() const;
+  // Wall-clock time (CLOCK_REALTIME, ns since the Unix epoch) of this timeline's time origin; NaN when unknown.
+  double origin_unix_ns = kNotRecorded;
 
   // Reads to_json() output, or a Chrome trace written by to_chrome_trace() (its "engram_timeline" key).
   static Result<Timeline> from_json(const nlohmann::json& j);
-  // JSON: {"unit":"ns","rows":[{rank,step,layer_id,r_ns,...}]} with null for NaN.
+  // JSON: {"unit":"ns","origin_unix_ns":..,"rows":[{rank,step,layer_id,r_ns,...,warmup}],"steps":[...]} with
+  // null for NaN.
   nlohmann::json to_json() const;
-  // Chrome trace event JSON (opens in Perfetto / chrome://tracing): per rank one "main" lane (consumer waits)
-  // and one "prefetch queue" lane (lookups), plus instant events for r and submit, and a "cache maintenance" lane
-  // when maintenance spans were recorded. Times in microseconds. to_json() carries the spans as "maintenance"
-  // (only when there are some); from_json() reads the lookup rows only.
-  nlohmann::json to_chrome_trace() const;
+  // Chrome trace event JSON (opens in Perfetto / chrome://tracing): one process per rank (its OS pid), with a
+  // "steps" lane (one slice per step), a "main (consumer)" lane (main compute between the consumer's waits, and
+  // the waits), a "prefetch queue" lane (lookups), instant events for r and submit, and a "cache maintenance" lane
+  // when maintenance spans were recorded. Warm-up slices are named "warm-up ..." and carry args.warmup = true.
+  // Times in microseconds from the origin, or since the epoch. to_json() carries the maintenance spans as
+  // "maintenance" (only when there are some); from_json() does not read them back.
+  nlohmann::json to_chrome_trace(const ChromeTraceOptions& options = {}) const;
 
  private:
   std::vector<LayerTiming> rows_;
+  std::vector<StepSpan> steps_;
   std::vector<MaintenanceSpan> maintenance_;
 };
 
@@ -110,6 +147,8 @@ struct Distribution {
   double median = kNotRecorded, p5 = kNotRecorded, p95 = kNotRecorded, p99 = kNotRecorded;
   size_t n = 0;  // finite values
   static Distribution of(const std::vector<double>& v);
+  // {"median","p5","p95","p99","n"}, each value divided by `scale` (1e6: ns -> ms), null where not recorded.
+  nlohmann::json to_json(double scale = 1.0) const;
 };
 
 // Per (rank, Engram layer) statistics of a timeline and the serial-queue model replayed per rank over all its

@@ -35,7 +35,7 @@ struct BenchArgs {
 nlohmann::json gpu_conditions() {
 #if ENGRAM_HAVE_CUDA
   auto d = cuda::device_info(0);
-  if (!d.is_ok()) return {{"gpu", "n/a"}, {"reason", d.status().to_string()}};
+  if (!d.is_ok()) return {{"gpu", nullptr}, {"reason", d.status().to_string()}};
   return {{"gpu", d->name},
           {"pci_bus_id", d->pci_bus_id},
           {"sm_count", d->sm_count},
@@ -45,8 +45,13 @@ nlohmann::json gpu_conditions() {
           {"driver_version", d->driver_version},
           {"runtime_version", d->runtime_version}};
 #else
-  return {{"gpu", "n/a"}, {"reason", "built without CUDA (ENGRAM_CUDA=OFF or no nvcc)"}};
+  return {{"gpu", nullptr}, {"reason", "built without CUDA (ENGRAM_CUDA=OFF or no nvcc)"}};
 #endif
+}
+
+// The GPU's name for the text lines, n/a when there is none.
+std::string gpu_name(const nlohmann::json& g) {
+  return g.contains("gpu") && g["gpu"].is_string() ? g["gpu"].get<std::string>() : std::string("n/a");
 }
 
 int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, bool single) {
@@ -54,15 +59,19 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   a.ctx.git_rev = ENGRAM_GIT_REV;
   nlohmann::json conditions = collect_conditions(ENGRAM_GIT_REV);
   conditions["gpu"] = gpu_conditions();
+  if (a.json_path == "-" && a.csv_path == "-")
+    return report_failure("bench", Status(Code::kInvalidArgument, "--json - and --csv - both ask for stdout; give one a FILE"));
+  // With --json or --csv on stdout the human text goes to stderr.
   const bool json_stdout = a.json_path == "-";
-  FILE* human = json_stdout ? stderr : stdout;  // with --json on stdout the human text goes to stderr
+  const bool csv_stdout = a.csv_path == "-";
+  FILE* human = json_stdout || csv_stdout ? stderr : stdout;
   std::fprintf(human, "engram bench: %s; warm-up %d, %d reps%s, seed %llu\n", conditions_summary(conditions).c_str(),
                a.ctx.warmup, a.ctx.reps, a.ctx.smoke ? ", smoke sizes" : "",
                static_cast<unsigned long long>(a.ctx.seed));
   const auto& g = conditions["gpu"];
-  std::fprintf(human, "gpu: %s\n", g.value("gpu", std::string("n/a")).c_str());
+  std::fprintf(human, "gpu: %s\n", gpu_name(g).c_str());
   std::vector<bench::Report> reports;
-  nlohmann::json out = {{"engram_bench", 1}, {"conditions", conditions}};
+  nlohmann::json out = {{"schema", "engram.bench/1"}, {"conditions", conditions}};
   out["context"] = {{"warmup", a.ctx.warmup}, {"reps", a.ctx.reps}, {"smoke", a.ctx.smoke}, {"seed", a.ctx.seed},
                     {"threads", a.ctx.threads}};
   out["benches"] = nlohmann::json::array();
@@ -84,7 +93,7 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
         } else {
           std::fprintf(stderr, "engram bench %s: FAILED: %s\n", e->key.c_str(), res.status().to_string().c_str());
           r.notes.push_back("failed: " + res.status().to_string());
-          rc = 1;
+          rc = res.status().code() == Code::kInvalidArgument ? 2 : 1;  // an option that cannot apply is bad input
         }
       } else {
         r = std::move(*res);
@@ -97,7 +106,7 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
     } else {
       std::fprintf(human, "\n== bench %s: %s\n", e->key.c_str(), e->description.c_str());
       if (!r.setup.is_null()) std::fprintf(human, "setup: %s\n", r.setup.dump().c_str());
-      if (!json_stdout) {
+      if (!json_stdout && !csv_stdout) {
         for (const auto& t : r.tables) bench::print_table(t);
       }
       for (const auto& n : r.notes) std::fprintf(human, "note: %s\n", n.c_str());
@@ -114,7 +123,10 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
     if (!f) return report_failure("bench", Status(Code::kIo, "cannot write --json " + a.json_path));
     std::fprintf(human, "json: %s\n", a.json_path.c_str());
   }
-  if (!a.csv_path.empty()) {
+  if (csv_stdout) {
+    bench::write_csv(std::cout, reports);
+    std::cout.flush();
+  } else if (!a.csv_path.empty()) {
     std::ofstream f(a.csv_path);
     bench::write_csv(f, reports);
     if (!f) return report_failure("bench", Status(Code::kIo, "cannot write --csv " + a.csv_path));
@@ -123,15 +135,18 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   if (!a.plot_path.empty()) {
     std::vector<plot::Figure> figs;
     for (const auto& r : reports)
-      for (const auto& f : r.figures) figs.push_back(f);
+      for (const auto& f : r.figures) {
+        figs.push_back(f);
+        if (a.ctx.smoke) figs.back().title += " [smoke sizes]";  // a smoke figure must not pass for a measurement
+      }
     if (figs.empty()) {
       std::fprintf(human, "plot: nothing to plot (every bench waived or without figures); %s not written\n",
                    a.plot_path.c_str());
     } else {
       plot::Canvas canvas;
       canvas.columns = figs.size() == 1 ? 1 : 2;
-      canvas.caption = "engram bench, git " + a.ctx.git_rev + ", " + conditions_summary(conditions) + ", gpu " +
-                       g.value("gpu", std::string("n/a"));
+      canvas.caption = std::string(a.ctx.smoke ? "SMOKE RUN (tiny sizes, figures not meaningful): " : "") +
+                       "engram bench, " + conditions_summary(conditions) + ", gpu " + gpu_name(g);
       const Status st = plot::render_png(figs, a.plot_path, canvas);
       if (st.is_ok())
         std::fprintf(human, "plot: %s (%zu panels)\n", a.plot_path.c_str(), figs.size());
@@ -155,7 +170,8 @@ void add_common(CLI::App& s, BenchArgs& a) {
   s.add_option("--json", a.json_path, "Write the report as JSON to FILE ('-' = stdout, human text to stderr)")
       ->expected(0, 1)
       ->default_str("-");
-  s.add_option("--csv", a.csv_path, "Write every table as tidy CSV (bench,table,row,column,value; empty = n/a)");
+  s.add_option("--csv", a.csv_path, "Write every table as tidy CSV to FILE ('-' = stdout, human text to stderr; "
+               "bench,table,row,column,value; empty = n/a)");
   s.add_option("--plot", a.plot_path, "Render the figures into FILE.png with gnuplot (Debian: gnuplot-nox)");
   s.add_flag("--verbose", a.ctx.verbose, "Progress on stderr");
 }

@@ -44,10 +44,13 @@ struct CensusArgs {
 int census_pid(const CensusArgs& a) {
   auto pc = host::process_census(a.pid, a.prefix);
   if (!pc.is_ok()) return report_failure("census", pc.status().with_context("--pid " + std::to_string(a.pid)));
-  if (a.json)
-    std::printf("%s\n", pc->to_json().dump(2).c_str());
-  else
+  if (a.json) {
+    nlohmann::json j = pc->to_json();
+    j["schema"] = "engram.census-pid/1";
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
     std::printf("%s", pc->to_text().c_str());
+  }
   return 0;
 }
 
@@ -66,6 +69,7 @@ int census_here(const CensusArgs& a) {
   auto table = HostTable::create(*layout, opts);
   if (!table.is_ok()) return report_failure("census", table.status());
   nlohmann::json j;
+  j["schema"] = "engram.census/1";
   j["placement"] = nlohmann::json::array();
   const int per_layer = std::max((*table)->n_replicas(), (*table)->n_shards());
   for (int li = 0; li < (*table)->n_layers(); ++li)

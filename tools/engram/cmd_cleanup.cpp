@@ -34,6 +34,7 @@ int cleanup(const CleanupArgs& a) {
   const host::SweepReport r = host::sweep_stale(o);
   if (a.json) {
     nlohmann::json j = r.to_json();
+    j["schema"] = "engram.cleanup/1";
     j["command"] = "cleanup";
     std::printf("%s\n", j.dump(2).c_str());
   } else {

@@ -1,11 +1,12 @@
-// `engram experiment A1|A2|A3|B1|B2`: one change per experiment (seed 000 §6.2), arms re-created and placed
-// before registration, census proof, the same recorded batches in every arm, randomised order over >= 5
-// repetitions, medians with p5/p95, bootstrap CI of the difference, and the acceptance chain of §6.3
-// (src/replay/experiment.hpp). Writes report.md, report.json, metrics.png and one timeline per arm into --out.
-// On a one-node machine A1-A3 are waived (exit 77) with the reason.
+// `engram experiment A1|A2|A3|B1|B2`: one change per experiment, arms re-created and placed before registration,
+// census proof, the same recorded batches in every arm, randomised order over >= 5 repetitions, medians with
+// p5/p95, bootstrap CI of the difference, and the acceptance chain (src/replay/experiment.hpp). Writes report.md,
+// report.json, metrics.png and one timeline per arm into --out. An experiment whose arms would do the same on
+// this machine (A1-A3 on one node, B2's CPU analogue on too few cores) is refused with the reason (exit 77).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "command.hpp"
 #include "host/conditions.hpp"
@@ -31,19 +32,27 @@ struct ExperimentArgs {
 
 // One bar panel per headline metric: arms on x, median with p5..p95 error bars.
 Status plot_metrics(const nlohmann::json& j, const std::string& png) {
-  static const std::vector<std::pair<const char*, const char*>> keys = {
-      {"ttft_p50_ms", "TTFT p50 [ms]"},          {"itl_p50_ms", "ITL p50 [ms]"},
-      {"goodput_rps", "goodput [req/s]"},        {"lookup_p50_us", "lookup L p50 [us]"},
-      {"wait_per_step_us", "consumer wait per step [us]"}, {"main_compute_p50_us", "main compute per step [us]"}};
+  struct Key {
+    const char* key;
+    const char* title;
+    const char* unit;
+  };
+  static const std::vector<Key> keys = {{"ttft_p50_ms", "TTFT p50", "ms"},
+                                        {"itl_p50_ms", "ITL p50", "ms"},
+                                        {"goodput_rps", "goodput", "requests/s"},
+                                        {"lookup_p50_us", "lookup time L p50", "us"},
+                                        {"wait_per_step_us", "consumer wait per step", "us"},
+                                        {"main_compute_p50_us", "main compute per step", "us"}};
   std::vector<plot::Figure> figs;
-  for (const auto& [k, label] : keys) {
+  for (const auto& [k, title, unit] : keys) {
     plot::Figure f;
-    f.title = label;
-    f.x_label = "arm";
-    f.y_label = label;
+    f.title = std::string(title) + " [" + unit + "]";
+    f.x_label = "";  // the arm names are the x tick labels
+    f.y_label = unit;
     f.style = plot::Style::kBars;
     plot::Series s;
-    s.name = "median (p5..p95 over repetitions)";
+    s.name = "median over " + std::to_string(j["repetitions"].is_number() ? j["repetitions"].get<int>() : 0) +
+             " repetitions, whiskers p5..p95";
     for (const auto& a : j["arms"]) {
       f.categories.push_back(a["name"].get<std::string>());
       const auto& m = a["metrics"][k];
@@ -57,6 +66,7 @@ Status plot_metrics(const nlohmann::json& j, const std::string& png) {
   }
   plot::Canvas c;
   c.columns = 3;
+  c.width_px = 1500;
   c.caption = "engram experiment " + j["experiment"].get<std::string>() + ": " + j["changes"].get<std::string>();
   return plot::render_png(figs, png, c);
 }
@@ -65,15 +75,13 @@ int experiment(const ExperimentArgs& a) {
   auto say = [&](const std::string& m) {
     if (!a.json) std::fprintf(stderr, "engram experiment %s: %s\n", a.id.c_str(), m.c_str());
   };
-  // Waive A1-A3 before building anything on a machine where placement cannot change.
-  const auto nodes = sys::memory_nodes();
-  if (a.id[0] == 'A' && nodes.size() < 2) {
-    auto arms = make_arms(a.id, EngineOptions{}, nodes, a.caps, 1);
-    return report_failure("experiment " + a.id, arms.status());
-  }
   auto setup = resolve_serving(a.s, say);
   if (!setup.is_ok()) return report_failure("experiment", setup.status());
   ServingSetup& s = *setup;
+  // Refuse, before anything is built, an experiment whose arms would not differ on this machine.
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (auto arms = make_arms(a.id, s.engine, sys::memory_nodes(), a.caps, hw); !arms.is_ok())
+    return report_failure("experiment " + a.id, arms.status());
   ExperimentOptions o;
   o.id = a.id;
   o.layout = s.layout;
@@ -112,6 +120,7 @@ int experiment(const ExperimentArgs& a) {
   Status ws = write_experiment_report(*res, o.out_dir);
   if (!ws.is_ok()) return report_failure("experiment", ws);
   if (a.json) {
+    res->json["schema"] = "engram.experiment/1";
     std::printf("%s\n", res->json.dump(2).c_str());
     return 0;
   }
@@ -127,7 +136,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->required()
       ->check(CLI::IsMember({"A1", "A2", "A3", "B1", "B2"}));
   add_serving_options(sub, a->s);
-  sub.add_option("--reps", a->reps, "Repetitions, arm order shuffled in each (default 5)")->check(CLI::Range(1, 1000));
+  sub.add_option("--reps", a->reps, "Repetitions, arm order shuffled in each (default 5, at least 5: fewer make the "
+                                    "bootstrap interval a point)")
+      ->check(CLI::Range(kMinExperimentReps, 1000));
   sub.add_option("--caps", a->caps, "B2: grid caps to sweep, fractions in (0,1], first = baseline (default 0.25 0.5 1.0)");
   sub.add_option("--out", a->out, "Results folder (default engram-experiment-<ID>)");
   sub.add_option("--batches", a->batches, "Recorded batches (engram replay --record); default: recorded live once, untimed");
@@ -140,7 +151,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       "its placement is INVALID and not timed), the same recorded batches replayed. Acceptance chain: placement\n"
       "changed -> lookup or wait changed -> main compute not regressed -> end-to-end improved (bootstrap 95% CI).\n"
       "Example: engram experiment B1 --model tiny --requests 16 --rate 50 --reps 5 --out results/b1\n"
-      "Exit 77: A1-A3 on a machine with one memory node (scripts/numa-guest runs them in a 2-node guest).");
+      "Exit 77: arms that would do the same on this machine (A1-A3 on one memory node: scripts/numa-guest runs them\n"
+      "in a 2-node guest; B2 on the CPU when the caps round to the same lookup thread count), with the reason.");
   return [a] { return experiment(*a); };
 }
 

@@ -266,6 +266,7 @@ int run(const HashArgs& a) {
                       {"decode_step", stats_json(stats->decode_step, l)}};
     }
     if (!a.out.empty()) out["out"] = a.out;
+    out["schema"] = "engram.hash/1";
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }

@@ -24,7 +24,8 @@ struct ModelArgs {
   bool json = false;
 };
 
-int print(const nlohmann::json& j, bool json, const std::string& text) {
+int print(nlohmann::json j, bool json, const std::string& text) {
+  j["schema"] = "engram.model/1";
   if (json) std::printf("%s\n", j.dump(2).c_str());
   else std::printf("%s", text.c_str());
   return 0;
@@ -111,7 +112,7 @@ int capacity(const ModelArgs& a) {
 auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<ModelArgs>();
   sub.require_subcommand(1);
-  auto* t = sub.add_subcommand("transfer", "t = B / BW over named paths (seed 003) or --gbps");
+  auto* t = sub.add_subcommand("transfer", "t = B / BW over named paths (practical link rates) or --gbps");
   t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB");
   t->add_option("--path", a->path, "One named path (default: all): pcie4-pinned, pcie4-pageable, pcie5-pinned, "
                                    "nvlink-c2c, rdma-400g, h200-pinned, h200-pageable");

@@ -12,6 +12,7 @@
 #include "host/conditions.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -20,6 +21,7 @@ struct ReplayArgs {
   ServingArgs s;
   std::string prefetch = "early";
   std::string record, batches, timeline = "none";
+  bool timeline_absolute = false;
   bool json = false;
 };
 
@@ -66,13 +68,14 @@ int replay(const ReplayArgs& a) {
   if (a.timeline != "none") {
     std::ofstream f(a.timeline);
     if (!f) return report_failure("replay", Status(Code::kIo, "cannot write timeline '" + a.timeline + "'"));
-    f << engine.queue().timeline().to_chrome_trace().dump() << "\n";
+    f << engine.queue().timeline().to_chrome_trace({sys::process_id(), a.timeline_absolute}).dump() << "\n";
   }
   const ServingReport& r = *rep;
   // The backend's figures after the run (paths taken, cache hit rates).
   const nlohmann::json details = engine.describe();
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
   nlohmann::json j = r.to_json();
+  j["schema"] = "engram.replay/1";
   j["command"] = "replay";
   j["conditions"] = conditions;
   j["census"] = nlohmann::json::array();
@@ -142,6 +145,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--record", a->record, "Write the token batches the scheduler formed to this JSON file");
   sub.add_option("--batches", a->batches, "Replay a recorded batches file instead of scheduling live (same batches for A/B)");
   sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze");
+  sub.add_flag("--timeline-absolute", a->timeline_absolute,
+               "Trace timestamps in microseconds since the Unix epoch (to line up with a torch profiler trace)");
   sub.add_flag("--json", a->json, "Print the report as JSON");
   sub.footer(
       "Example: engram replay --rate 8 --requests 64 --prompt lognormal:1024,0.5 --output 128 --record b.json\n"

@@ -23,6 +23,7 @@
 #include "run_ranks.hpp"
 #include "sched/layer_compute.hpp"
 #include "sched/prefetch_queue.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -30,6 +31,7 @@ namespace {
 struct RunArgs {
   std::string layout = "v41-flash-mini";
   std::string table_size = "512MiB";
+  const CLI::Option* table_size_option = nullptr;  // given on the command line: it must apply
   std::string row_layout = "fused";
   uint64_t seed = 1;
   int batch = 64;
@@ -46,19 +48,30 @@ struct RunArgs {
   std::string hash = "auto";  // where real-text ids are hashed: auto | cpu | gpu
   double zipf_alpha = 1.0;
   std::string timeline = default_output_path("engram-run.trace.json");
+  bool timeline_absolute = false;  // trace timestamps since the Unix epoch
   bool json = false;
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
   EngineArgs engine;         // backend, table memory, fast path, GPU hot-row cache (warm-up default: --warmup steps)
 };
 
-nlohmann::json dist_json(const Distribution& d) {
-  return {{"median", json_num(d.median)}, {"p5", json_num(d.p5)}, {"p95", json_num(d.p95)},
-          {"p99", json_num(d.p99)}, {"n", d.n}};
-}
+nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
 // --ranks N > 1: N rank processes replay on ONE shared table (src/replay/multi_rank.hpp); each rank uses
 // the backend asked for (auto: its GPU when usable, rank r on device r % visible devices).
+// An option that cannot apply is an error, never silently ignored: --table-size sizes v41-flash-mini only.
+Status check_table_size_applies(const RunArgs& a) {
+  if (!a.table_size_option || a.table_size_option->count() == 0) return Status::ok();
+  if (!a.checkpoint.empty())
+    return Status(Code::kInvalidArgument, "--table-size " + a.table_size + " cannot apply with --checkpoint (the file fixes the size)");
+  if (!a.model.empty())
+    return Status(Code::kInvalidArgument, "--table-size " + a.table_size + " cannot apply with --model (its config.json fixes the size)");
+  if (a.layout != "v41-flash-mini")
+    return Status(Code::kInvalidArgument, "--table-size " + a.table_size + " cannot apply to --layout " + a.layout +
+                                              " (its size is fixed; --table-size sizes v41-flash-mini)");
+  return Status::ok();
+}
+
 int run_ranks(const RunArgs& a) {
   auto size = parse_size_bytes(a.table_size);
   if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
@@ -67,6 +80,7 @@ int run_ranks(const RunArgs& a) {
            .model = a.model, .tensor_names = a.tensor_names, .seed = a.seed, .batch = a.batch, .steps = a.steps, .warmup = a.warmup, .model_layers = a.model_layers,
            .prefetch = a.prefetch, .layer_us = a.layer_us, .ids = a.ids, .tokens = a.tokens,
            .zipf_alpha = a.zipf_alpha, .compute_only_baseline = !a.no_baseline, .timeline = a.timeline,
+           .timeline_absolute = a.timeline_absolute,
            .engine = lookup_option_text(a.engine, a.warmup)};
   r.options.ranks = a.ranks;
   r.options.backing = a.engine.backing;
@@ -76,6 +90,7 @@ int run_ranks(const RunArgs& a) {
 }
 
 int run(const RunArgs& a) {
+  if (Status st = check_table_size_applies(a); !st.is_ok()) return report_failure("run", st);
   if (a.ranks > 1 && a.hash == "gpu")
     return report_failure("run", Status(Code::kInvalidArgument, "--hash gpu: the ranks of --ranks hash on the CPU"));
   if (a.ranks > 1) {
@@ -99,7 +114,8 @@ int run(const RunArgs& a) {
     auto size = parse_size_bytes(a.table_size);
     if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
     layout = make_preset_layout(a.layout, *size, *fmt);
-    if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--layout"));
+    // --layout is one of the presets (checked when parsed): a preset that refuses is refusing the size.
+    if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--table-size"));
   }
   const PrefetchMode mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
   auto say = [&](const std::string& m) {
@@ -184,7 +200,9 @@ int run(const RunArgs& a) {
   if (timeline_path != "none") {
     std::ofstream f(timeline_path);
     if (!f) return report_failure("run", Status(Code::kIo, "cannot write timeline file '" + timeline_path + "'"));
-    f << queue->timeline().to_chrome_trace().dump() << "\n";
+    Timeline tl = queue->timeline();
+    tl.mark_warmup(rep->first_measured_row, rep->first_measured_step);  // trace analyze leaves them out
+    f << tl.to_chrome_trace({sys::process_id(), a.timeline_absolute}).dump() << "\n";
   }
 
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
@@ -194,6 +212,7 @@ int run(const RunArgs& a) {
                               ? r.step_ns.median / r.compute_only_step_ns.median
                               : kNotRecorded;
   nlohmann::json j;
+  j["schema"] = "engram.run/1";
   j["command"] = "run";
   j["conditions"] = conditions;
   j["table"] = {{"layout", layout->name},
@@ -260,7 +279,7 @@ int run(const RunArgs& a) {
                       {"measured_wait_ns", dist_json(l.measured_wait_ns)},
                       {"lookup_ns", dist_json(l.lookup_ns)},
                       {"queue_ns", dist_json(l.queue_ns)},
-                      {"model_residual_s_ns", dist_json(l.residual_s_ns)}});
+                      {"residual_s_ns", dist_json(l.residual_s_ns)}});
   j["layers"] = layers;
   // N-gram statistics of real-text ids (per layer and order, averaged over the order's heads).
   if (auto* text = dynamic_cast<TextIdSource*>(source.get())) {
@@ -359,7 +378,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<RunArgs>();
   CLI::Option* layout_opt = sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
       ->check(CLI::IsMember(preset_names()));
-  CLI::Option* size_opt = sub.add_option("--table-size", a->table_size,
+  a->table_size_option = sub.add_option("--table-size", a->table_size,
                  "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)");
   sub.add_option("--row-layout", a->row_layout, "Row layout in memory: fused (payload|scales record, default) or split")
       ->check(CLI::IsMember({"fused", "split"}));
@@ -382,15 +401,13 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)");
   CLI::Option* ckpt = sub.add_option("--checkpoint", a->checkpoint,
                                      "Load the table from this safetensors checkpoint (engram table create)")
-                          ->excludes(layout_opt)
-                          ->excludes(size_opt);
+                          ->excludes(layout_opt);
   CLI::Option* model = sub.add_option("--model", a->model,
                                       "Load the table from this Hugging Face model directory (config.json, index, "
                                       "shards): its layout from config.json, its ids hashed with the directory's "
                                       "compression table (engram.compress.bin)")
                            ->excludes(ckpt)
-                           ->excludes(layout_opt)
-                           ->excludes(size_opt);
+                           ->excludes(layout_opt);
   sub.add_option("--hash", a->hash,
                  "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with text ids and early "
                  "prefetch, else the CPU), cpu, gpu. GPU ids are compared with the CPU hasher's after every step")
@@ -408,6 +425,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--timeline", a->timeline, "Chrome trace output file, 'none' to skip (default " +
                   default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json)");
+  sub.add_flag("--timeline-absolute", a->timeline_absolute,
+               "Trace timestamps in microseconds since the Unix epoch, so the trace lines up with a torch profiler "
+               "trace of the same run in Perfetto (default: from the run's start)");
   add_backend_options(sub, a->engine);
   add_cache_options(sub, a->engine.cache, "the --warmup steps");
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");

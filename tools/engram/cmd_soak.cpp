@@ -423,7 +423,8 @@ int run_soak(const SoakArgs& a) {
   const bool self_growth = start.fds >= 0 && (end.fds > start.fds || end.maps > start.maps);
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool pass = !failed && errors == 0 && !growth && !self_growth && rows_checked > 0;
-  json out = {{"command", "soak"},
+  json out = {{"schema", "engram.soak/1"},
+              {"command", "soak"},
               {"duration_s", wall_s},
               {"ranks", a.ranks},
               {"rounds", rounds},

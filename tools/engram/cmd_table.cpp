@@ -141,6 +141,7 @@ int info(const InfoArgs& a) {
                          {"bytes", t.size_bytes()}});
     j["tensors"] = tensors;
     j["metadata"] = ci.header.metadata;
+    j["schema"] = "engram.table-info/1";
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -206,7 +207,8 @@ int load(const LoadArgs& a) {
   if (a.verify) mismatches = count_synthetic_mismatches(**table, *info->seed, a.threads);
 
   if (a.json) {
-    nlohmann::json j = {{"command", "table load"},
+    nlohmann::json j = {{"schema", "engram.table-load/1"},
+                        {"command", "table load"},
                         {"path", a.path},
                         {"row_layout", row_format_name(*fmt)},
                         {"bytes", bytes},

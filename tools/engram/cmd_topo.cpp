@@ -2,6 +2,7 @@
 // go (host/topology.hpp): nodes, CPUs, memory, distances, GPU/NIC nodes (unknown when the kernel does not
 // say), THP, /dev/shm, this process's Cpus_allowed / Mems_allowed / memory policy.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "command.hpp"
 #include "host/topology.hpp"
@@ -13,10 +14,13 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   return [json] {
     auto t = engram::host::read_topology();
     if (!t.is_ok()) return engram::cli::report_failure("topo", t.status());
-    if (*json)
-      std::printf("%s\n", t->to_json().dump(2).c_str());
-    else
+    if (*json) {
+      nlohmann::json j = t->to_json();
+      j["schema"] = "engram.topo/1";
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
       std::printf("%s", t->to_text().c_str());
+    }
     return 0;
   };
 }

@@ -1,4 +1,4 @@
-// `engram trace analyze FILE`: explains a recorded timeline with the serial-queue model (design.md "timeline"):
+// `engram trace analyze FILE`: explains a recorded timeline with the serial-queue model (warm-up steps left out):
 // per rank and Engram layer the queue time s-r, lookup time L, exposed wait E = max(0, f-c), lead time c-r and
 // the residual between measured and modelled start; the layers that dominate E; and what-if totals when lookups
 // are faster (--scale-lookup), submitted earlier (--advance-ready-us) or one layer's lookups run on a second queue
@@ -26,6 +26,7 @@ struct TraceArgs {
   std::string plot;
   int64_t step = -1;
   int rank = 0;
+  bool include_warmup = false;
 };
 
 // Lanes of one step of one rank, times in us from the step's first r.
@@ -57,18 +58,21 @@ Status plot_step(const Timeline& tl, int rank, int64_t step, const std::string& 
   return plot::render_png({f}, png, c);
 }
 
-nlohmann::json dj(const Distribution& d) {
-  return {{"median", json_num(d.median)}, {"p5", json_num(d.p5)}, {"p95", json_num(d.p95)}, {"p99", json_num(d.p99)}, {"n", d.n}};
-}
+nlohmann::json dj(const Distribution& d) { return d.to_json(); }
 
 int analyze(const TraceArgs& a) {
   std::ifstream f(a.file);
   if (!f) return report_failure("trace analyze", Status(Code::kNotFound, "cannot open '" + a.file + "'"));
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) return report_failure("trace analyze", Status(Code::kInvalidArgument, "'" + a.file + "' is not JSON"));
-  auto tl = Timeline::from_json(j);
-  if (!tl.is_ok()) return report_failure("trace analyze", tl.status().with_context(a.file));
-  if (tl->rows().empty()) return report_failure("trace analyze", Status(Code::kInvalidArgument, a.file + ": timeline has no rows"));
+  auto all = Timeline::from_json(j);
+  if (!all.is_ok()) return report_failure("trace analyze", all.status().with_context(a.file));
+  // Warm-up steps are left out unless asked for, so the figures are those of the run's own report.
+  auto tl = a.include_warmup ? all : Result<Timeline>(all->measured());
+  const size_t warmup_rows = all->rows().size() - tl->rows().size();
+  if (tl->rows().empty())
+    return report_failure("trace analyze", Status(Code::kInvalidArgument, a.file + ": timeline has no " +
+                                                                               (warmup_rows ? "measured rows (only warm-up; --include-warmup)" : "rows")));
   const auto base = analyze_timeline(*tl);
   const bool what_if = a.scale_lookup != 1.0 || a.advance_ready_us != 0.0 || a.move_layer >= 0;
   if (a.move_layer >= 0 && (a.scale_lookup != 1.0 || a.advance_ready_us != 0.0))
@@ -87,7 +91,7 @@ int analyze(const TraceArgs& a) {
     if (step < 0) {  // default: the step with the largest total exposed wait of the rank
       std::map<int64_t, double> e;
       for (const auto& t : tl->rows())
-        if (t.rank == a.rank && t.step >= 0 && std::isfinite(t.exposed_wait_ns())) e[t.step] += t.exposed_wait_ns();  // < 0: warm-up
+        if (t.rank == a.rank && !t.is_warmup() && std::isfinite(t.exposed_wait_ns())) e[t.step] += t.exposed_wait_ns();
       double best = -1;
       for (auto& [k, v] : e)
         if (v > best) best = v, step = k;
@@ -101,8 +105,10 @@ int analyze(const TraceArgs& a) {
   for (const auto& x : base) total_e += x.total_exposed_wait_ns;
   for (const auto& x : wi) total_wi += x.total_model_exposed_wait_ns;
   nlohmann::json out;
+  out["schema"] = "engram.trace-analyze/1";
   out["file"] = a.file;
   out["lookups"] = tl->rows().size();
+  out["warmup_lookups_excluded"] = warmup_rows;
   out["total_exposed_wait_ns"] = total_e;
   nlohmann::json layers = nlohmann::json::array();
   for (size_t i = 0; i < base.size(); ++i) {
@@ -128,7 +134,10 @@ int analyze(const TraceArgs& a) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%s: %zu lookups, total exposed wait %.1f us\n\n", a.file.c_str(), tl->rows().size(), total_e / 1e3);
+  std::printf("%s: %zu lookups%s, total exposed wait %.1f us\n\n", a.file.c_str(), tl->rows().size(),
+              warmup_rows ? (" (" + std::to_string(warmup_rows) + " warm-up lookups left out; --include-warmup)").c_str()
+                          : (a.include_warmup ? " (warm-up included)" : ""),
+              total_e / 1e3);
   std::printf("%-5s %-6s %12s %12s %12s %12s %12s %12s %8s\n", "rank", "layer", "queue med", "L med", "E med", "E p95",
               "lead med", "resid med", "E share");
   for (const auto& x : base)
@@ -167,6 +176,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   an->add_option("--plot", a->plot, "Draw one step's lanes (ids ready, prefetch queue, main-stream waits) into this PNG");
   an->add_option("--step", a->step, "Step for --plot (default: the step with the largest exposed wait)");
   an->add_option("--rank", a->rank, "Rank for --plot (default 0)");
+  an->add_flag("--include-warmup", a->include_warmup,
+               "Count the warm-up steps too (default: left out, as engram run's own report leaves them out)");
   an->add_flag("--json", a->json, "Print JSON");
   return [a] { return analyze(*a); };
 }

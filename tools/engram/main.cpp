@@ -2,6 +2,7 @@
 // themselves; this file only parses and dispatches.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -35,6 +36,41 @@ int report_failure(const std::string& command, const Status& status) {
   return exit_code_for(status);
 }
 
+namespace {
+
+// Levenshtein distance, for "did you mean" on a mistyped command.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first word that is neither an option nor an option's value: the command the user asked for ("" if none).
+// Only the top-level options come before it (--log-level takes a value).
+std::string command_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (!w.empty() && w[0] == '-') continue;
+    return w;
+  }
+  return "";
+}
+
+}  // namespace
+
 }  // namespace engram::cli
 
 int main(int argc, char** argv) {
@@ -55,6 +91,22 @@ int main(int argc, char** argv) {
   for (auto& e : reg) {
     CLI::App* sub = app.add_subcommand(e.name, e.description);
     subs.emplace_back(sub, e.setup(*sub));
+  }
+  // A word that names no command is a mistake the user can fix: say which command it is closest to.
+  if (const std::string word = command_word(argc, argv); !word.empty()) {
+    std::string best;
+    size_t best_d = std::string::npos;
+    bool known = false;
+    for (const auto& e : reg) {
+      if (e.name == word) known = true;
+      const size_t d = edit_distance(word, e.name);
+      if (d < best_d) best_d = d, best = e.name;
+    }
+    if (!known) {
+      std::fprintf(stderr, "engram: unknown command '%s'%s; `engram --help` lists the commands\n", word.c_str(),
+                   best_d <= std::max<size_t>(2, word.size() / 3) ? (" (did you mean '" + best + "'?)").c_str() : "");
+      return 2;
+    }
   }
   try {
     app.parse(argc, argv);

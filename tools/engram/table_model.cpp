@@ -286,6 +286,7 @@ int info_model_dir(const ModelInfoArgs& a) {
         {"matches_config", has_table ? json(table_status.is_ok()) : json(nullptr)},
         {"error", table_status.is_ok() ? json(nullptr) : json(table_status.to_string())},
         {"build_command", build_cmd}};
+    j["schema"] = "engram.table-info-model/1";
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     int64_t shard_bytes = 0;
@@ -415,7 +416,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   if (a.json) {
     json unused_rows = json::array();
     for (const host::ModelLayer& ml : info->layers) unused_rows.push_back(ml.unused_rows());
-    const json j = {{"command", "table load"},
+    json j = {{"command", "table load"},
                     {"path", a.dir},
                     {"format", "hf-model"},
                     {"row_layout", row_format_name(*fmt)},
@@ -439,6 +440,7 @@ int load_model_dir(const ModelLoadArgs& a) {
                     {"drop_page_cache", opt.drop_page_cache},
                     {"verified", a.verify},
                     {"mismatched_rows", a.verify ? json(mismatches) : json(nullptr)}};
+    j["schema"] = "engram.table-load-model/1";
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("loaded %s into a %s %s table (%s, placement %s%s): %s of rows in %.2f s (%s); placing it took "

@@ -1,11 +1,15 @@
 // CLI smoke of `engram replay` and `engram experiment` at tiny sizes on the CPU backend: the JSON carries the
 // client and engine metrics, a recorded batches file replays, B1 writes its report with the acceptance chain,
-// and A1 on a one-node machine is waived with exit 77.
+// A1 on a one-node machine and a B2 whose arms would not differ are refused with exit 77, fewer than 5
+// repetitions with exit 2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cmath>
+#include <thread>
 
 #include "support/cli.hpp"
 #include "sys/numa.hpp"
@@ -55,6 +59,22 @@ TEST(ReplayCli, PlacementExperimentsAreWaivedOnOneNode) {
   auto r = engram::testing::run_engram("experiment A1" + kTiny, engram::testing::CliStderr::kMerge);
   EXPECT_EQ(r.code, 77) << r.out;
   EXPECT_NE(r.out.find("two NUMA memory nodes"), std::string::npos) << r.out;
+}
+
+TEST(ReplayCli, ExperimentRefusesFewerThanFiveRepetitions) {
+  auto r = engram::testing::run_engram("experiment B1" + kTiny + " --reps 4", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--reps"), std::string::npos) << r.out;
+}
+
+TEST(ReplayCli, ExperimentWhoseArmsDoNotDifferHereIsRefusedWithTheReason) {
+  // On the CPU backend B2 sets lookup threads to cap x (cores - 1): caps 0.5 and 0.6 round to the same count on
+  // a machine with few cores, so the experiment would compare an arm with itself.
+  const long k = std::max(1L, static_cast<long>(std::thread::hardware_concurrency()) - 1);
+  if (std::lround(0.5 * k) != std::lround(0.6 * k)) GTEST_SKIP() << "caps 0.5 and 0.6 give different thread counts here";
+  auto r = engram::testing::run_engram("experiment B2" + kTiny + " --caps 0.5 0.6", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(r.code, 77) << r.out;
+  EXPECT_NE(r.out.find("would do the same on this machine"), std::string::npos) << r.out;
 }
 
 TEST(ReplayCli, BadLengthIsABadArgument) {

@@ -41,6 +41,30 @@ TEST(EngramRun, JsonReportHasFields) {
   std::ifstream f(trace);
   auto tj = nlohmann::json::parse(f);
   EXPECT_GT(tj["traceEvents"].size(), 6u);
+  // trace analyze leaves the warm-up step out and then agrees with run's own report.
+  auto an = run_engram("trace analyze " + trace + " --json");
+  ASSERT_EQ(an.code, 0) << an.out;
+  auto aj = nlohmann::json::parse(an.out);
+  EXPECT_EQ(aj["lookups"], 3 * 2);                  // measured steps * Engram layers
+  EXPECT_EQ(aj["warmup_lookups_excluded"], 1 * 2);  // the --warmup step
+  ASSERT_EQ(aj["layers"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(aj["layers"][i]["exposed_wait_ns"]["n"], j["layers"][i]["exposed_wait_ns"]["n"]);
+    EXPECT_DOUBLE_EQ(aj["layers"][i]["exposed_wait_ns"]["median"].get<double>(),
+                     j["layers"][i]["exposed_wait_ns"]["median"].get<double>());
+  }
+  auto all = nlohmann::json::parse(run_engram("trace analyze " + trace + " --json --include-warmup").out);
+  EXPECT_EQ(all["lookups"], 4 * 2);
+  // Step and compute slices, one process per rank under its OS pid.
+  int steps = 0, compute = 0;
+  for (const auto& e : tj["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    steps += e["cat"] == "step";
+    compute += e["cat"] == "compute";
+    EXPECT_GT(e["pid"].get<int>(), 0);
+  }
+  EXPECT_EQ(steps, 4);
+  EXPECT_GT(compute, 0);
   std::filesystem::remove_all(dir);
 }
 
@@ -61,6 +85,26 @@ TEST(EngramRun, BadArgumentsExitTwo) {
   EXPECT_EQ(run_engram("run --batch 0").code, 2);
   EXPECT_EQ(run_engram("run --prefetch sometimes").code, 2);
   EXPECT_EQ(run_engram("frobnicate").code, 2);
+}
+
+TEST(EngramRun, TheOptionAtFaultIsNamedAndOptionsThatCannotApplyAreRefused) {
+  auto o = run_engram("run --table-size 12", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.out.find("--table-size"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("--layout"), std::string::npos) << o.out;
+  o = run_engram("run --layout tiny --table-size 1GiB --steps 1", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.out.find("--table-size 1GiB cannot apply to --layout tiny"), std::string::npos) << o.out;
+}
+
+TEST(EngramCli, UnknownCommandSaysWhichOneItMeant) {
+  auto o = run_engram("runn --steps 2", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.out.find("unknown command 'runn' (did you mean 'run'?)"), std::string::npos) << o.out;
+  o = run_engram("--log-level info frobnicate", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.out.find("unknown command 'frobnicate'"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("did you mean"), std::string::npos) << o.out;
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(Topology, UnknownDeviceNodeIsNeverZero) {
       const auto& d = (list[0] == 'g' ? t->gpus : t->nics)[i];
       auto v = sys::read_int_file("/sys/bus/pci/devices/" + d.bus_id + "/numa_node");
       if (!v.is_ok() || *v < 0) {
-        EXPECT_EQ(j[list][i]["numa_node"], "unknown") << d.bus_id;
+        EXPECT_TRUE(j[list][i]["numa_node"].is_null()) << d.bus_id;
         EXPECT_EQ(d.numa_node, -1);
       } else {
         EXPECT_EQ(j[list][i]["numa_node"], *v) << d.bus_id;

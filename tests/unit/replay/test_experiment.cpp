@@ -1,4 +1,5 @@
-// Experiment harness: arms change exactly one thing, A1-A3 are waived (kUnsupported) on one node, the census
+// Experiment harness: arms change exactly one thing, arms that would do the same on this machine are refused
+// (kUnsupported: A1-A3 on one node, B2's CPU analogue on two cores), fewer than 5 repetitions are refused, the census
 // check accepts what an arm asked for and rejects what it did not get, and a small B1 on the CPU backend runs
 // every arm on the same recorded batches and computes each link of the acceptance chain.
 #include <gtest/gtest.h>
@@ -54,6 +55,32 @@ TEST(Experiment, ArmsChangeOneThing) {
   EXPECT_EQ(make_arms("C9", base, {0}, {}, 8).status().code(), Code::kInvalidArgument);
 }
 
+TEST(Experiment, ArmsThatDoTheSameOnThisMachineAreRefusedWithTheReason) {
+  EngineOptions base;
+  base.backend = BackendKind::kCpu;
+  // Two cores: every cap of the CPU analogue rounds to one lookup thread.
+  auto b2 = make_arms("B2", base, {0}, {0.25, 0.5, 1.0}, 2);
+  ASSERT_EQ(b2.status().code(), Code::kUnsupported);
+  EXPECT_NE(b2.status().message().find("cap=0.25 and cap=0.50"), std::string::npos) << b2.status().message();
+  EXPECT_NE(b2.status().message().find("1 lookup threads"), std::string::npos) << b2.status().message();
+  // Caps that round to distinct thread counts run.
+  EXPECT_TRUE(make_arms("B2", base, {0}, {0.25, 1.0}, 9).is_ok());
+  // The same rule refuses placement experiments on one node, with the node count in the reason.
+  for (const char* id : {"A1", "A2", "A3"}) {
+    auto a = make_arms(id, base, {0}, {}, 8);
+    ASSERT_EQ(a.status().code(), Code::kUnsupported) << id;
+    EXPECT_NE(a.status().message().find("needs two NUMA memory nodes; this machine has 1"), std::string::npos)
+        << a.status().message();
+  }
+  // A single cap has nothing to compare.
+  EXPECT_EQ(make_arms("B2", base, {0}, {0.5}, 9).status().code(), Code::kInvalidArgument);
+  // Two nodes: the arms differ, and their effective settings say where the pages land.
+  auto a2 = make_arms("A2", base, {0, 1}, {}, 8);
+  ASSERT_TRUE(a2.is_ok()) << a2.status().to_string();
+  EXPECT_NE((*a2)[0].effective.find("pages on N0"), std::string::npos) << (*a2)[0].effective;
+  EXPECT_NE((*a2)[1].effective.find("pages spread over N0,N1"), std::string::npos) << (*a2)[1].effective;
+}
+
 TEST(Experiment, CensusCheckAcceptsWhatWasAskedAndRejectsTheRest) {
   ArmSpec a;
   a.rig.table.placement = policy("bind:1");
@@ -94,14 +121,18 @@ TEST(Experiment, B1OnTheCpuBackendComputesTheChain) {
   o.schedule.requests = *make_requests(w);
   const EngramLayout layout = o.layout;
   o.make_ids = [layout] { return make_zipf_serving_ids(layout, 1.0, 1); };
-  o.reps = 3;
+  o.reps = kMinExperimentReps - 1;
+  auto few = run_experiment(o);
+  EXPECT_EQ(few.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(few.status().message().find("too few"), std::string::npos) << few.status().message();
+  o.reps = kMinExperimentReps;
   o.out_dir = testing::TempDir() + "/exp_b1";
   auto r = run_experiment(o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->arms.size(), 2u);
   for (const auto& a : r->arms) {
     EXPECT_TRUE(a.valid) << a.evidence;
-    EXPECT_EQ(a.runs.size(), 3u);
+    EXPECT_EQ(a.runs.size(), static_cast<size_t>(kMinExperimentReps));
     EXPECT_FALSE(a.trace_file.empty());
   }
   const auto& c = r->json["comparisons"][0];

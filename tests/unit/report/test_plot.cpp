@@ -59,6 +59,21 @@ TEST(Plot, BarsAndLanes) {
   EXPECT_NE(s.find("title \"lookup\""), std::string::npos);
 }
 
+TEST(Plot, BarsDrawWhiskersAndTheLegendLeavesThePanelToTheData) {
+  Figure b;
+  b.style = Style::kBars;
+  b.title = "TTFT p50";
+  b.y_label = "ms";
+  b.categories = {"early", "on-demand"};
+  b.series = {{"median, whiskers p5..p95", {}, {2.0, 3.5}, {1.5, 3.0}, {2.5, 4.25}}};
+  const std::string s = gnuplot_script({b}, "/tmp/z.png");
+  EXPECT_NE(s.find("set style histogram errorbars"), std::string::npos) << s;
+  EXPECT_NE(s.find("\"on-demand\" 3.5 3 4.25"), std::string::npos) << s;  // y, p5, p95 per category
+  EXPECT_NE(s.find("using 2:3:4:xtic(1)"), std::string::npos) << s;
+  EXPECT_NE(s.find("set key below"), std::string::npos) << s;
+  EXPECT_EQ(s.find("outside right"), std::string::npos) << s;
+}
+
 TEST(Plot, MalformedFiguresAreRefused) {
   Figure f = lines();
   f.series[1].y.pop_back();

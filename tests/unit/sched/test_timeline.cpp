@@ -91,13 +91,13 @@ TEST(TimelineExport, ChromeTraceHasLookupAndWaitSlices) {
       ++lookups;
       EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.0);   // microseconds
       EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.0);
-      EXPECT_EQ(e["tid"], 1);
+      EXPECT_EQ(e["tid"], 2);  // lanes: 0 steps, 1 main (consumer), 2 prefetch queue
     }
     if (e["cat"] == "wait") {
       ++waits;
       EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 2.0);
       EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1.0);
-      EXPECT_EQ(e["tid"], 0);
+      EXPECT_EQ(e["tid"], 1);
     }
   }
   EXPECT_EQ(lookups, 1);
@@ -128,10 +128,10 @@ TEST(TimelineExport, MaintenanceSpansHaveTheirOwnLane) {
   int spans = 0;
   bool lane_named = false;
   for (const auto& e : j["traceEvents"]) {
-    if (e["ph"] == "M" && e.value("tid", -1) == 2) lane_named = e["args"]["name"] == "cache maintenance";
+    if (e["ph"] == "M" && e.value("tid", -1) == 3) lane_named = e["args"]["name"] == "cache maintenance";
     if (e["ph"] != "X" || e["cat"] != "maintenance") continue;
     ++spans;
-    EXPECT_EQ(e["tid"], 2);
+    EXPECT_EQ(e["tid"], 3);  // lanes: 0 steps, 1 main, 2 prefetch queue, 3 cache maintenance
     EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 5.0);
     EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.5);
     EXPECT_EQ(e["args"]["rows"], 64);
@@ -163,6 +163,93 @@ TEST(TimelineExport, ChromeTraceRoundTripsThroughFromJson) {
   EXPECT_DOUBLE_EQ(back->rows()[0].f_ns, 3);
   EXPECT_TRUE(std::isnan(back->rows()[0].submit_ns));
   EXPECT_FALSE(Timeline::from_json(nlohmann::json::array()).is_ok());
+}
+
+TEST(TimelineExport, WarmupIsMarkedAndLeftOutOfTheMeasuredTimeline) {
+  Timeline tl;
+  for (int step = 0; step < 3; ++step) {
+    LayerTiming x = t(100.0 * step, 100.0 * step + 10, 100.0 * step + 30, 100.0 * step + 20, 100.0 * step + 30, 1);
+    x.step = step;
+    tl.add(x);
+    tl.add_step({0, step, 100.0 * step, 100.0 * step + 50, false});
+  }
+  tl.mark_warmup(1, 1);  // the first step was warm-up
+  EXPECT_TRUE(tl.rows()[0].is_warmup());
+  EXPECT_FALSE(tl.rows()[1].is_warmup());
+  EXPECT_TRUE(tl.steps()[0].is_warmup());
+  const Timeline m = tl.measured();
+  ASSERT_EQ(m.rows().size(), 2u);
+  ASSERT_EQ(m.steps().size(), 2u);
+  EXPECT_EQ(m.rows()[0].step, 1);
+  EXPECT_EQ(m.steps()[0].step, 1);
+  // A step numbered < 0 (the serving harness's warm-up) counts as warm-up without a mark.
+  LayerTiming neg = t(0, 1, 2, 3, 4);
+  neg.step = -1;
+  EXPECT_TRUE(neg.is_warmup());
+  // The marks survive the trace file.
+  auto back = Timeline::from_json(tl.to_chrome_trace());
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->measured().rows().size(), 2u);
+  EXPECT_EQ(back->measured().steps().size(), 2u);
+  int warm_slices = 0;
+  const nlohmann::json trace = tl.to_chrome_trace();
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["args"].value("warmup", false)) {
+      ++warm_slices;
+      EXPECT_EQ(e["name"].get<std::string>().rfind("warm-up ", 0), 0u) << e.dump();
+    }
+  EXPECT_EQ(warm_slices, 5);  // step 0: its step slice, lookup, wait, and compute before and after the wait
+}
+
+TEST(TimelineExport, ChromeTraceHasStepAndComputeSlicesPidAndAbsoluteTime) {
+  Timeline tl;
+  tl.origin_unix_ns = 1.7e18;
+  LayerTiming x = t(100, 1000, 3000, 2000, 3500, 4);
+  x.rank = 3;
+  tl.add(x);
+  tl.add_step({3, 0, 500, 5000, false});
+  auto j = tl.to_chrome_trace({4242, false});
+  EXPECT_EQ(j["schema"], "engram.trace/1");
+  std::vector<std::pair<double, double>> compute;
+  int steps = 0;
+  bool named = false;
+  for (auto& e : j["traceEvents"]) {
+    EXPECT_EQ(e["pid"], 4242) << e.dump();
+    if (e["ph"] == "M" && e["name"] == "process_name") named = e["args"]["name"] == "engram rank 3";
+    if (e["ph"] != "X") continue;
+    EXPECT_EQ(e["args"]["rank"], 3) << e.dump();
+    if (e["cat"] == "step") {
+      ++steps;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 0.5);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 4.5);
+    }
+    if (e["cat"] == "compute") compute.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+  }
+  EXPECT_TRUE(named);
+  EXPECT_EQ(steps, 1);
+  // Compute: step begin (0.5 us) -> arrival at the wait (2 us), wait end (3.5 us) -> step end (5 us).
+  ASSERT_EQ(compute.size(), 2u);
+  EXPECT_DOUBLE_EQ(compute[0].first, 0.5);
+  EXPECT_DOUBLE_EQ(compute[0].second, 1.5);
+  EXPECT_DOUBLE_EQ(compute[1].first, 3.5);
+  EXPECT_DOUBLE_EQ(compute[1].second, 1.5);
+  // Absolute time: every ts shifted by the origin's wall-clock time in microseconds.
+  auto abs = tl.to_chrome_trace({4242, true});
+  for (auto& e : abs["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "step") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.7e15 + 0.5);
+    }
+  auto back = Timeline::from_json(abs);
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_DOUBLE_EQ(back->origin_unix_ns, 1.7e18);
+  // Without a known origin the trace stays relative.
+  Timeline rel = tl;
+  rel.origin_unix_ns = kNotRecorded;
+  const nlohmann::json rel_trace = rel.to_chrome_trace({1, true});
+  for (auto& e : rel_trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "step") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 0.5);
+    }
 }
 
 TEST(AnalyzeTimeline, PerRankQueueAcrossStepsAndShares) {
