@@ -81,7 +81,7 @@ Result<std::unique_ptr<StepHasher>> StepHasher::create(const NgramHashParams& pa
   ENGRAM_RETURN_IF_ERROR(h->hasher_->launch_reset_lookback(h->lookback_, max_requests, nullptr, max_requests,
                                                            h->errors_, nullptr));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "step hasher: initial look-back");
-  return h;
+  return std::move(h);  // nvcc (C++17) does not apply the implicit move into Result
 }
 
 Status StepHasher::hash_decode_step(const int64_t* tokens, const uint8_t* new_sequence, int n_requests, void* stream) {
