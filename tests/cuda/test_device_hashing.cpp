@@ -15,32 +15,18 @@
 #include "replay/text_id_source.hpp"
 #include "sched/prefetch_queue.hpp"
 #include "support/conformance.hpp"
+#include "support/hash_support.hpp"
 
 namespace engram {
 namespace {
 
-CompressionTable random_table(std::mt19937_64& rng, int64_t vocab) {
-  CompressionTable t;
-  t.tokenizer = "test";
-  uint32_t next = 0;
-  for (int64_t i = 0; i < vocab; ++i) t.canonical.push_back(next == 0 || rng() % 3 ? next++ : static_cast<uint32_t>(rng() % next));
-  t.compressed_vocab = next;
-  return t;
-}
+using testing::random_table;
 
-TokenFile random_tokens(std::mt19937_64& rng, int docs, int64_t vocab) {
-  TokenFile tf;
-  tf.path = "mem.tokens";
-  tf.tokenizer = "test";
-  tf.vocab_size = vocab;
-  int64_t at = 0;
-  for (int d = 0; d < docs; ++d) {
-    const int64_t n = 1 + static_cast<int64_t>(rng() % 90);
-    tf.documents.push_back({"doc" + std::to_string(d), at, n});
-    for (int64_t i = 0; i < n; ++i) tf.ids.push_back(static_cast<uint32_t>(rng() % vocab));
-    at += n;
-  }
-  return tf;
+// Documents of 1..90 tokens.
+TokenFile random_documents(std::mt19937_64& rng, int docs, int64_t vocab) {
+  std::vector<int64_t> sizes;
+  for (int d = 0; d < docs; ++d) sizes.push_back(1 + static_cast<int64_t>(rng() % 90));
+  return testing::random_token_file(rng, sizes, vocab);
 }
 
 std::vector<uint16_t> to_host(const uint16_t* dev, size_t n) {
@@ -54,9 +40,9 @@ TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
   const uint64_t seed = test::conformance_seed();
   std::mt19937_64 rng(seed);
   const EngramLayout layout = test::conformance_layout(RowFormat::kFused);
-  auto hasher = NgramHasher::create(layout, random_table(rng, 5000), NgramHashOptions{.seed = static_cast<int64_t>(rng() % 1000)});
+  auto hasher = NgramHasher::create(layout, random_table(rng, 5000, 0.67), NgramHashOptions{.seed = static_cast<int64_t>(rng() % 1000)});
   ASSERT_TRUE(hasher.is_ok()) << hasher.status().to_string();
-  auto src = TextIdSource::create(*hasher, random_tokens(rng, 40, 5000), TextIdSourceOptions{.seq_len = 7 + static_cast<int64_t>(rng() % 30)});
+  auto src = TextIdSource::create(*hasher, random_documents(rng, 40, 5000), TextIdSourceOptions{.seq_len = 7 + static_cast<int64_t>(rng() % 30)});
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();
 
   const int batch = 1 + static_cast<int>(rng() % 96);
@@ -106,9 +92,9 @@ TEST(CudaDeviceHashing, ReplayWiredOnTheGpuVerifiesEveryId) {
   ENGRAM_REQUIRE_GPU();
   std::mt19937_64 rng(test::conformance_seed());
   const EngramLayout layout = test::conformance_layout(RowFormat::kSplit);
-  auto hasher = NgramHasher::create(layout, random_table(rng, 3000), NgramHashOptions{.seed = 3});
+  auto hasher = NgramHasher::create(layout, random_table(rng, 3000, 0.67), NgramHashOptions{.seed = 3});
   ASSERT_TRUE(hasher.is_ok());
-  auto src = TextIdSource::create(*hasher, random_tokens(rng, 30, 3000), TextIdSourceOptions{.seq_len = 16});
+  auto src = TextIdSource::create(*hasher, random_documents(rng, 30, 3000), TextIdSourceOptions{.seq_len = 16});
   ASSERT_TRUE(src.is_ok());
   test::ConformanceCase c;
   c.backend = BackendKind::kCuda;

@@ -54,6 +54,21 @@ inline std::vector<int64_t> random_tokens(std::mt19937_64& rng, size_t n, int64_
 }
 
 // A finalized custom layout: orders 2..max_ngram, `heads_per_order` heads each starting at `vocab` rows.
+// A token file in memory of documents of the given sizes, uniform random ids below `vocab`.
+inline TokenFile random_token_file(std::mt19937_64& rng, const std::vector<int64_t>& doc_sizes, int64_t vocab) {
+  TokenFile tf;
+  tf.path = "mem.tokens";
+  tf.tokenizer = "test";
+  tf.vocab_size = vocab;
+  int64_t at = 0;
+  for (int64_t n : doc_sizes) {
+    tf.documents.push_back({"doc" + std::to_string(tf.documents.size()), at, n});
+    for (int64_t i = 0; i < n; ++i) tf.ids.push_back(static_cast<uint32_t>(rng() % static_cast<uint64_t>(vocab)));
+    at += n;
+  }
+  return tf;
+}
+
 inline EngramLayout hash_layout(std::vector<int> layer_ids, int max_ngram, int heads_per_order, int64_t vocab) {
   EngramLayout l;
   l.name = "custom";

@@ -109,6 +109,39 @@ TEST_F(EngineModel, LookupsEqualTheSyntheticTableInBothRowLayouts) {
   }
 }
 
+// A tensor-parallel rank's table reads only its rows [vocab_start, vocab_end) from the shards: its lookups equal
+// those of the same rank's synthetic table (synth_row of the global row), for every rank of tp 2 and 3.
+TEST_F(EngineModel, TensorParallelSlicesLoadTheirRowRange) {
+  auto layout = content_layout(TableContent::model(dir_), RowFormat::kFused);
+  ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+  for (int size : {2, 3}) {
+    for (int rank = 0; rank < size; ++rank) {
+      SCOPED_TRACE("tp " + std::to_string(rank) + " of " + std::to_string(size));
+      EngineOptions om = cpu_options(TableContent::model(dir_));
+      TableContent synthetic;
+      synthetic.seed = seed_;
+      EngineOptions os = cpu_options(synthetic);
+      for (EngineOptions* o : {&om, &os}) {
+        ASSERT_TRUE(set_engine_option(*o, "tp_size", std::to_string(size)).is_ok());
+        ASSERT_TRUE(set_engine_option(*o, "tp_rank", std::to_string(rank)).is_ok());
+      }
+      auto a = Engine::create_local(*layout, om);
+      ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+      auto b = Engine::create_local(*layout, os);
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      const int staging = (*a)->staging_heads();
+      for (int li = 0; li < layout->n_layers(); ++li) {
+        const std::vector<int64_t> ids = test::conformance_ids(*layout, li, 32, rng_);
+        const size_t n = static_cast<size_t>(32 * staging * layout->d);
+        std::vector<uint16_t> x(n, 0xFFFF), y(n, 0x7FC1);
+        ASSERT_TRUE((*a)->lookup(li, ids.data(), 32, x.data()).is_ok());
+        ASSERT_TRUE((*b)->lookup(li, ids.data(), 32, y.data()).is_ok());
+        EXPECT_EQ(x, y) << "layer " << li;
+      }
+    }
+  }
+}
+
 TEST_F(EngineModel, ContentDescribesItselfAndSyntheticContentHasNoLayout) {
   EXPECT_EQ(TableContent::model(dir_).to_string(), "model " + dir_);
   TableContent synthetic;

@@ -14,32 +14,13 @@
 #include "engram/layout.hpp"
 #include "replay/device_hashing.hpp"
 #include "replay/text_id_source.hpp"
+#include "support/hash_support.hpp"
 
 namespace engram {
 namespace {
 
-CompressionTable random_table(std::mt19937_64& rng, int64_t vocab) {
-  CompressionTable t;
-  t.tokenizer = "test";
-  uint32_t next = 0;
-  for (int64_t i = 0; i < vocab; ++i) t.canonical.push_back(next == 0 || rng() % 3 ? next++ : static_cast<uint32_t>(rng() % next));
-  t.compressed_vocab = next;
-  return t;
-}
-
-TokenFile random_tokens(std::mt19937_64& rng, const std::vector<int64_t>& doc_sizes, int64_t vocab) {
-  TokenFile tf;
-  tf.path = "mem.tokens";
-  tf.tokenizer = "test";
-  tf.vocab_size = vocab;
-  int64_t at = 0;
-  for (int64_t n : doc_sizes) {
-    tf.documents.push_back({"doc" + std::to_string(tf.documents.size()), at, n});
-    for (int64_t i = 0; i < n; ++i) tf.ids.push_back(static_cast<uint32_t>(rng() % vocab));
-    at += n;
-  }
-  return tf;
-}
+using testing::random_table;
+using testing::random_token_file;
 
 class DeviceHashing : public ::testing::Test {
  protected:
@@ -47,7 +28,7 @@ class DeviceHashing : public ::testing::Test {
     auto l = make_preset_layout("tiny");
     ASSERT_TRUE(l.is_ok());
     layout_ = *l;
-    auto h = NgramHasher::create(layout_, random_table(rng_, 300), NgramHashOptions{.seed = static_cast<int64_t>(rng_() % 1000)});
+    auto h = NgramHasher::create(layout_, random_table(rng_, 300, 0.67), NgramHashOptions{.seed = static_cast<int64_t>(rng_() % 1000)});
     ASSERT_TRUE(h.is_ok()) << h.status().to_string();
     hasher_.emplace(std::move(*h));
   }
@@ -57,7 +38,7 @@ class DeviceHashing : public ::testing::Test {
 };
 
 TEST_F(DeviceHashing, StepTokensHashedFromLookBackRowsGiveTheSourceIds) {
-  const TokenFile tf = random_tokens(rng_, {37, 5, 120, 1, 64}, 300);
+  const TokenFile tf = random_token_file(rng_, {37, 5, 120, 1, 64}, 300);
   const int seq_len = 3 + static_cast<int>(rng_() % 20);
   auto src = TextIdSource::create(*hasher_, tf, TextIdSourceOptions{.seq_len = seq_len});
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();
@@ -107,7 +88,7 @@ TEST_F(DeviceHashing, AutoStaysOnTheCpuBackendAndGpuIsRefused) {
   o.record_timeline = false;
   auto e = Engine::create_local(layout_, o);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-  auto src = TextIdSource::create(*hasher_, random_tokens(rng_, {50}, 300));
+  auto src = TextIdSource::create(*hasher_, random_token_file(rng_, {50}, 300));
   ASSERT_TRUE(src.is_ok());
   DecodeReplayOptions base, wired;
   base.batch = 4;
