@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU part "model-hash" (called by scripts/gpu-check with BUILD, LOG_DIR, PART_BUDGET_S): the released-model
 # interfaces at real sizes.
-#   1. run-hash   `engram run --backend cuda` on the default text with the ids hashed on the GPU (every id checked
-#                 against the CPU hasher) and on the CPU, batch 64 and 512: GPU hash µs/step vs the host source's
+#   1. run-hash   `engram run --backend cuda --cache-size off` on the default text with the ids hashed on the GPU
+#                 (every id checked against the CPU hasher) and on the CPU, batch 64 and 512: GPU hash µs/step vs
+#                 the host source's
 #   2. bench-hash `engram bench hash`: GPU kernel vs CPU hasher, decode 64/512, prefill 8K
 #   3. model      a synthetic Hugging Face model directory of MODEL_SIZE (default 34GiB) in the released format,
 #                 loaded by `engram table load DIR` from warm and cold page cache with the sequential read of the
@@ -38,7 +39,7 @@ step() {
 
 for b in 64 512; do
   for h in gpu cpu; do
-    step "run-b$b-$h" 25 run --backend cuda --batch $b --steps 48 --hash $h --json --timeline none
+    step "run-b$b-$h" 25 run --backend cuda --batch $b --steps 48 --hash $h --cache-size off --json --timeline none
   done
 done
 python3 - "$LOG_DIR" <<'PY' || true
@@ -72,7 +73,7 @@ if step model-create 120 table create --format hf-model --layout v41-flash-mini 
   for n in model-load-warm model-load-cold; do
     grep -E "GB/s|sequential|rows past|load" "$LOG_DIR/$n.out" 2>/dev/null | tail -6 | sed "s/^/model-hash: $n: /"
   done
-  step model-run 90 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 16 --json --timeline none
+  step model-run 60 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 16 --json --timeline none
   python3 - "$LOG_DIR/model-run.out" <<'PY' || true
 import json, sys
 try:

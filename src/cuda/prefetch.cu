@@ -118,7 +118,8 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   ENGRAM_RETURN_IF_ERROR(make_event(&q->ev_first_origin_, cudaEventDefault));
   ENGRAM_RETURN_IF_ERROR(make_event(&q->ev_step_origin_, cudaEventDefault));
   ENGRAM_RETURN_IF_ERROR(make_event(&q->ev_prefetch_done_, cudaEventDisableTiming));
-  ENGRAM_RETURN_IF_ERROR(make_event(&q->ev_end_, cudaEventDisableTiming));
+  // The end of the step is a timed event when the timeline is recorded: the step span ends there.
+  ENGRAM_RETURN_IF_ERROR(make_event(&q->ev_end_, q->record_timeline_ ? cudaEventDefault : cudaEventDisableTiming));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&q->counters_dev_, 2 * sizeof(unsigned long long)),
                               "cuda prefetch: counters");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(q->counters_dev_, 0, 2 * sizeof(unsigned long long)),

@@ -132,6 +132,8 @@ const std::vector<Row>& rows() {
        }},
       {"grid_fraction", "CUDA background grid cap, fraction of the SMs in (0, 1]",
        [](O& o, S v) { return assign(parse_double(v, 0, 1, true), [&](double x) { o.grid_fraction = x; }); }},
+      {"grid_blocks", "CUDA background grid cap in blocks (> 0 replaces grid_fraction); 0 = use grid_fraction",
+       [](O& o, S v) { return assign(parse_int(v, 0, 1 << 20), [&](int64_t x) { o.grid_blocks = static_cast<int>(x); }); }},
       {"lookup_threads", "CPU gather threads; 0 = CPUs - 1",
        [](O& o, S v) { return assign(parse_int(v, 0, 4096), [&](int64_t x) { o.lookup_threads = static_cast<int>(x); }); }},
       {"checked", "validate every id before a lookup",

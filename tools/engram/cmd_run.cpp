@@ -409,8 +409,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                            ->excludes(ckpt)
                            ->excludes(layout_opt);
   sub.add_option("--hash", a->hash,
-                 "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with text ids and early "
-                 "prefetch, else the CPU), cpu, gpu. GPU ids are compared with the CPU hasher's after every step")
+                 "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with text ids, early "
+                 "prefetch and --cache-size off, else the CPU), cpu, gpu. GPU ids are compared with the CPU "
+                 "hasher's after every step")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   sub.add_option("--tensor-names", a->tensor_names,
                  "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
