@@ -16,9 +16,12 @@ def _fill(table, seed):
     table.fill_synthetic(seed, threads=1)
 
 
-def _lookup_digest(table, ids, q):
+def _lookup_digest(table, ids, conn):
+    # A pipe, not a multiprocessing.Queue: the queue starts a feeder thread in the forked child, and a thread
+    # started in a fork of a process that holds CUDA and torch threads can crash there.
     out = eo.lookup(table, 0, ids, threads=1)
-    q.put(out.tobytes())
+    conn.send_bytes(out.tobytes())
+    conn.close()
 
 
 def _expected(layout, seed, ids):
@@ -59,11 +62,14 @@ def test_two_processes_read_the_same_table(rng):
     seed = int(rng.integers(1, 1 << 62))
     table.fill_synthetic(seed)
     ids = random_ids(rng, lay, 0, 64)
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_lookup_digest, args=(table, ids, q)) for _ in range(2)]
+    pipes = [ctx.Pipe(duplex=False) for _ in range(2)]
+    procs = [ctx.Process(target=_lookup_digest, args=(table, ids, w)) for _, w in pipes]
     for p in procs:
         p.start()
-    got = [q.get(timeout=60) for _ in procs]
+    got = []
+    for r, _ in pipes:
+        assert r.poll(60), "a reader process sent nothing within 60 s"
+        got.append(r.recv_bytes())
     for p in procs:
         p.join(60)
         assert p.exitcode == 0

@@ -117,14 +117,17 @@ else:
     print("\ntrace batch 512: not written")
 bp = os.path.join(d, "dup-rows.json")
 if os.path.exists(bp):
-    try:
-        cases = json.load(open(bp)).get("data", {}).get("cases", [])
-    except Exception as e:
-        cases = []; print("dup-rows.json: %s" % e)
     t = {}
-    for c in cases:
-        med = ((c.get("figures") or {}).get("ns") or {}).get("median")
-        t[(c["ids"], c["tokens"], c["variant"])] = med
+    try:
+        for bench in json.load(open(bp)).get("benches", []):
+            for tab in bench.get("tables", []):
+                if tab.get("key") != "lookup":
+                    continue
+                ix = {c: i for i, c in enumerate(tab["columns"])}
+                for r in tab["rows"]:
+                    t.setdefault((r[ix["ids"]], int(r[ix["tokens"]]), r[ix["variant"]]), r[ix["med [us]"]])
+    except Exception as e:
+        print("dup-rows.json: %s" % e)
     toks = sorted({k[1] for k in t})
     print("\nfused lookup / plain 16-B gather, median time (goal <= 1.10)")
     print("%-8s" % "ids" + "".join("%10s" % ("%d tok" % k) for k in toks))

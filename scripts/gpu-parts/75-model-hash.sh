@@ -7,7 +7,7 @@
 #   2. bench-hash `engram bench hash`: GPU kernel vs CPU hasher, decode 64/512, prefill 8K
 #   3. model      a synthetic Hugging Face model directory of MODEL_SIZE (default 34GiB) in the released format,
 #                 loaded by `engram table load DIR` from warm and cold page cache with the sequential read of the
-#                 same files beside it, then `engram run --model DIR --backend cuda` (place + load + register + run)
+#                 same files beside it (warm also with the pages first touched by the readers, --no-prefault), then `engram run --model DIR --backend cuda` (place + load + register + run)
 # Prints one line per figure; exit 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -69,8 +69,9 @@ if step model-create 120 table create --format hf-model --layout v41-flash-mini 
   --out "$MODEL_DIR"; then
   du -sh "$MODEL_DIR" | sed 's/^/model-hash: model dir /'
   step model-load-warm 60 table load "$MODEL_DIR" --cache warm --compare-sequential --verify
+  step model-load-warm-nopf 45 table load "$MODEL_DIR" --cache warm --no-prefault
   step model-load-cold 60 table load "$MODEL_DIR" --cache cold --compare-sequential
-  for n in model-load-warm model-load-cold; do
+  for n in model-load-warm model-load-warm-nopf model-load-cold; do
     grep -E "GB/s|sequential|rows past|load" "$LOG_DIR/$n.out" 2>/dev/null | tail -6 | sed "s/^/model-hash: $n: /"
   done
   step model-run 60 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 16 --json --timeline none
