@@ -10,16 +10,12 @@
 #                 same files beside it (warm also with the pages first touched by the readers, --no-prefault), then `engram run --model DIR --backend cuda` (place + load + register + run)
 # Prints one line per figure; exit 0 when every step that ran passed.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build-gpu}
-LOG_DIR=${LOG_DIR:-/tmp/engram-model-hash-part}
-BUDGET=${PART_BUDGET_S:-240}
+# shellcheck source=common.bash
+source "$(dirname "$0")/common.bash"
+part_setup /tmp/engram-model-hash-part 240
 MODEL_SIZE=${MODEL_SIZE:-34GiB}
 MODEL_DIR=${MODEL_DIR:-/tmp/engram-hf-model}
-mkdir -p "$LOG_DIR"
-bin="$BUILD/bin/engram"
-start=$(date +%s)
-left() { echo $((BUDGET - ($(date +%s) - start))); }
+bin=$engram
 fail=0
 # step NAME ESTIMATE_S ARGS...: `engram ARGS` with stdout in LOG_DIR/NAME.out, stderr in NAME.err.
 step() {

@@ -128,6 +128,13 @@ inline std::vector<uint16_t> reference_staging(const TableView& v, const std::ve
   return out;
 }
 
+// n bf16 values copied from device memory into a poisoned host vector.
+inline std::vector<uint16_t> to_host(const uint16_t* dev, size_t n) {
+  std::vector<uint16_t> h(n, 0xFFFF);
+  EXPECT_EQ(cudaMemcpy(h.data(), dev, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
 // Index of the first differing bf16 element, or -1.
 inline int64_t first_mismatch(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   if (a.size() != b.size()) return 0;

@@ -29,11 +29,7 @@ TokenFile random_documents(std::mt19937_64& rng, int docs, int64_t vocab) {
   return testing::random_token_file(rng, sizes, vocab);
 }
 
-std::vector<uint16_t> to_host(const uint16_t* dev, size_t n) {
-  std::vector<uint16_t> h(n, 0xFFFF);
-  EXPECT_EQ(cudaMemcpy(h.data(), dev, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using testing::to_host;
 
 TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
   ENGRAM_REQUIRE_GPU();

@@ -14,11 +14,7 @@ namespace {
 
 class CudaConformance : public ::testing::TestWithParam<test::ConformanceCase> {};
 
-std::vector<uint16_t> to_host(const uint16_t* dev, size_t n) {
-  std::vector<uint16_t> h(n, 0xFFFF);
-  EXPECT_EQ(cudaMemcpy(h.data(), dev, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using testing::to_host;
 
 TEST_P(CudaConformance, QueueAndDirectLookupsMatchTheReference) {
   ENGRAM_REQUIRE_GPU();

@@ -18,11 +18,7 @@ namespace {
 
 using testing::DeviceBuffer;
 
-std::vector<uint16_t> to_host(const uint16_t* dev, size_t n) {
-  std::vector<uint16_t> h(n, 0xFFFF);
-  EXPECT_EQ(cudaMemcpy(h.data(), dev, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using testing::to_host;
 
 class CudaTpKernel : public ::testing::TestWithParam<std::tuple<int, RowFormat, bool>> {};
 
