@@ -128,7 +128,7 @@ void bind_engine(py::module_& m) {
       })
       .def("censuses", [](const PyEngine& p) {
         py::list out;
-        for (const auto& c : p.engine->censuses()) out.append(json_to_py(c.to_json()));
+        for (const auto& c : p.engine->censuses()) out.append(census_to_py(c));
         return out;
       })
       .def("census", [](const PyEngine& p, const std::string& point, uint64_t max_samples) {
@@ -139,7 +139,7 @@ void bind_engine(py::module_& m) {
           cs = p.engine->census(pt, max_samples);
         }
         py::list out;
-        for (const auto& c : cs) out.append(json_to_py(c.to_json()));
+        for (const auto& c : cs) out.append(census_to_py(c));
         return out;
       }, py::arg("point") = "on_demand", py::arg("max_samples") = uint64_t{1} << 20)
       .def("_host_lookup", [](PyEngine& p, int layer_index, py::object ids, py::object out, bool checked) {

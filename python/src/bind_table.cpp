@@ -219,7 +219,7 @@ void bind_table(py::module_& m) {
               cs = t.table->census(p, max_samples);
             }
             py::list out;
-            for (const auto& c : cs) out.append(json_to_py(c.to_json()));
+            for (const auto& c : cs) out.append(census_to_py(c));
             return out;
           },
           py::arg("point") = "on_demand", py::arg("max_samples") = uint64_t{1} << 20,

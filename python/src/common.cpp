@@ -29,6 +29,17 @@ py::array_t<int64_t, py::array::c_style> ids_array(const py::handle& obj, int he
   return ids;
 }
 
+py::object census_to_py(const host::PageCensus& c) {
+  nlohmann::json j = c.to_json();
+  py::object d = json_to_py(j);
+  if (j["pages_per_node"].is_object()) {
+    py::dict nodes;
+    for (const auto& [node, pages] : j["pages_per_node"].items()) nodes[py::int_(std::stoi(node))] = pages.get<int64_t>();
+    d["pages_per_node"] = nodes;
+  }
+  return d;
+}
+
 std::vector<int64_t> int_vector(const py::handle& obj, const char* what) {
   py::array a = py::array::ensure(obj);
   if (!a) invalid(std::string(what) + ": expected a sequence of integers");

@@ -47,6 +47,8 @@ T take(Result<T> r) {
 [[noreturn]] void invalid(const std::string& message);
 
 py::object json_to_py(const nlohmann::json& j);
+// A page census as a dict (PageCensus::to_json), pages_per_node keyed by the node number (int), as Python indexes it.
+py::object census_to_py(const host::PageCensus& c);
 
 // ids as a C-contiguous int64 [tokens, heads] array: read in place when already so; other integer dtypes are
 // converted (a copy); non-integer dtypes are an error (never a silent float -> id cast).

@@ -169,6 +169,9 @@ def test_table_info_and_census():
     cs = t.census("after_placement")
     assert len(cs) == lay.n_layers
     assert isinstance(cs[0], dict)
+    # node numbers are ints, as Python indexes them
+    nodes = cs[0]["pages_per_node"]
+    assert nodes and all(isinstance(n, int) and isinstance(p, int) and p >= 0 for n, p in nodes.items()), nodes
     assert eo.SharedTable.allocate(lay).backing(0) is None
     with pytest.raises(eo.EngramError) as e:
         t.census("whenever")
