@@ -6,7 +6,7 @@
 // with a message that quotes the text and says what was expected; set_engine_option() (engine.hpp) also names
 // the option.
 //
-// Vocabulary (design.md): a *backing* is the memory that holds a table (memfd, named /dev/shm file, hugetlb memfd,
+// Vocabulary (docs/terms.md): a *backing* is the memory that holds a table (memfd, named /dev/shm file, hugetlb memfd,
 // private anonymous THP); a *placement policy* says on which NUMA nodes its pages go, applied before the first
 // page exists; the *backend* runs lookups (cpu threads, or a CUDA device over UVA); the *fast path* is the CUDA
 // lookup beyond the plain gather (in-batch dedup, address sort, hot-row cache, host-gather hybrid) chosen per
@@ -88,7 +88,7 @@ enum class FastPathMode {
 const char* fast_path_mode_name(FastPathMode mode) noexcept;  // "planner", "plain", "off"
 Result<FastPathMode> parse_fast_path_mode(std::string_view text);
 
-// When a layer's lookup is submitted to the prefetch queue (design.md "Prefetch"; the B1 pair).
+// When a layer's lookup is submitted to the prefetch queue: early (at step start) or on demand (right before the layer).
 enum class PrefetchMode {
   kEarly,     // as soon as the layer's ids are ready
   kOnDemand,  // at the consuming layer

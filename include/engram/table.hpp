@@ -92,7 +92,7 @@ namespace host {
 struct PlacedBacking;
 }  // namespace host
 
-// How HostTable::create lays a table out in host memory (design.md: backing, placement policy). Typed values:
+// How HostTable::create lays a table out in host memory (backing, placement policy: docs/terms.md). Typed values:
 // text is parsed at the edge (engram/options.hpp: parse_backing, parse_placement; parse_head_shards above).
 struct TableOptions {
   BackingSpec backing;               // memfd (default) | shm | hugetlb | hugetlb-1g | anon-thp (host/backing.hpp)

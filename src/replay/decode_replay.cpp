@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <unordered_set>
+
+#include "report/numbers.hpp"
 
 namespace engram {
 
@@ -128,6 +131,38 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     rep.layers.push_back(lr);
   }
   return rep;
+}
+
+double DecodeReplayReport::slowdown() const {
+  if (!std::isfinite(step_ns.median) || !std::isfinite(compute_only_step_ns.median) || compute_only_step_ns.median <= 0)
+    return kNotRecorded;
+  return step_ns.median / compute_only_step_ns.median;
+}
+
+void add_replay_json(const DecodeReplayReport& r, nlohmann::json& j) {
+  using report::json_num;
+  j["lookup"] = {{"rows", r.rows_looked_up},
+                 {"dead_rows", r.dead_rows},
+                 {"invalid_ids", r.invalid_ids},
+                 {"busy_ns", json_num(r.lookup_busy_ns)},
+                 {"rows_per_s", json_num(r.rows_per_s)},
+                 {"source_gbps", json_num(r.source_gbps)},
+                 {"staging_gbps", json_num(r.staging_gbps)},
+                 {"distinct_id_fraction", json_num(r.distinct_id_fraction)}};
+  j["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step}, {"b_staging_per_step", r.b_staging_bytes_per_step}};
+  j["steps"] = {{"step_ns", r.step_ns.to_json()},
+                {"compute_only_step_ns", r.compute_only_step_ns.to_json()},
+                {"slowdown", json_num(r.slowdown())},
+                {"tokens_per_s", json_num(r.tokens_per_s)}};
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& l : r.layers)
+    layers.push_back({{"layer_id", l.layer_id},
+                      {"exposed_wait_ns", l.exposed_wait_ns.to_json()},
+                      {"measured_wait_ns", l.measured_wait_ns.to_json()},
+                      {"lookup_ns", l.lookup_ns.to_json()},
+                      {"queue_ns", l.queue_ns.to_json()},
+                      {"residual_s_ns", l.residual_s_ns.to_json()}});
+  j["layers"] = layers;
 }
 
 }  // namespace engram

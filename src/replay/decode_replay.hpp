@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engram/layout.hpp"
 #include "replay/id_source.hpp"
 #include "sched/layer_compute.hpp"
@@ -62,7 +64,13 @@ struct DecodeReplayReport {
   double tokens_per_s = kNotRecorded;  // batch / median step
   std::vector<LayerReport> layers;
   double distinct_id_fraction = kNotRecorded;  // distinct ids / ids, averaged over layers and steps
+  // Median step / median compute-only step; NaN when either is missing.
+  double slowdown() const;
 };
+
+// The report's figures as the "lookup", "bytes", "steps" and "layers" keys of `j` (run and run --ranks write the same
+// document parts); unreadable figures are null.
+void add_replay_json(const DecodeReplayReport& r, nlohmann::json& j);
 
 // Runs the replay. `queue` and `compute` must be built for `layout`. Errors come from the id source, the queue
 // (e.g. an invalid id in checked mode) or the compute.

@@ -30,6 +30,7 @@
 #include "sched/layer_compute.hpp"
 #include "sched/prefetch_queue.hpp"
 #include "replay/text_id_source.hpp"
+#include "report/numbers.hpp"
 #include "sys/process.hpp"
 
 namespace engram {
@@ -41,9 +42,7 @@ using host::Millis;
 constexpr const char* kStepReplayed = "replayed";
 constexpr const char* kStepReport = "report";
 
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-
-json dist_json(const Distribution& d) { return d.to_json(); }
+json num(double v) { return report::json_num(v); }
 
 std::string fmt(double v, const char* f) {
   if (!std::isfinite(v)) return "n/a";
@@ -545,38 +544,12 @@ Status run_rank_worker(const RankWorkerOptions& o) {
     report["lookup_threads"] = details.contains("lookup_threads") ? details["lookup_threads"] : json(nullptr);
     report["backend_note"] = engine.backend_note().empty() ? json(nullptr) : json(engine.backend_note());
     report["path"] = engine.describe_lines();
-    const double slowdown =
-        (std::isfinite(r.step_ns.median) && std::isfinite(r.compute_only_step_ns.median) && r.compute_only_step_ns.median > 0)
-            ? r.step_ns.median / r.compute_only_step_ns.median
-            : kNotRecorded;
     report["ids"] = ids->describe();
     report["ids_note"] = note.empty() ? json(nullptr) : json(note);
     const HostTable& t = engine.table();
     report["replica_node"] = t.n_replicas() > 0 ? t.replica_node(t.home_replica()) : -1;
     report["read_only"] = t.read_only();
-    report["lookup"] = {{"rows", r.rows_looked_up},
-                        {"dead_rows", r.dead_rows},
-                        {"invalid_ids", r.invalid_ids},
-                        {"busy_ns", num(r.lookup_busy_ns)},
-                        {"rows_per_s", num(r.rows_per_s)},
-                        {"source_gbps", num(r.source_gbps)},
-                        {"staging_gbps", num(r.staging_gbps)},
-                        {"distinct_id_fraction", num(r.distinct_id_fraction)}};
-    report["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step},
-                       {"b_staging_per_step", r.b_staging_bytes_per_step}};
-    report["steps"] = {{"step_ns", dist_json(r.step_ns)},
-                       {"compute_only_step_ns", dist_json(r.compute_only_step_ns)},
-                       {"slowdown", num(slowdown)},
-                       {"tokens_per_s", num(r.tokens_per_s)}};
-    json layers = json::array();
-    for (const auto& l : r.layers)
-      layers.push_back({{"layer_id", l.layer_id},
-                        {"exposed_wait_ns", dist_json(l.exposed_wait_ns)},
-                        {"measured_wait_ns", dist_json(l.measured_wait_ns)},
-                        {"lookup_ns", dist_json(l.lookup_ns)},
-                        {"queue_ns", dist_json(l.queue_ns)},
-                        {"residual_s_ns", dist_json(l.residual_s_ns)}});
-    report["layers"] = layers;
+    add_replay_json(r, report);
     report["timeline"] = nullptr;
     if (!job.timeline.empty() && job.timeline != "none") {
       const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";

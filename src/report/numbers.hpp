@@ -1,5 +1,5 @@
 // How a number that may be missing is written: NaN (not recorded, could not be read) is "n/a" in text and null in
-// JSON, never 0 (design.md "Measurement rules"). The one home of these two helpers for the library, the CLI and
+// JSON, never 0 (docs/json.md). The one home of these two helpers for the library, the CLI and
 // the benches.
 #pragma once
 

@@ -207,10 +207,7 @@ int run(const RunArgs& a) {
 
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
   const auto& r = *rep;
-  const double slowdown = (std::isfinite(r.step_ns.median) && std::isfinite(r.compute_only_step_ns.median) &&
-                           r.compute_only_step_ns.median > 0)
-                              ? r.step_ns.median / r.compute_only_step_ns.median
-                              : kNotRecorded;
+  const double slowdown = r.slowdown();
   nlohmann::json j;
   j["schema"] = "engram.run/1";
   j["command"] = "run";
@@ -251,14 +248,7 @@ int run(const RunArgs& a) {
                    {"fast_path", a.engine.fast_path},
                    {"cache_requested", cache_requested_json(a.engine.cache, eo)},
                    {"cache_note", details.contains("cache_note") ? details["cache_note"] : nlohmann::json(nullptr)}};
-  j["lookup"] = {{"rows", r.rows_looked_up},
-                 {"dead_rows", r.dead_rows},
-                 {"invalid_ids", r.invalid_ids},
-                 {"busy_ns", json_num(r.lookup_busy_ns)},
-                 {"rows_per_s", json_num(r.rows_per_s)},
-                 {"source_gbps", json_num(r.source_gbps)},
-                 {"staging_gbps", json_num(r.staging_gbps)},
-                 {"distinct_id_fraction", json_num(r.distinct_id_fraction)}};
+  add_replay_json(r, j);
   const Distribution gpu_hash = Distribution::of(hashing->gpu_ns);
   j["hash"] = {{"place", hash_place_name(hashing->used)},
                {"requested", a.hash},
@@ -267,20 +257,6 @@ int run(const RunArgs& a) {
                {"gpu_step_ns", hashing->used == HashPlace::kGpu ? dist_json(gpu_hash) : nlohmann::json(nullptr)},
                {"verified_ids", hashing->used == HashPlace::kGpu ? nlohmann::json(hashing->verified_ids) : nlohmann::json(nullptr)},
                {"kernel_errors", hashing->used == HashPlace::kGpu ? nlohmann::json(hashing->kernel_errors) : nlohmann::json(nullptr)}};
-  j["bytes"] = {{"b_source_per_step", r.b_source_bytes_per_step}, {"b_staging_per_step", r.b_staging_bytes_per_step}};
-  j["steps"] = {{"step_ns", dist_json(r.step_ns)},
-                {"compute_only_step_ns", dist_json(r.compute_only_step_ns)},
-                {"slowdown", json_num(slowdown)},
-                {"tokens_per_s", json_num(r.tokens_per_s)}};
-  nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : r.layers)
-    layers.push_back({{"layer_id", l.layer_id},
-                      {"exposed_wait_ns", dist_json(l.exposed_wait_ns)},
-                      {"measured_wait_ns", dist_json(l.measured_wait_ns)},
-                      {"lookup_ns", dist_json(l.lookup_ns)},
-                      {"queue_ns", dist_json(l.queue_ns)},
-                      {"residual_s_ns", dist_json(l.residual_s_ns)}});
-  j["layers"] = layers;
   // N-gram statistics of real-text ids (per layer and order, averaged over the order's heads).
   if (auto* text = dynamic_cast<TextIdSource*>(source.get())) {
     const NgramStats st = text->stats(10);
