@@ -15,32 +15,14 @@
 #include "core/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "replay/text_id_source.hpp"
+#include "support/hash_support.hpp"
 
 namespace engram {
 namespace {
 
-CompressionTable random_table(std::mt19937_64& rng, int64_t vocab) {
-  CompressionTable t;
-  t.tokenizer = "test";
-  uint32_t next = 0;
-  for (int64_t i = 0; i < vocab; ++i) t.canonical.push_back(next == 0 || rng() % 3 ? next++ : static_cast<uint32_t>(rng() % next));
-  t.compressed_vocab = next;
-  return t;
-}
-
-TokenFile random_tokens(std::mt19937_64& rng, std::vector<int64_t> doc_sizes, int64_t vocab) {
-  TokenFile tf;
-  tf.path = "mem.tokens";
-  tf.tokenizer = "test";
-  tf.vocab_size = vocab;
-  int64_t at = 0;
-  for (int64_t n : doc_sizes) {
-    tf.documents.push_back({"doc" + std::to_string(tf.documents.size()), at, n});
-    for (int64_t i = 0; i < n; ++i) tf.ids.push_back(static_cast<uint32_t>(rng() % vocab));
-    at += n;
-  }
-  return tf;
-}
+// Random compression tables (about 2/3 of the ids kept) and token files of the shared hashing helpers.
+CompressionTable random_table(std::mt19937_64& rng, int64_t vocab) { return testing::random_table(rng, vocab, 0.67); }
+using testing::random_token_file;
 
 class TextIdSourceTest : public ::testing::Test {
  protected:
@@ -66,7 +48,7 @@ class TextIdSourceTest : public ::testing::Test {
 
 TEST_F(TextIdSourceTest, StepsEqualWholeSequenceIdsOfEachSlot) {
   // One long document, no seq_len cut inside the run: slot b reads from b*N/B on.
-  const TokenFile tf = random_tokens(rng_, {400}, 300);
+  const TokenFile tf = random_token_file(rng_, {400}, 300);
   auto src = TextIdSource::create(*hasher_, tf, TextIdSourceOptions{.seq_len = 1000});
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();
   const int batch = 4;
@@ -89,7 +71,7 @@ TEST_F(TextIdSourceTest, StepsEqualWholeSequenceIdsOfEachSlot) {
 }
 
 TEST_F(TextIdSourceTest, NewSequenceAtDocumentBoundaryAndAfterSeqLen) {
-  const TokenFile tf = random_tokens(rng_, {10, 50}, 300);
+  const TokenFile tf = random_token_file(rng_, {10, 50}, 300);
   auto src = TextIdSource::create(*hasher_, tf, TextIdSourceOptions{.seq_len = 20});
   ASSERT_TRUE(src.is_ok());
   std::vector<std::vector<int64_t>> ids;
@@ -105,7 +87,7 @@ TEST_F(TextIdSourceTest, NewSequenceAtDocumentBoundaryAndAfterSeqLen) {
 }
 
 TEST_F(TextIdSourceTest, OutOfOrderStepsAndForeignVocabularyAreErrors) {
-  const TokenFile tf = random_tokens(rng_, {100}, 300);
+  const TokenFile tf = random_token_file(rng_, {100}, 300);
   auto src = TextIdSource::create(*hasher_, tf);
   ASSERT_TRUE(src.is_ok());
   std::vector<std::vector<int64_t>> ids;
@@ -117,11 +99,11 @@ TEST_F(TextIdSourceTest, OutOfOrderStepsAndForeignVocabularyAreErrors) {
   EXPECT_TRUE((*src)->next_step(0, 3, ids).is_ok());   // restart with a new batch
   EXPECT_NE((*src)->describe().find("mem.tokens"), std::string::npos);
 
-  TokenFile other = random_tokens(rng_, {10}, 301);
+  TokenFile other = random_token_file(rng_, {10}, 301);
   auto bad = TextIdSource::create(*hasher_, other);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("vocab size 301"), std::string::npos) << bad.status().message();
-  TokenFile empty = random_tokens(rng_, {}, 300);
+  TokenFile empty = random_token_file(rng_, {}, 300);
   EXPECT_FALSE(TextIdSource::create(*hasher_, empty).is_ok());
 }
 
@@ -148,7 +130,7 @@ TEST_F(TextIdSourceTest, StatsCountDistinctTopKAndRepeats) {
 }
 
 TEST_F(TextIdSourceTest, TextStatsCoverEveryTokenOnce) {
-  const TokenFile tf = random_tokens(rng_, {130, 70, 5}, 300);
+  const TokenFile tf = random_token_file(rng_, {130, 70, 5}, 300);
   auto s = compute_text_ngram_stats(*hasher_, tf, 3, 32);
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   EXPECT_EQ(s->tokens, 205);
