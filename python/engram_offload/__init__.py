@@ -41,6 +41,7 @@ from ._group import GroupChannel, TorchGroupChannel
 
 __all__ = [
     "EngramError", "InvalidArgumentError", "Layout", "SharedTable", "Engine", "Hasher", "Sequence", "Prefetcher",
+    "DecodeIds",
     "lookup", "decode_rows", "engine_option_keys",
     "synth_rows", "code_names", "cuda_backend_built", "timeline_summary", "DEAD_ID", "DeviceArray",
     "GroupChannel", "TorchGroupChannel", "UnixGroupChannel", "UnixGroupListener",
@@ -324,6 +325,36 @@ def bf16_to_float32(bits):
     """bf16 bits (uint16 array) -> float32 array with the same values (exact)."""
     b = _np.asarray(bits, dtype=_np.uint16)
     return (b.astype(_np.uint32) << 16).view(_np.float32)
+
+
+class DecodeIds:
+    """The ids of a decode replay, chosen exactly as `engram run` chooses them for the same options, so that a Python
+    decode loop looks up the rows `engram run` looks up.
+
+    ids: 'text' (a token file hashed with the reference N-gram hash: slot b of a batch of B reads the text from
+    token b*N/B on, one token per step; a slot starts a new sequence at a document boundary or after seq_len
+    tokens), 'zipf', 'uniform', or 'auto' (text when the token file exists, else zipf; .note says why).
+    tokens: the token file ('' = the text scripts/setup tokenizes); model: a model directory whose compression table
+    and pad id hash the text; seed: the seed of zipf and uniform ids (engram run --seed).
+    step(i, batch) -> int64 [n_layers, batch, heads] global row ids of step i; steps come in order 0, 1, 2, ...
+    (step 0 again restarts every slot).
+    """
+
+    def __init__(self, layout, ids="auto", tokens="", model="", tensor_names="", zipf_alpha=1.0, seed=1,
+                 seq_len=2048):
+        self.layout = layout
+        self._d = _engram._DecodeIds(layout, ids, tokens or "", model or "", tensor_names or "", float(zipf_alpha),
+                                     int(seed), int(seq_len))
+
+    note = property(lambda self: self._d.note, doc="Why auto did not take text ('' when it did, or was not auto).")
+
+    def describe(self):
+        """What the ids are (e.g. the token file and its size)."""
+        return self._d.describe()
+
+    def step(self, step, batch):
+        """Step `step`'s ids: int64 [n_layers, batch, heads]."""
+        return self._d.step(int(step), int(batch))
 
 
 class Hasher:

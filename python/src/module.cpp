@@ -54,4 +54,5 @@ PYBIND11_MODULE(_engram, m) {
   bind_hasher(m);
   bind_dlpack(m);
   bind_channel(m);
+  bind_ids(m);
 }

@@ -7,7 +7,12 @@
 #      NumPy reference, no device copy of the table, the CUDA Prefetcher, a step under torch.cuda.graph --,
 #      test_torch_distributed -- two gloo ranks sharing one table through TorchGroupChannel),
 #   2. examples/decode_loop.py --device cuda --graph (prefetch stream overlapped with matmuls, graph replay),
-#   3. examples/shared_table_mp.py --ranks 2 (torch.multiprocessing + gloo, one table, CUDA lookups per rank).
+#   3. examples/shared_table_mp.py --ranks 2 (torch.multiprocessing + gloo, one table, CUDA lookups per rank);
+#   4. the decode loop beside `engram run` on the same ids (text ids of build/data, batch 64, 4 warm-up + 32 steps,
+#      the cache filled from one `engram profile` of that text, no online updates, so both caches hold the same
+#      rows; a warm-up window would not do: its ids are nearly all seen once, and which of the tied ids fill the
+#      cache is the counting's choice): every staging equal to the CPU lookup (--check), and per layer the paths
+#      taken and the cache's hits / probes of both.
 # Output: $LOG_DIR/{configure,build,pytest,decode_loop_cuda,shared_table_mp}.log, pytest.xml; one summary line per
 # step on stdout. Exit 0 when every step passed.
 set -uo pipefail
@@ -66,6 +71,53 @@ rc=$?
 say "shared_table_mp --ranks 2 rc=$rc"
 sed 's/^/  /' "$LOG_DIR/shared_table_mp.log" | tail -6
 [ $rc -ne 0 ] && fail=1
+
+# 4. the decode loop and engram run on the same ids
+TOKF=build/data/common-licenses.tokens
+if [[ -f $TOKF && -x $BUILD/bin/engram ]]; then
+  PROF=$LOG_DIR/same_ids.profile
+  "$BUILD/bin/engram" profile --layout v41-flash-mini --table-size 512MiB --tokens "$TOKF" --out "$PROF" \
+    >"$LOG_DIR/same_ids_profile.log" 2>&1 || say "same ids: engram profile failed (see same_ids_profile.log)"
+  same=(--batch 64 --steps 32 --warmup 4 --tokens "$TOKF" --cache-update off --cache-profile "$PROF")
+  timeout 90 "$BUILD/bin/engram" run --backend cuda --ids text "${same[@]}" --timeline none --json \
+    >"$LOG_DIR/run_same_ids.json" 2>"$LOG_DIR/run_same_ids.err"
+  rc1=$?
+  timeout 120 "$PY" python/examples/decode_loop.py --device cuda --ids text "${same[@]}" --check \
+    --json "$LOG_DIR/decode_loop_same_ids.json" >"$LOG_DIR/decode_loop_same_ids.log" 2>&1
+  rc2=$?
+  say "same ids: engram run rc=$rc1, decode_loop --check rc=$rc2"
+  grep -E "checked|Path|Cache|hit rate" "$LOG_DIR/decode_loop_same_ids.log" | sed 's/^/  /'
+  "$PY" - "$LOG_DIR/run_same_ids.json" "$LOG_DIR/decode_loop_same_ids.json" <<'EOF2' || fail=1
+import json, sys
+def fast_path(doc):
+    if isinstance(doc, dict):
+        if isinstance(doc.get("fast_path"), list):
+            return doc["fast_path"]
+        for v in doc.values():
+            r = fast_path(v)
+            if r is not None:
+                return r
+    return None
+run, loop = (json.load(open(p)) for p in sys.argv[1:3])
+a, b = fast_path(run), fast_path(loop)
+if not a or not b:
+    print("  FAIL: no fast_path report in", "engram run" if not a else "the decode loop")
+    sys.exit(1)
+ok = loop.get("mismatches") == 0
+for la, lb in zip(a, b):
+    ca, cb = la.get("cache", {}), lb.get("cache", {})
+    same = (ca.get("hits"), ca.get("probes")) == (cb.get("hits"), cb.get("probes"))
+    print(f"  layer {la['layer_index']}: engram run hits/probes {ca.get('hits')}/{ca.get('probes')} "
+          f"(hit rate {ca.get('hit_rate')}), paths {la.get('paths')}; decode loop {cb.get('hits')}/{cb.get('probes')} "
+          f"(hit rate {cb.get('hit_rate')}), paths {lb.get('paths')}; same: {same}")
+print(f"  decode loop stagings checked against the CPU lookup: {loop.get('checked_lookups')}, "
+      f"differing: {loop.get('mismatches')}")
+sys.exit(0 if ok else 1)
+EOF2
+  [[ $rc1 -ne 0 || $rc2 -ne 0 ]] && { fail=1; tail -5 "$LOG_DIR/decode_loop_same_ids.log" "$LOG_DIR/run_same_ids.err"; }
+else
+  say "same ids: SKIPPED (no $TOKF or no engram binary)"
+fi
 
 say "$([ $fail -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $fail

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU part "model-hash" (called by scripts/gpu-check with BUILD, LOG_DIR, PART_BUDGET_S): the released-model
 # interfaces at real sizes.
-#   1. run-hash   `engram run --backend cuda --cache-size off` on the default text with the ids hashed on the GPU
-#                 (every id checked against the CPU hasher) and on the CPU, batch 64 and 512: GPU hash µs/step vs
-#                 the host source's
+#   1. run-hash   `engram run --backend cuda` on the default text with the ids hashed on the GPU (every id checked
+#                 against the CPU hasher) and on the CPU, batch 64 and 512, without the hot-row cache and with it
+#                 (the cache then counts the device ids): GPU hash µs/step vs the host source's
 #   2. bench-hash `engram bench hash`: GPU kernel vs CPU hasher, decode 64/512, prefill 8K
 #   3. model      a synthetic Hugging Face model directory of MODEL_SIZE (default 34GiB) in the released format,
 #                 loaded by `engram table load DIR` from warm and cold page cache with the sequential read of the
@@ -34,8 +34,12 @@ step() {
 [ -x "$bin" ] || { echo "model-hash: $bin not built"; exit 1; }
 
 for b in 64 512; do
-  for h in gpu cpu; do
-    step "run-b$b-$h" 25 run --backend cuda --batch $b --steps 48 --hash $h --cache-size off --json --timeline none
+  for c in nocache cache; do
+    size=off
+    [[ $c == cache ]] && size=5%
+    for h in gpu cpu; do
+      step "run-b$b-$h-$c" 25 run --backend cuda --batch $b --steps 48 --hash $h --cache-size $size --json --timeline none
+    done
   done
 done
 python3 - "$LOG_DIR" <<'PY' || true
@@ -43,18 +47,23 @@ import json, os, sys
 d = sys.argv[1]
 def f(v, s=1e3):
     return "n/a" if v is None else "%.1f" % (v / s)
+def hit_rate(j):
+    fp = ((j.get("workload") or {}).get("backend_details") or {}).get("fast_path") or []
+    r = [(x.get("cache") or {}).get("hit_rate") for x in fp]
+    return "n/a" if not r or None in r else "/".join("%.3f" % v for v in r)
 for b in (64, 512):
-    for h in ("gpu", "cpu"):
-        p = os.path.join(d, f"run-b{b}-{h}.out")
-        if not os.path.exists(p) or os.path.getsize(p) == 0:
-            continue
-        j = json.load(open(p))
-        hs, st = j.get("hash", {}), j["steps"]
-        g = hs.get("gpu_step_ns") or {}
-        print(f"model-hash: run b={b} hash={hs.get('place')}: step median {f(st['step_ns']['median'])} us, "
-              f"p99 {f(st['step_ns'].get('p99'))} us, GPU hash {f(g.get('median'))} us/step, host source "
-              f"{f(hs['host_source_ns']['median'])} us/step, verified ids {hs.get('verified_ids')}, "
-              f"{f(st['tokens_per_s'], 1)} tokens/s")
+    for c in ("nocache", "cache"):
+        for h in ("gpu", "cpu"):
+            p = os.path.join(d, f"run-b{b}-{h}-{c}.out")
+            if not os.path.exists(p) or os.path.getsize(p) == 0:
+                continue
+            j = json.load(open(p))
+            hs, st = j.get("hash", {}), j["steps"]
+            g = hs.get("gpu_step_ns") or {}
+            print(f"model-hash: run b={b} {c} (hit rate per layer {hit_rate(j)}) hash={hs.get('place')}: step median {f(st['step_ns']['median'])} us, "
+                  f"p99 {f(st['step_ns'].get('p99'))} us, GPU hash {f(g.get('median'))} us/step, host source "
+                  f"{f(hs['host_source_ns']['median'])} us/step, verified ids {hs.get('verified_ids')}, "
+                  f"{f(st['tokens_per_s'], 1)} tokens/s")
 PY
 
 step bench-hash 40 bench hash --reps 7 --warmup 2 --json "$LOG_DIR/bench-hash.json"

@@ -221,6 +221,11 @@ CudaBackend::~CudaBackend() {
   if (main_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(main_stream_));
   if (maint_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(maint_stream_));
   collect_spans(/*all=*/true);
+  if (queue_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(queue_->prefetch_stream()));
+  for (auto& c : device_ids_) {
+    if (c.host) (void)cudaFreeHost(c.host);
+    if (c.done) (void)cudaEventDestroy(static_cast<cudaEvent_t>(c.done));
+  }
   counts_.reset();
   equeue_.reset();
   queue_.reset();
@@ -280,13 +285,64 @@ PrefetchQueue& CudaBackend::engine_queue() {
   return *equeue_;
 }
 
+bool CudaBackend::counting_now() const {
+  if (!counts_ || step_ < 0) return false;  // no counting, or a harness warm-up step (numbered < 0): not traffic
+  return !caches_created_ || cache_opt_.update_every > 0;
+}
+
 void CudaBackend::on_prepare(int li, const int64_t* ids, int64_t tokens) {
-  if (!counts_ || step_ < 0) return;  // no counting, or a harness warm-up step (numbered < 0): not traffic
-  if (caches_created_ && cache_opt_.update_every <= 0) return;
-  counts_->submit(li, ids, tokens * heads_);
+  if (counting_now()) counts_->submit(li, ids, tokens * heads_);
+}
+
+Status CudaBackend::prepare_device(int li, const int64_t* ids_device, int64_t tokens) {
+  ENGRAM_RETURN_IF_ERROR(queue_->prepare_device(li, ids_device, tokens));
+  if (!counting_now() || tokens <= 0) return Status::ok();
+  auto ps = static_cast<cudaStream_t>(queue_->prefetch_stream());
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ps, &capture), "cache counting: capture status");
+  if (capture != cudaStreamCaptureStatusNone) return Status::ok();  // a captured step is replayed without the host
+  if (device_ids_.empty()) device_ids_.resize(tables_.size());
+  DeviceIdCopy& c = device_ids_.at(static_cast<size_t>(li));
+  const int64_t n = tokens * heads_;
+  if (c.n > 0) ENGRAM_RETURN_IF_ERROR(submit_device_counts());  // a second prepare of the layer in one step
+  if (n > c.capacity) {
+    if (c.host) ENGRAM_CUDA_RETURN_IF_ERROR(cudaFreeHost(c.host), "cache counting: free pinned ids");
+    c.host = nullptr;
+    c.capacity = 0;
+    void* p = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, static_cast<size_t>(n) * sizeof(int64_t)),
+                                "cache counting: pinned ids buffer");
+    c.host = static_cast<int64_t*>(p);
+    c.capacity = n;
+  }
+  if (!c.done) {
+    cudaEvent_t ev = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cache counting: event");
+    c.done = ev;
+  }
+  // From the queue's copy of the ids, on the prefetch stream after the lookup that reads them: the copy never
+  // delays that lookup, and the caller may reuse ids_device at once.
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.host, queue_->ids_buffer(li), static_cast<size_t>(n) * sizeof(int64_t),
+                                              cudaMemcpyDeviceToHost, ps),
+                              "cache counting: copy device ids");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(c.done), ps), "cache counting: record");
+  c.n = n;
+  return Status::ok();
+}
+
+Status CudaBackend::submit_device_counts() {
+  for (size_t li = 0; li < device_ids_.size(); ++li) {
+    DeviceIdCopy& c = device_ids_[li];
+    if (c.n <= 0) continue;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(c.done)), "cache counting: wait copy");
+    counts_->submit(static_cast<int>(li), c.host, c.n);  // submit() copies the ids
+    c.n = 0;
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::on_end_step() {
+  if (!device_ids_.empty() && counts_) ENGRAM_RETURN_IF_ERROR(submit_device_counts());
   if (!cache_wanted_ || step_ < 0) return Status::ok();
   ++counted_steps_;
   if (!caches_created_) {

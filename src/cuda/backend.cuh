@@ -23,6 +23,9 @@
 // lookups stay bit-identical). The serving thread's cost per step is bounded by one slice. An update that comes
 // due while the previous one is still being applied waits for it (counted as deferred). Each stage and commit is
 // a span in the timeline's "cache maintenance" lane (on the lookups' time base) when the timeline is recorded.
+// Ids already on the device (prepare_device: a hasher on the GPU, torch tensors) are counted too: after the
+// lookup is enqueued, the ids are copied into a pinned host buffer on the prefetch stream, and end_step() hands
+// them to the counting thread once that copy is done; a step under CUDA graph capture is not counted.
 // queue() stays the bare CudaPrefetchQueue (graph capture, benches). No CUDA types in this header.
 #pragma once
 
@@ -159,6 +162,8 @@ class CudaBackend {
   // queue() plus the hot-row cache's counting, warm-up fill and online updates (file comment). Same contract as
   // queue(); its end_step() may also return the cache's errors (creation, update).
   PrefetchQueue& engine_queue();
+  // queue().prepare_device plus the cache's counting of those ids (file comment). Same contract as prepare_device.
+  Status prepare_device(int layer_index, const int64_t* ids_device, int64_t tokens);
   // The layer's cache figures (synchronises the prefetch stream). kInvalidArgument for a bad layer index.
   Result<EngineCacheReport> cache_report(int layer_index);
 
@@ -181,6 +186,8 @@ class CudaBackend {
     void* ev_end = nullptr;
   };
   void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
+  bool counting_now() const;
+  Status submit_device_counts();  // end_step: the device ids copied this step go to the counting thread
   Status on_end_step();
   Status create_caches(bool from_profile);
   Status maintain_caches();
@@ -204,6 +211,13 @@ class CudaBackend {
   std::unique_ptr<EngineQueue> equeue_;
   void* maint_stream_ = nullptr;  // cudaStream_t, lowest priority: the online update's staging copies
   std::vector<PendingSpan> spans_;
+  struct DeviceIdCopy {           // one layer's device ids of this step, copied back for counting
+    int64_t* host = nullptr;      // pinned
+    int64_t capacity = 0;         // ids
+    int64_t n = 0;                // ids copied this step; 0: none pending
+    void* done = nullptr;         // cudaEvent_t after the copy
+  };
+  std::vector<DeviceIdCopy> device_ids_;
   bool cache_wanted_ = false, caches_created_ = false;
   int heads_ = 0;
   int queue_rank_ = 0;

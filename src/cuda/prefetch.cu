@@ -385,6 +385,8 @@ Status CudaPrefetchQueue::write_ids(int layer_index, const int64_t* ids, int64_t
 
 const LaunchInfo& CudaPrefetchQueue::last_launch(int layer_index) const { return slots_.at(layer_index)->launch; }
 
+const int64_t* CudaPrefetchQueue::ids_buffer(int layer_index) const { return slots_.at(layer_index)->ids_dev; }
+
 const uint16_t* CudaPrefetchQueue::staging_buffer(int layer_index) const { return slots_.at(layer_index)->staging; }
 
 Status CudaPrefetchQueue::set_record_timeline(bool on) {

@@ -85,6 +85,9 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   void* prefetch_stream() const { return prefetch_stream_; }
   void* main_stream() const { return main_stream_; }
   int64_t max_tokens() const { return opt_.max_tokens; }
+  // Device address of layer's id buffer ([max_tokens][heads] int64): the last prepared ids, valid on the prefetch
+  // stream after that layer's lookup until the layer is prepared again.
+  const int64_t* ids_buffer(int layer_index) const;
   // Device address of layer's persistent staging buffer ([max_tokens][out heads][d] bf16).
   const uint16_t* staging_buffer(int layer_index) const;
   // Turns the timeline on or off between steps (e.g. to measure its own overhead in one run: off uses

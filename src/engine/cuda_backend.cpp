@@ -97,7 +97,7 @@ class CudaEngineBackend final : public Backend {
   }
   Status prepare_device(int li, const int64_t* ids, int64_t tokens) override {
     cuda::ScopedDevice scope(be_->device().ordinal);
-    return be_->queue().prepare_device(li, ids, tokens);
+    return be_->prepare_device(li, ids, tokens);
   }
   Status write_ids(int li, const int64_t* ids, int64_t tokens) override {
     cuda::ScopedDevice scope(be_->device().ordinal);
@@ -122,7 +122,7 @@ class CudaEngineBackend final : public Backend {
     if (!hasher_) return Status(Code::kInvalidArgument, "hash_and_prepare: device hashing is not enabled");
     cuda::ScopedDevice scope(be_->device().ordinal);
     ENGRAM_RETURN_IF_ERROR(hasher_->hash_decode_step(tokens, new_sequence, n, be_->main_stream()));
-    for (int li = 0; li < layers_; ++li) ENGRAM_RETURN_IF_ERROR(be_->queue().prepare_device(li, hasher_->ids(li), n));
+    for (int li = 0; li < layers_; ++li) ENGRAM_RETURN_IF_ERROR(be_->prepare_device(li, hasher_->ids(li), n));
     return Status::ok();
   }
   Result<DeviceHashStep> last_device_hash(bool with_ids) const override {

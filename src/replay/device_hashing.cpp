@@ -34,9 +34,6 @@ Status wire_device_hashing(HashPlace requested, Engine& engine, IdSource& source
     why = "ids from " + source.describe() + " are not hashed from tokens";
   } else if (base.mode != PrefetchMode::kEarly) {
     why = "on-demand prefetch prepares each layer apart; the device hashes every layer of a step at once";
-  } else if (!engine.options().cache.size.off()) {
-    why = "the hot-row cache counts each step's ids on the host (warm-up window, online updates) and ids made on "
-          "the device would not be counted; a run without the cache (cache size off) hashes on the GPU";
   }
   if (!why.empty()) {
     if (requested == HashPlace::kGpu) return Status(Code::kInvalidArgument, "GPU hashing: " + why);

@@ -28,7 +28,8 @@ struct DeviceHashingReport {
 };
 
 // Decides where `engine`'s replay hashes and wires it into `options`: gpu needs the cuda backend, a real-text
-// source (TextIdSource), early prefetch and no hot-row cache that counts host ids; auto takes gpu when all three hold, else cpu with the reason in
+// source (TextIdSource) and early prefetch; auto takes gpu when all three hold (the hot-row cache counts the device
+// ids: CudaBackend::prepare_device), else cpu with the reason in
 // report->note. kInvalidArgument when gpu was asked for and cannot apply, naming why. The hooks write into
 // `report` (kept alive by the caller through the replay); a device id that differs from the CPU's fails the
 // step with kInternal naming the step, layer, position and both ids.

@@ -26,6 +26,7 @@
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "host/token_io.hpp"
+#include "replay/decode_ids.hpp"
 #include "replay/decode_replay.hpp"
 #include "sched/layer_compute.hpp"
 #include "sched/prefetch_queue.hpp"
@@ -132,26 +133,21 @@ class StepOffsetIdSource final : public IdSource {
 // `stream` receives what makes this rank's ids its own: the seed, or the text's starting step.
 Result<std::unique_ptr<IdSource>> rank_ids(const RankJob& job, const EngramLayout& layout, int rank, std::string* note,
                                            json* stream) {
-  if (job.ids == "text" || job.ids == "auto") {
-    const std::string tok = job.tokens.empty() ? default_token_file_path() : job.tokens;
-    Result<std::unique_ptr<IdSource>> t = Status(Code::kInternal, "no text source");
-    if (job.model.empty()) {
-      t = make_text_id_source(layout, tok, "", 0);
-    } else {
-      t = make_model_text_id_source(layout, tok, job.model, job.tensor_names);
-    }
-    if (t.is_ok()) {
-      const int64_t offset = int64_t{rank - 1} * (job.warmup + job.steps);
-      *stream = {{"text_from_step", offset}};
-      return std::unique_ptr<IdSource>(new StepOffsetIdSource(std::move(*t), offset));
-    }
-    if (job.ids == "text" || !job.tokens.empty()) return t.status().with_context("ids text");
-    *note = "real text unavailable (" + t.status().message() + "); using zipf(alpha=" + fmt(job.zipf_alpha, "%.2f") + ")";
+  DecodeIdsSpec spec;
+  spec.ids = job.ids;
+  spec.tokens = job.tokens;
+  spec.model = job.model;
+  spec.tensor_names = job.tensor_names;
+  spec.zipf_alpha = job.zipf_alpha;
+  spec.seed = mix_seed(job.seed, static_cast<uint64_t>(rank), 0x1d5);
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<IdSource> source, make_decode_id_source(layout, spec, note));
+  if (dynamic_cast<TextIdSource*>(source.get()) != nullptr) {
+    const int64_t offset = int64_t{rank - 1} * (job.warmup + job.steps);
+    *stream = {{"text_from_step", offset}};
+    return std::unique_ptr<IdSource>(new StepOffsetIdSource(std::move(source), offset));
   }
-  const uint64_t seed = mix_seed(job.seed, static_cast<uint64_t>(rank), 0x1d5);
-  *stream = {{"seed", seed}};
-  if (job.ids == "uniform") return make_uniform_id_source(layout, seed);
-  return make_zipf_id_source(layout, job.zipf_alpha, seed);
+  *stream = {{"seed", spec.seed}};
+  return source;
 }
 
 // The rank processes of one run. See the file comment for why it is declared before the channel.

@@ -35,6 +35,7 @@ struct CacheSetup {
   int64_t update_rows = 64;
   int64_t slice_rows = 64;
   bool record_timeline = false;
+  bool device_ids = false;       // prepare from ids in device memory (CudaBackend::prepare_device), as a GPU hasher does
 };
 
 // Ids of one step: a hot window of `hot` ids per head that drifts with the step (so online updates have work),
@@ -94,10 +95,25 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
       (*be)->fast_lookup(li)->force(fp);
     }
   PrefetchQueue& q = (*be)->engine_queue();
+  int64_t* dev_ids = nullptr;  // one buffer per layer: [n_layers][kTokens * heads]
+  const size_t per_layer_ids = static_cast<size_t>(kTokens * layout.heads());
+  if (s.device_ids)
+    EXPECT_EQ(cudaMalloc(&dev_ids, per_layer_ids * layout.n_layers() * sizeof(int64_t)), cudaSuccess);
   for (size_t step = 0; step < ids.size(); ++step) {
     q.begin_step(static_cast<int64_t>(step));
-    for (int li = 0; li < layout.n_layers(); ++li)
-      EXPECT_TRUE(q.prepare(li, ids[step][static_cast<size_t>(li)].data(), kTokens).is_ok());
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      const std::vector<int64_t>& v = ids[step][static_cast<size_t>(li)];
+      if (!s.device_ids) {
+        EXPECT_TRUE(q.prepare(li, v.data(), kTokens).is_ok());
+        continue;
+      }
+      int64_t* d = dev_ids + per_layer_ids * static_cast<size_t>(li);
+      // On the main stream, as a hasher would write them; prepare_device orders the lookup after it.
+      EXPECT_EQ(cudaMemcpyAsync(d, v.data(), per_layer_ids * sizeof(int64_t), cudaMemcpyHostToDevice,
+                                static_cast<cudaStream_t>((*be)->main_stream())),
+                cudaSuccess);
+      EXPECT_TRUE((*be)->prepare_device(li, d, kTokens).is_ok());
+    }
     std::vector<StagingView> sv(static_cast<size_t>(layout.n_layers()));
     for (int layer = 0; layer < kModelLayers; ++layer) {
       const int li = layout.layer_index(layer);
@@ -125,6 +141,7 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
     if (r.is_ok()) out.reports.push_back(*r);
   }
   out.maintenance = (*be)->engine_queue().timeline().maintenance();
+  if (dev_ids) EXPECT_EQ(cudaFree(dev_ids), cudaSuccess);
   return out;
 }
 
@@ -247,6 +264,38 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
     EXPECT_LE(r.rows_swapped, 8 * r.slices);
     EXPECT_TRUE(std::isfinite(r.update_host_us_max));
     EXPECT_TRUE(std::isfinite(r.plan_us_max));
+  }
+}
+
+// Ids in device memory (a GPU hasher's, torch tensors) are counted as host ids are: the warm-up window fills the
+// same cache, which then serves the same hits; lookups stay bit-identical. No online updates: their timing-driven
+// deferrals would make the two runs' swaps differ.
+TEST_P(EngineCache, DeviceIdsAreCountedLikeHostIds) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Fixture f = make_fixture(rng, 12);
+  const StepsRun plain = run_plain(f, GetParam());
+  CacheSetup host = small_forced_cache();
+  host.update_every = 0;
+  CacheSetup dev = host;
+  dev.device_ids = true;
+  const StepsRun from_host = run_steps(f.layout, *f.host, host, f.ids, GetParam());
+  const StepsRun from_dev = run_steps(f.layout, *f.host, dev, f.ids, GetParam());
+  expect_identical(plain, from_dev, f, "device ids");
+  ASSERT_EQ(from_host.reports.size(), 2u);
+  ASSERT_EQ(from_dev.reports.size(), 2u);
+  for (size_t li = 0; li < 2; ++li) {
+    const auto& a = from_host.reports[li];
+    const auto& b = from_dev.reports[li];
+    EXPECT_EQ(b.state, "on") << b.note;
+    EXPECT_GT(b.counted_batches, 0);
+    EXPECT_EQ(b.counted_batches, a.counted_batches);
+    EXPECT_EQ(b.filled, a.filled);
+    EXPECT_GT(b.hits, 0);
+    EXPECT_EQ(b.hits, a.hits) << "layer index " << li;
+    EXPECT_EQ(b.probes, a.probes) << "layer index " << li;
   }
 }
 

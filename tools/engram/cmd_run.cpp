@@ -17,6 +17,7 @@
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "replay/decode_replay.hpp"
+#include "replay/decode_ids.hpp"
 #include "replay/device_hashing.hpp"
 #include "replay/text_id_source.hpp"
 #include "report.hpp"
@@ -133,32 +134,18 @@ int run(const RunArgs& a) {
   if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
 
   // Ids first: a missing token file should fail before minutes of table building.
-  std::unique_ptr<IdSource> source;
   std::string ids_note;
-  if (a.ids == "text" || a.ids == "auto") {
-    const std::string tok = a.tokens.empty() ? default_token_file_path() : a.tokens;
-    Result<std::unique_ptr<IdSource>> t = Status(Code::kInternal, "no text source");
-    if (a.model.empty()) {
-      t = make_text_id_source(*layout, tok, "", 0);
-    } else {
-      t = make_model_text_id_source(*layout, tok, a.model, a.tensor_names);
-    }
-    if (t.is_ok()) {
-      source = std::move(*t);
-    } else if (a.ids == "text" || !a.tokens.empty()) {
-      return report_failure("run", t.status().with_context("--ids text"));
-    } else {
-      ids_note = "real text unavailable (" + t.status().message() + "); using zipf(alpha=" +
-                 fmt_num(a.zipf_alpha, "%.2f") + ")";
-      say(ids_note);
-    }
-  }
-  if (!source && a.ids == "uniform") source = make_uniform_id_source(*layout, a.seed);
-  if (!source) {
-    auto z = make_zipf_id_source(*layout, a.zipf_alpha, a.seed);
-    if (!z.is_ok()) return report_failure("run", z.status().with_context("--zipf-alpha"));
-    source = std::move(*z);
-  }
+  DecodeIdsSpec ids_spec;
+  ids_spec.ids = a.ids;
+  ids_spec.tokens = a.tokens;
+  ids_spec.model = a.model;
+  ids_spec.tensor_names = a.tensor_names;
+  ids_spec.zipf_alpha = a.zipf_alpha;
+  ids_spec.seed = a.seed;
+  auto made = make_decode_id_source(*layout, ids_spec, &ids_note);
+  if (!made.is_ok()) return report_failure("run", made.status());
+  std::unique_ptr<IdSource> source = std::move(*made);
+  if (!ids_note.empty()) say(ids_note);
 
   say("building " + layout->name + " table (" + format_bytes(layout->total_bytes()) + ", " +
       row_format_name(layout->format) + " rows, " + eo.table.backing.to_string() + " backing, placement " +
@@ -385,9 +372,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                            ->excludes(ckpt)
                            ->excludes(layout_opt);
   sub.add_option("--hash", a->hash,
-                 "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with text ids, early "
-                 "prefetch and --cache-size off, else the CPU), cpu, gpu. GPU ids are compared with the CPU "
-                 "hasher's after every step")
+                 "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with text ids and "
+                 "early prefetch, else the CPU), cpu, gpu. GPU ids are compared with the CPU hasher's after every "
+                 "step; the hot-row cache counts the ids the GPU made")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   sub.add_option("--tensor-names", a->tensor_names,
                  "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
