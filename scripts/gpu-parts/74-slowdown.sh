@@ -31,20 +31,10 @@ for batch in ${SLOWDOWN_BATCHES:-64 512}; do
     done
   done
 done
-python3 - "$LOG_DIR" "${ORDER[@]}" <<'EOF' | tee "$LOG_DIR/slowdown.txt"
-import glob, json, statistics, sys
+PYTHONPATH="$root/scripts/gpu-parts" python3 - "$LOG_DIR" "${ORDER[@]}" <<'EOF' | tee "$LOG_DIR/slowdown.txt"
+import glob, statistics, sys
+from part_json import fmt, load, med
 d, arms = sys.argv[1], sys.argv[2:]
-def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except Exception:
-        return None
-def med(v):
-    v = [x for x in v if isinstance(x, (int, float))]
-    return statistics.median(v) if v else None
-def fmt(x, p=3):
-    return "n/a" if x is None else f"{x:.{p}f}"
 batches = sorted({int(p.split("/b")[-1].split("-")[0]) for p in glob.glob(f"{d}/b*-*.json")})
 for b in batches:
     print(f"batch {b}: medians over repetitions (slowdown = step / compute-only of the same run)")
@@ -59,7 +49,7 @@ for b in batches:
         ex = [[l.get("exposed_wait_ns", {}).get("median") for l in x.get("layers", [])] for x in docs]
         L = med([statistics.mean(v) for v in lay if v and None not in v])
         E = med([statistics.mean(v) for v in ex if v and None not in v])
-        print(f"  {a:<11} {len(docs):>4} {fmt(med([s.get('slowdown') for s in st])):>9} "
+        print(f"  {a:<11} {len(docs):>4} {fmt(med([s.get('slowdown') for s in st]), 3):>9} "
               f"{fmt(None if med([s['step_ns']['median'] for s in st]) is None else med([s['step_ns']['median'] for s in st]) / 1e3, 1):>10} "
               f"{fmt(None if med(co) is None else med(co) / 1e3, 1):>18} {fmt(None if L is None else L / 1e3, 1):>13} "
               f"{fmt(None if E is None else E / 1e3, 1):>13}")

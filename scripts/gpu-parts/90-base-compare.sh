@@ -49,28 +49,10 @@ for arm in base this; do
     --fast-ids text,zipf --cache-size 5% --reps "${BASE_BENCH_REPS:-9}" --warmup 2 --tokens "$TOK" \
     --json "$LOG_DIR/fast-$arm.json" >"$LOG_DIR/fast-$arm.txt" 2>&1 || { echo "FAIL  bench lookup fast $arm"; STATUS=1; }
 done
-python3 - "$LOG_DIR" <<'EOF' | tee "$LOG_DIR/base-compare.txt"
-import glob, json, os, statistics, sys
+PYTHONPATH="$root/scripts/gpu-parts" python3 - "$LOG_DIR" <<'EOF' | tee "$LOG_DIR/base-compare.txt"
+import glob, os, sys
+from part_json import fmt, load, med, pick
 d = sys.argv[1]
-def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except Exception:
-        return None
-def med(v):
-    v = [x for x in v if isinstance(x, (int, float))]
-    return statistics.median(v) if v else None
-def fmt(x, p=1):
-    return "n/a" if x is None else f"{x:.{p}f}"
-def pick(doc, *keys):
-    for k in keys:
-        cur = doc
-        for part in k.split("."):
-            cur = cur.get(part) if isinstance(cur, dict) else None
-        if isinstance(cur, (int, float)):
-            return cur
-    return None
 print("engram run --backend cuda, 48 steps, medians over repetitions (this/base)")
 print(f"{'batch':>5} {'metric':<26} {'base':>12} {'this':>12} {'this/base':>9}")
 for batch in (64, 512):
