@@ -1,5 +1,5 @@
-// `engram bench copy` (CUDA builds; kernels in copy_kernels.cu, host code here because the .cu files are C++17): host <-> GPU copy bandwidth by source memory and engine, the overlap lesson
-// of seed 003, and double-buffered pinned staging.
+// `engram bench copy` (CUDA builds; kernels in copy_kernels.cu, host code here because the .cu files are C++17): host <-> GPU copy bandwidth by source memory and engine, the overlap of a copy
+// with a kernel, and double-buffered pinned staging.
 //   - H2D and D2H of --copy-bytes from pinned (cudaMallocHost), pageable (malloc, touched) and a registered shm
 //     table (memfd placed bind:N on each memory node, prefaulted, censused, cudaHostRegister'd); engine CE
 //     (cudaMemcpyAsync) or SM (a kernel reading/writing the mapped host pointer with 16-B accesses; n/a for
@@ -20,6 +20,7 @@
 
 #include "bench/copy_kernels.hpp"
 #include "bench/gpu.hpp"
+#include "cuda/cuda_status.cuh"
 #include "host/census.hpp"
 #include "host/placement.hpp"
 #include "sys/numa.hpp"
@@ -27,12 +28,7 @@
 namespace engram::bench {
 namespace {
 
-Status ck(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::ok();
-  cudaGetLastError();
-  return Status(Code::kCuda, std::string(what) + ": " + cudaGetErrorName(e), static_cast<int>(e));
-}
-#define CK_(x) ENGRAM_RETURN_IF_ERROR(ck((x), #x))
+#define CK_(x) ENGRAM_RETURN_IF_ERROR(cuda::cuda_status((x), #x))
 
 struct Bufs {
   void* pinned = nullptr;
@@ -178,7 +174,7 @@ Result<Report> run_copy_bench(Context& ctx) {
     t.rows.push_back({Cell(keys[i].src), Cell(keys[i].dir), Cell(keys[i].engine), Cell(gb / s.median), Cell(gb / s.p95),
                       Cell(gb / s.p5), Cell(s.median / 1e6)});
     raw.push_back({{"source", keys[i].src}, {"direction", keys[i].dir}, {"engine", keys[i].engine},
-                   {"bytes", bytes}, {"ns", summary_json(s)}, {"gbps", jnum(gb / s.median)}});
+                   {"bytes", bytes}, {"ns", summary_json(s)}, {"gbps", json_num(gb / s.median)}});
     const std::string cat = keys[i].src + " " + keys[i].engine;
     if (keys[i].dir == "H2D") {
       fig.categories.push_back(cat);
@@ -226,8 +222,8 @@ Result<Report> run_copy_bench(Context& ctx) {
     const double tb = ot[static_cast<size_t>(2 * i + 1)].summary().median;
     const double overlap = (tc + tk - tb) / std::min(tc, tk) * 100;
     o.rows.push_back({Cell(i == 0 ? "pinned" : "pageable"), Cell(tc / 1e6), Cell(tk / 1e6), Cell(tb / 1e6), Cell(overlap)});
-    rep.data["overlap"].push_back({{"source", i == 0 ? "pinned" : "pageable"}, {"copy_ns", jnum(tc)},
-                                   {"kernel_ns", jnum(tk)}, {"both_ns", jnum(tb)}, {"overlap_pct", jnum(overlap)}});
+    rep.data["overlap"].push_back({{"source", i == 0 ? "pinned" : "pageable"}, {"copy_ns", json_num(tc)},
+                                   {"kernel_ns", json_num(tk)}, {"both_ns", json_num(tb)}, {"overlap_pct", json_num(overlap)}});
   }
   o.notes.push_back("overlap = (copy + kernel - both) / min(copy, kernel); 100% = fully hidden, 0% = serialised");
   rep.tables.push_back(o);

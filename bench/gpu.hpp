@@ -51,7 +51,7 @@ Result<std::unique_ptr<GpuLookupSession>> open_gpu_lookup(const TableView& view,
                                                           int64_t max_rows, int sets, int64_t tlb_scrub_rows,
                                                           uint64_t seed);
 
-// ---- Technique sections of `engram bench lookup` (issue #8; bench/lookup_fast.cu) --------------------------------
+// ---- Technique sections of `engram bench lookup` (bench/lookup_fast.cu) --------------------------------------
 // Each fast-path technique on and off on the same ids: start-up calibration (planner costs, sort threshold);
 // prefill (prefill_tokens x heads rows) plain / dedup-hash / dedup-sort / dedup+cache fp8 / bf16 / hybrid /
 // planner as rows/s and ratio to plain with each technique's ceiling; decode batches with the cache: link bytes

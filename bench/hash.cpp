@@ -240,7 +240,7 @@ Result<Report> run_hash_bench(Context& ctx) {
                      {"gpu_update_ns", summary_json(gu)},
                      {"gpu_int32_ns", summary_json(g32)},
                      {"launch_call_ns", summary_json(lc)},
-                     {"cpu_over_gpu", jnum(ratio)},
+                     {"cpu_over_gpu", json_num(ratio)},
                      {"ids_equal", gpu ? nlohmann::json(true) : nlohmann::json(nullptr)}});
   }
   if (g_hash.cpu_only) t.notes.push_back("--cpu-only: GPU columns not measured (n/a)");

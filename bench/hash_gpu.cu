@@ -10,18 +10,14 @@
 #include <vector>
 
 #include "bench/gpu.hpp"
+#include "cuda/cuda_status.cuh"
 #include "cuda/device.cuh"
 #include "cuda/hash_kernel.cuh"
 
 namespace engram::bench {
 namespace {
 
-Status ck(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::ok();
-  cudaGetLastError();
-  return Status(Code::kCuda, "bench hash: " + what + ": " + cudaGetErrorName(e), static_cast<int>(e));
-}
-#define HASH_CK(call) ENGRAM_RETURN_IF_ERROR(ck((call), #call))
+#define HASH_CK(call) ENGRAM_RETURN_IF_ERROR(cuda::cuda_status((call), std::string("bench hash: ") + #call))
 
 struct DeviceStepBufs {
   int32_t* qsl = nullptr;

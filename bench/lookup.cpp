@@ -13,7 +13,7 @@
 // (scrub) and L2-cold (flush), timed alone with events; CPU variants with steady_clock.
 // The sweep is reusable: sweep_case() times any set of variants over the id sets of one case.
 //
-// Technique sections (issue #8, CUDA builds with a GPU; bench/lookup_fast.cu): each fast-path technique on and off
+// Technique sections (CUDA builds with a GPU; bench/lookup_fast.cu): each fast-path technique on and off
 // on one fused table of --table-size: calibration, prefill, decode with a hot-row cache, sort-threshold sweep
 // (--sections picks, --techniques a subset of the variants). Text ids come from --tokens (e.g. the test part of
 // scripts/tokenize-corpus) and the text cache from --cache-profile (an `engram profile --layout bench` of other
@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "bench/gpu.hpp"
+#include "core/parallel.hpp"
 #include "core/units.hpp"
 #include "cpu/lookup.hpp"
 #include "cpu/thread_pool.hpp"
@@ -62,28 +63,23 @@ EngramLayout bench_layout(int64_t bytes, RowFormat fmt, int d) {
 }
 
 void fill_table(const TableView& v, uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t rows = v.rows;
   const int ns = v.d / 32;
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([=] {
-      for (int64_t r = rows * t / threads; r < rows * (t + 1) / threads; ++r) {
-        auto* p = const_cast<uint8_t*>(v.payload_of(r));
-        uint64_t s = seed ^ (static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull);
-        for (int k = 0; k + 8 <= v.d; k += 8) {
-          const uint64_t z = splitmix64(s);
-          std::memcpy(p + k, &z, 8);
-        }
-        // Realistic scales (codes 119..135, as synth_row): the decode takes the path real checkpoints take.
-        uint8_t* sc = const_cast<uint8_t*>(v.scales_of(r));
-        uint64_t z = splitmix64(s);
-        for (int k = 0; k < ns; ++k) sc[k] = static_cast<uint8_t>(119 + ((z >> (5 * (k % 12))) & 0xFF) % 17);
-        if (v.format == RowFormat::kFused)
-          std::memset(sc + ns, 0, static_cast<size_t>(v.stride_bytes - v.d - ns));
+  parallel_ranges(v.rows, threads, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      auto* p = const_cast<uint8_t*>(v.payload_of(r));
+      uint64_t s = seed ^ (static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull);
+      for (int k = 0; k + 8 <= v.d; k += 8) {
+        const uint64_t z = splitmix64(s);
+        std::memcpy(p + k, &z, 8);
       }
-    });
-  for (auto& th : pool) th.join();
+      // Realistic scales (codes 119..135, as synth_row): the decode takes the path real checkpoints take.
+      uint8_t* sc = const_cast<uint8_t*>(v.scales_of(r));
+      uint64_t z = splitmix64(s);
+      for (int k = 0; k < ns; ++k) sc[k] = static_cast<uint8_t>(119 + ((z >> (5 * (k % 12))) & 0xFF) % 17);
+      if (v.format == RowFormat::kFused)
+        std::memset(sc + ns, 0, static_cast<size_t>(v.stride_bytes - v.d - ns));
+    }
+  });
 }
 
 Result<std::unique_ptr<IdSource>> make_ids(const std::string& dist, const EngramLayout& span_layout, double alpha,
@@ -142,7 +138,7 @@ struct LookupOptions {
   std::string backing = "memfd";
   int64_t tlb_scrub_rows = 131072;
   std::string tokens;  // token file of the text ids ("" = the default text)
-  // Technique sections (issue #8).
+  // Technique sections.
   std::vector<std::string> sections{"sweep", "fast"};
   std::vector<std::string> techniques;
   std::vector<std::string> fast_ids{"text", "zipf", "uniform"};

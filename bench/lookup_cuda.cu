@@ -10,6 +10,7 @@
 #include "bench/gpu.hpp"
 #include "cpu/lookup.hpp"
 #include "cpu/thread_pool.hpp"
+#include "cuda/cuda_status.cuh"
 #include "cuda/device.cuh"
 #include "cuda/lookup_kernel.cuh"
 #include "cuda/registration.cuh"
@@ -17,12 +18,7 @@
 namespace engram::bench {
 namespace {
 
-Status cuda_status(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::ok();
-  cudaGetLastError();
-  return Status(Code::kCuda, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")",
-                static_cast<int>(e));
-}
+using cuda::cuda_status;
 #define BENCH_CK(call) ENGRAM_RETURN_IF_ERROR(cuda_status((call), #call))
 
 class Session final : public GpuLookupSession {
@@ -73,8 +69,8 @@ class Session final : public GpuLookupSession {
     const double gib = static_cast<double>(reg_->bytes()) / double(1ull << 30);
     const size_t from_table = static_cast<size_t>(std::min<int64_t>(copy_bytes, table_bytes));
     ENGRAM_ASSIGN_OR_RETURN(const double h2d_table, copy_gbps(devbuf_, view.data, from_table, cudaMemcpyHostToDevice));
-    info_["ceilings"] = {{"h2d_pinned_gbps", jnum(h2d_)}, {"d2h_pinned_gbps", jnum(d2h)},
-                         {"h2d_from_registered_table_gbps", jnum(h2d_table)}, {"copy_bytes", copy_bytes}};
+    info_["ceilings"] = {{"h2d_pinned_gbps", json_num(h2d_)}, {"d2h_pinned_gbps", json_num(d2h)},
+                         {"h2d_from_registered_table_gbps", json_num(h2d_table)}, {"copy_bytes", copy_bytes}};
     info_["registration"] = {{"bytes", reg_->bytes()},
                              {"chunks", reg_->chunks().size()},
                              {"prefault_s", reg_->prefault_ns() * 1e-9},

@@ -1,4 +1,4 @@
-// Technique sections of `engram bench lookup` (issue #8; see gpu.hpp run_fast_sections): each fast-path technique
+// Technique sections of `engram bench lookup` (see gpu.hpp run_fast_sections): each fast-path technique
 // of src/cuda/fast_lookup.cuh on and off, on one registered V4.1-Flash-row table, with real-text, Zipf and uniform
 // ids. Replaces the former standalone engram_bench_lookup_fast and keeps its method: fresh ids per batch (id set k
 // in repetition k, the same set for every variant), CUDA-event times of the lookup alone (ids already on the
@@ -25,6 +25,7 @@
 
 #include "bench/gpu.hpp"
 #include "core/units.hpp"
+#include "cuda/cuda_status.cuh"
 #include "cuda/fast_lookup.cuh"
 #include "cuda/registration.cuh"
 #include "replay/id_source.hpp"
@@ -32,11 +33,7 @@
 namespace engram::bench {
 namespace {
 
-Status cuda_status(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::ok();
-  cudaGetLastError();
-  return Status(Code::kCuda, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")", static_cast<int>(e));
-}
+using cuda::cuda_status;
 #define FAST_CK(call) ENGRAM_RETURN_IF_ERROR(cuda_status((call), #call))
 
 constexpr double kNaN = stats::kNaN;
@@ -263,11 +260,11 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                       {"cache_size", o.cache_size_text}, {"max_rows", g.max_rows}};
 
   // ---- calibration -----------------------------------------------------------------------------------------
-  J["calibration"] = {{"uva_rows_per_s", jnum(k.uva_rows_per_s)}, {"uva_sorted_rows_per_s", jnum(k.uva_sorted_rows_per_s)},
-                      {"uva_fixed_us", jnum(k.uva_fixed_us)}, {"dedup_hash_fixed_us", jnum(k.dedup_hash_fixed_us)},
-                      {"dedup_hash_ns_per_row", jnum(k.dedup_hash_ns_per_row)}, {"dedup_sort_fixed_us", jnum(k.dedup_sort_fixed_us)},
-                      {"dedup_sort_ns_per_row", jnum(k.dedup_sort_ns_per_row)}, {"scatter_ns_per_row", jnum(k.scatter_ns_per_row)},
-                      {"host_rows_per_s", jnum(k.host_rows_per_s)}, {"host_fixed_us", jnum(k.host_fixed_us)},
+  J["calibration"] = {{"uva_rows_per_s", json_num(k.uva_rows_per_s)}, {"uva_sorted_rows_per_s", json_num(k.uva_sorted_rows_per_s)},
+                      {"uva_fixed_us", json_num(k.uva_fixed_us)}, {"dedup_hash_fixed_us", json_num(k.dedup_hash_fixed_us)},
+                      {"dedup_hash_ns_per_row", json_num(k.dedup_hash_ns_per_row)}, {"dedup_sort_fixed_us", json_num(k.dedup_sort_fixed_us)},
+                      {"dedup_sort_ns_per_row", json_num(k.dedup_sort_ns_per_row)}, {"scatter_ns_per_row", json_num(k.scatter_ns_per_row)},
+                      {"host_rows_per_s", json_num(k.host_rows_per_s)}, {"host_fixed_us", json_num(k.host_fixed_us)},
                       {"sort_min_unique_rows", k.sort_min_unique_rows}, {"source", k.source},
                       {"uva_curve_rows_us", k.uva_curve}, {"host_curve_rows_us", k.host_curve},
                       {"hybrid_curve_rows_us", k.hybrid_curve}, {"hybrid_share", k.hybrid_share}};
@@ -371,14 +368,14 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                                 Cell(pct(ids_cov)), Cell(pct(uniq_cov)), Cell(kNaN)});
         sec[f == 0 ? "cache_fp8" : "cache_bf16"] = {{"rows", c->filled()}, {"slots", c->slots()}, {"hbm_bytes", c->hbm_bytes()},
                                                     {"profile", profile_name}, {"profile_ids", profile.size()},
-                                                    {"profile_coverage", jnum(cov)}, {"ids_coverage_cpu", jnum(ids_cov)},
-                                                    {"unique_coverage_cpu", jnum(uniq_cov)}};
+                                                    {"profile_coverage", json_num(cov)}, {"ids_coverage_cpu", json_num(ids_cov)},
+                                                    {"unique_coverage_cpu", json_num(uniq_cov)}};
         (f == 0 ? g.fl : g.fl_bf16)->set_cache(std::move(c));
       }
       // cache_fixed_us is calibrated when a cache is attached (the planner prices cache launches with it).
       ENGRAM_RETURN_IF_ERROR(g.fl->calibrate(g.s).with_context("calibration with the cache"));
       g.fl_bf16->costs() = g.fl->costs();
-      sec["cache_fixed_us"] = jnum(g.fl->costs().cache_fixed_us);
+      sec["cache_fixed_us"] = json_num(g.fl->costs().cache_fixed_us);
     }
     const auto vars = variants(o.techniques, g.fl->costs(), with_cache, g.fl->host_gather() != nullptr);
 
@@ -405,9 +402,9 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
         pre.rows.push_back({Cell(dist), Cell(v.name), Cell(a.path()), Cell(s.median / 1e3), Cell(s.p5 / 1e3),
                             Cell(s.p95 / 1e3), Cell(rps / 1e6), Cell(plain / s.median), Cell(ceiling), Cell(pct(u)),
                             Cell(pct(hit)), Cell(link_mb)});
-        pj.push_back({{"variant", v.name}, {"path", a.path()}, {"ns", summary_json(s)}, {"rows_per_s", jnum(rps)},
-                      {"ratio_vs_plain", jnum(plain / s.median)}, {"ceiling", jnum(ceiling)}, {"unique_fraction", jnum(u)},
-                      {"cache_hit_rate", jnum(hit)}, {"link_bytes_per_call", jnum(link_mb * 1e6)},
+        pj.push_back({{"variant", v.name}, {"path", a.path()}, {"ns", summary_json(s)}, {"rows_per_s", json_num(rps)},
+                      {"ratio_vs_plain", json_num(plain / s.median)}, {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)},
+                      {"cache_hit_rate", json_num(hit)}, {"link_bytes_per_call", json_num(link_mb * 1e6)},
                       {"why", v.planner ? nlohmann::json(plan::explain(g.fl->last_plan(), g.fl->costs().source)) : nlohmann::json(nullptr)}});
         if (v.name == "cache-fp8" || v.name == "cache-bf16")
           for (auto& r : cache_t.rows)
@@ -444,8 +441,8 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                               Cell(s.p5 / 1e3), Cell(s.p95 / 1e3), Cell(bpt), Cell(plain_bpt / bpt), Cell(ceiling),
                               Cell(pct(hit))});
           dj.push_back({{"tokens", tokens}, {"variant", dv[i].name}, {"path", a.path()}, {"ns", summary_json(s)},
-                        {"link_bytes_per_token", jnum(bpt)}, {"cut_vs_plain", jnum(plain_bpt / bpt)},
-                        {"ceiling", jnum(ceiling)}, {"unique_fraction", jnum(u)}, {"cache_hit_rate", jnum(hit)}});
+                        {"link_bytes_per_token", json_num(bpt)}, {"cut_vs_plain", json_num(plain_bpt / bpt)},
+                        {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)}, {"cache_hit_rate", json_num(hit)}});
         }
       }
       sec["decode"] = dj;

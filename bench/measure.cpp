@@ -7,9 +7,9 @@
 namespace engram::bench {
 
 nlohmann::json summary_json(const stats::Summary& s) {
-  return {{"n", s.n},           {"median", jnum(s.median)}, {"p5", jnum(s.p5)},   {"p95", jnum(s.p95)},
-          {"p99", jnum(s.p99)}, {"mean", jnum(s.mean)},     {"stdev", jnum(s.stdev)}, {"min", jnum(s.min)},
-          {"max", jnum(s.max)}};
+  return {{"n", s.n},           {"median", json_num(s.median)}, {"p5", json_num(s.p5)},   {"p95", json_num(s.p95)},
+          {"p99", json_num(s.p99)}, {"mean", json_num(s.mean)},     {"stdev", json_num(s.stdev)}, {"min", json_num(s.min)},
+          {"max", json_num(s.max)}};
 }
 
 Result<std::vector<VariantTimes>> time_variants(const std::vector<Variant>& variants, int warmup, int reps,
@@ -50,11 +50,11 @@ LookupFigures lookup_figures(const VariantTimes& t, const LookupShape& shape, co
 
 nlohmann::json lookup_figures_json(const LookupFigures& f) {
   return {{"ns", summary_json(f.ns)},
-          {"rows_per_s", jnum(f.rows_per_s)},
-          {"source_gbps", jnum(f.source_gbps)},
-          {"staging_gbps", jnum(f.staging_gbps)},
-          {"pct_of_link", jnum(f.pct_of_link)},
-          {"pct_of_gather", jnum(f.pct_of_gather)},
+          {"rows_per_s", json_num(f.rows_per_s)},
+          {"source_gbps", json_num(f.source_gbps)},
+          {"staging_gbps", json_num(f.staging_gbps)},
+          {"pct_of_link", json_num(f.pct_of_link)},
+          {"pct_of_gather", json_num(f.pct_of_gather)},
           {"grid", f.grid < 0 ? nlohmann::json(nullptr) : nlohmann::json(f.grid)},
           {"tiles", f.tiles < 0 ? nlohmann::json(nullptr) : nlohmann::json(f.tiles)}};
 }

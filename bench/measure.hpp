@@ -1,5 +1,5 @@
 // Measurement helpers shared by the benches (the lookup sweep and its technique sections included): interleaved
-// A/B repetitions in a shuffled order, the lookup accounting of design.md (rows/s, source GB/s and staging GB/s kept
+// A/B repetitions in a shuffled order, the lookup accounting of docs/terms.md (rows/s, source GB/s and staging GB/s kept
 // apart, % of the link and of the plain-gather ceiling), and NaN-safe JSON/cell conversions.
 //
 // time_variants() is the one timing loop: for every repetition (warm-ups first, untimed) it runs each variant
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/registry.hpp"
+#include "core/json_num.hpp"
 #include "core/stats.hpp"
 
 namespace engram::bench {
@@ -25,7 +26,6 @@ inline double now_ns() {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-inline nlohmann::json jnum(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 // {"n", "median", "p5", "p95", "p99", "mean", "stdev", "min", "max"} with null for NaN.
 nlohmann::json summary_json(const stats::Summary& s);
 
@@ -49,7 +49,7 @@ struct VariantTimes {
 Result<std::vector<VariantTimes>> time_variants(const std::vector<Variant>& variants, int warmup, int reps,
                                                 std::mt19937_64& rng);
 
-// ---- Lookup accounting (design.md "byte accounting") -------------------------------------------------------
+// ---- Lookup accounting (byte accounting, docs/terms.md) -----------------------------------------------------------
 struct LookupShape {
   int64_t rows = 0;                  // row reads per call (tokens x heads)
   int64_t source_bytes_per_row = 0;  // d + d/32 (payload + scales actually used)

@@ -1,5 +1,5 @@
-// Cost arithmetic of the seeds, as plain functions (seed 003: transfer paths, KV swap-in vs recompute;
-// seed 000 §5: Engram byte accounting, request-bound lookup time, placement capacity). Units: bytes, seconds,
+// Cost arithmetic as plain functions: transfer paths, KV swap-in vs recompute, Engram byte accounting,
+// request-bound lookup time, placement capacity. Units: bytes, seconds,
 // bytes per second, FLOP per second. GB = 1e9 B. Inputs must be positive; functions do not validate (the CLI does).
 #pragma once
 
@@ -14,7 +14,7 @@ struct NamedPath {
   double bytes_per_s;     // practical rate, not the datasheet peak
   std::string source;     // where the figure comes from
 };
-// Seed 003's practical rates plus the H200 machine's measured copies (design.md).
+// Practical rates of the common paths plus the H200 machine's measured copies (each names its source).
 const std::vector<NamedPath>& named_paths();
 
 // t = bytes / rate.
@@ -29,10 +29,10 @@ inline double kv_bytes_per_token(const KvShape& s) {
   return static_cast<double>(s.layers) * s.kv_heads * s.head_dim * 2.0 * s.bytes_per_elem;
 }
 // Prefill recompute FLOPs of `tokens` for a dense model of `params` parameters: 2 * params * tokens
-// (attention's quadratic term ignored, as the seed does).
+// (attention's quadratic term ignored).
 inline double recompute_flops(double params, double tokens) { return 2.0 * params * tokens; }
 
-// Engram byte accounting for N tokens and H heads of width d (design.md): B_source = N*H*(d + d/32) (FP8 rows +
+// Engram byte accounting (docs/terms.md) for N tokens and H heads of width d: B_source = N*H*(d + d/32) (FP8 rows +
 // ue8m0 scales read from host), B_staging = 2*N*H*d (BF16 written on the device). Different paths: never summed.
 inline double engram_source_bytes(double n, double h, int d) { return n * h * (d + d / 32.0); }
 inline double engram_staging_bytes(double n, double h, int d) { return 2.0 * n * h * d; }

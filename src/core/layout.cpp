@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engram/format.hpp"
+
 namespace engram {
 
 const char* row_format_name(RowFormat f) noexcept {
@@ -18,10 +20,24 @@ Result<RowFormat> parse_row_format(const std::string& name) {
   return Status(Code::kInvalidArgument, "row layout '" + name + "': expected 'fused' or 'split'");
 }
 
-int64_t EngramLayout::fused_record_bytes(int d) {
-  const int64_t raw = d + d / 32;
+namespace {
+
+constexpr int64_t fused_bytes(int d) {
+  const int64_t raw = d + d / kScaleBlock;
   return (raw + kFusedRecordAlign - 1) / kFusedRecordAlign * kFusedRecordAlign;
 }
+
+// The budgets the row formats rely on: every layout counts d / 32 ue8m0 scales per row; a fused record is a
+// whole number of 16-byte loads (the kernels' unit); the d = 256 record (the DeepSeek shape) is 272 B, 17 loads
+// for its 264 logical bytes.
+static_assert(kScaleBlock == 32, "rows hold d / 32 scales");
+static_assert(kFusedRecordAlign == 16, "the lookup kernels read 16-byte chunks");
+static_assert(fused_bytes(256) == 272 && fused_bytes(256) % 16 == 0, "d = 256 fused record");
+static_assert(fused_bytes(32) == 48 && fused_bytes(7168) == 7392, "fused records round up to 16 bytes");
+
+}  // namespace
+
+int64_t EngramLayout::fused_record_bytes(int d) { return fused_bytes(d); }
 
 int64_t EngramLayout::row_stride_bytes() const {
   return format == RowFormat::kFused ? fused_record_bytes(d) : source_bytes_per_row();

@@ -1,4 +1,4 @@
-// Sample statistics for measurements (design.md "Measurement rules"): median and tails (p5/p95, p99 for
+// Sample statistics for measurements (docs/measurement.md): median and tails (p5/p95, p99 for
 // latencies), mean and standard deviation, and a bootstrap confidence interval of the difference of two
 // medians (A/B comparisons), all NaN-aware: a NaN entry is an unreadable measurement and is ignored, and a
 // statistic of a sample with no finite value is NaN (reported as n/a / null), never 0.

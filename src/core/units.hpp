@@ -1,6 +1,6 @@
 // Byte sizes as people write them on a command line, and as reports print them.
 //
-// design.md fixes the units: GB = 10^9 B, GiB = 2^30 B. A bare K/M/G/T is refused rather than
+// The units (docs/terms.md): GB = 10^9 B, GiB = 2^30 B. A bare K/M/G/T is refused rather than
 // guessed (dd reads "1G" as 2^30, disk vendors as 10^9): the message says to write GB or GiB.
 #pragma once
 

@@ -1,4 +1,4 @@
-// In-batch de-duplication of Engram ids on the CPU (issue #8), and the CPU lookup built on it.
+// In-batch de-duplication of Engram ids on the CPU, and the CPU lookup built on it.
 //
 // N-gram hash ids of real text repeat within a batch (the same N-gram in many sequences, the same token at many
 // positions), so a batch needs one row read and one decode per *distinct* id; every position then gets a copy of

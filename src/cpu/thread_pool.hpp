@@ -2,7 +2,7 @@
 //
 // The CPU lookup splits a batch of rows over the pool; the pool is persistent because decode batches
 // are small (a few thousand rows) and creating threads per call would cost more than the gather.
-// Workers can be bound to a NUMA node's CPUs by the placement layer (issue #4) through `on_start`.
+// Workers can be bound to a NUMA node's CPUs by the placement layer through `on_start`.
 // Thread safety: parallel_for may be called from one thread at a time per pool.
 #pragma once
 

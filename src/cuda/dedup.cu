@@ -24,6 +24,7 @@ namespace {
 constexpr unsigned long long kEmpty = ~0ull;
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
+static_assert(kThreads == 256, "the fast gather's block: 8 whole warps, as the UVA lookup kernel's");
 
 
 // Warp-aggregated counter add (one atomic per warp).
@@ -169,6 +170,7 @@ int grid_for(int64_t n, int threads) {
 template <int G, int U, bool kFused>
 __global__ void __launch_bounds__(kThreads)
     fast_gather_kernel(const FastGatherArgs a, int64_t n_host) {
+  static_assert(G >= 1 && G <= 32 && 32 % G == 0, "a warp holds whole lane groups");
   constexpr int kGroups = 32 / G;
   constexpr int kRowsPerWarp = kGroups * U;
   constexpr int kTileRows = kWarps * kRowsPerWarp;

@@ -1,15 +1,15 @@
-// In-batch de-duplication of Engram ids on the GPU (issue #8), and the fast-path kernels built around it.
+// In-batch de-duplication of Engram ids on the GPU, and the fast-path kernels built around it.
 //
 // Real-text N-gram ids repeat within a batch, and a random row read over UVA costs one PCIe request whatever its
-// size (design.md), so the fast path reads each distinct row once: dedup produces unique_ids[U] and
+// size (docs/fastpath.md), so the fast path reads each distinct row once: dedup produces unique_ids[U] and
 // inverse[n] (position -> unique index, -1 for dead / out-of-range ids), the rows are gathered and decoded into a
 // compact device buffer [U][d], and a scatter copies each row to every position (HBM copies, ~4 TB/s, versus
 // PCIe requests). Two methods, both with U kept on the device (no host synchronisation, graph-capturable):
 //  - hash: open-addressing table sized 2x the batch (power of two; keys = id, linear probing, atomicCAS insert),
 //    unique ids in arbitrary order. A memset and three small kernels.
 //  - sort: CUB radix sort of (id, position) over the bits the table's row count needs, head flags, an inclusive
-//    scan: unique ids in ascending id order = ascending address (rows are stored in id order), the issue's
-//    "sort by address before the gather".
+//    scan: unique ids in ascending id order = ascending address (rows are stored in id order): the
+//    gather reads the table in address order.
 // Dead (negative) and out-of-range ids are counted exactly as the plain kernel counts them (counters[0] dead,
 // counters[1] invalid) and never read.
 //

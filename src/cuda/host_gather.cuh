@@ -1,5 +1,5 @@
-// Host-gather + DMA path (issue #4 of the lookup: "CPU threads gather, then one copy"), the alternative to UVA
-// that design.md says must be measured against it (16 threads + one H2D copy reached 17.8 GB/s on 512-B rows
+// Host-gather + DMA path ("CPU threads gather, then one copy"), the alternative to UVA that is measured
+// against it (16 threads + one H2D copy reached 17.8 GB/s on 512-B rows
 // versus UVA's 15.5 GB/s): CPU threads gather the raw FP8 records (payload | scales, 16-B padded; dead and
 // out-of-range ids become all-zero records, which decode to +0 rows) into double-buffered pinned staging, chunk
 // by chunk; each chunk is copied H2D while the threads gather the next one; the GPU then decodes the staged

@@ -1,4 +1,4 @@
-// GPU hot-row cache (issue #8): the most frequent rows of one Engram layer's table kept in device memory, so a
+// GPU hot-row cache: the most frequent rows of one Engram layer's table kept in device memory, so a
 // lookup reads them from HBM instead of issuing a PCIe request per row.
 //
 // N-gram frequencies of text are Zipfian, so a small cache (a few % of the table) holds a large share of the

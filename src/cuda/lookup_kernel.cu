@@ -1,7 +1,7 @@
 // UVA lookup kernel: FP8 E4M3 rows + ue8m0 scales in registered host memory -> BF16 staging in device memory.
 //
-// A random row read over PCIe costs one request whatever its size (design.md: ~37 M rows/s over an 8 GiB span),
-// so the kernel's job is to keep many independent row requests in flight and to issue each row as few, wide
+// A random row read over PCIe costs one request whatever its size (~37 M rows/s over an 8 GiB span on the
+// H200, docs/fastpath.md), so the kernel's job is to keep many independent row requests in flight and to issue each row as few, wide
 // requests as possible: G = d/16 lanes read one row with one 16-byte load each (a warp covers 32/G rows per load
 // round), every lane issues U = 4 rounds of loads before it uses the first (U = 1 when the batch fits in one wave
 // of the grid: a small lookup's time is one round trip plus the decode), and the scale bytes are fetched in
@@ -65,7 +65,12 @@ int lanes_per_row(int d) {
   return g;
 }
 
-int tile_rows_for(int g, int u) { return kWarpsPerBlock * (32 / g) * u; }
+constexpr int tile_rows_for(int g, int u) { return kWarpsPerBlock * (32 / g) * u; }
+
+// The budgets the launch shapes rely on: a block is whole warps, and the d = 256 tile (G = 16 lanes a row,
+// U = 4 rounds in flight) is the 64 rows the header promises.
+static_assert(kBlockThreads == 256 && kBlockThreads % 32 == 0, "a block of 8 whole warps");
+static_assert(tile_rows_for(16, kRowsInFlightLarge) == 64, "d = 256 tile: 8 warps x 2 rows x 4 rounds");
 
 }  // namespace
 
@@ -83,6 +88,7 @@ template <int G, int kRowsInFlight, bool kFused>
 __global__ static void __launch_bounds__(kBlockThreads)
     lookup_kernel(const KernelTable t, const int64_t* __restrict__ ids, int64_t n_rows, int64_t n_tiles,
                   uint16_t* __restrict__ out, unsigned long long* __restrict__ counters) {
+  static_assert(G >= 1 && G <= 32 && 32 % G == 0, "a warp holds whole lane groups");
   constexpr int kGroups = 32 / G;
   constexpr int kRowsPerWarp = kGroups * kRowsInFlight;
   constexpr int kTileRows = kWarpsPerBlock * kRowsPerWarp;
@@ -179,6 +185,7 @@ template <int G, int kRowsInFlight, bool kFused>
 __global__ static void __launch_bounds__(kBlockThreads)
     gather_kernel(const KernelTable t, const int64_t* __restrict__ ids, int64_t n_rows, int64_t n_tiles,
                   uint8_t* __restrict__ out, int64_t out_stride, int n_chunks, int n_scale_bytes) {
+  static_assert(G >= 1 && G <= 32 && 32 % G == 0, "a warp holds whole lane groups");
   constexpr int kGroups = 32 / G;
   constexpr int kRowsPerWarp = kGroups * kRowsInFlight;
   constexpr int kTileRows = kWarpsPerBlock * kRowsPerWarp;

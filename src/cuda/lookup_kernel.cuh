@@ -11,12 +11,12 @@
 // and writes out[tokens][local_heads][d]: zeros for padded heads and for ids of another rank's rows; "table rows"
 // is then the whole layer's rows (TableView::id_limit). A slice without heads has no rows and reads nothing.
 //
-// Kernel shape (design.md "Lookup"): a group of G lanes (G = d/16 up to 32) reads one row with 16-byte loads;
+// Kernel shape: a group of G lanes (G = d/16 up to 32) reads one row with 16-byte loads;
 // a warp holds 32/G rows per load round and U = 4 rounds in flight before the first use (U = 1 when the batch
 // fits in one wave of the grid); a block of 8 warps is a tile of 8*(32/G)*U rows (64 rows for d = 256 and
 // U = 4). Scales in [10, 246] decode through a branch-free exact path (decode_fast.cuh), others through
 // format.hpp's decode_element. Persistent grid = min(tiles, cap), cap = max(1,
-// floor(grid_fraction * SM count)): 1.0 in the foreground, 0.5 by default in the background (seed 000 §4: the
+// floor(grid_fraction * SM count)): 1.0 in the foreground, 0.5 by default in the background (the
 // cap bounds the number of blocks, it does not reserve SMs). The launcher reports rows, tiles and grid.
 //
 // No CUDA types in this header: streams are passed as `void*` (a cudaStream_t; nullptr = legacy stream).
@@ -122,7 +122,7 @@ Result<IdCheck> check_ids(const UvaTable& table, const int64_t* ids, int64_t n, 
 
 // Plain 16-byte-vector gather of the same rows, no decode: the request-bound ceiling of the lookup.
 // kRowBytes reads exactly the bytes the lookup reads (fused: the whole record; split: payload + scales);
-// kPayloadOnly reads the d payload bytes (design.md's "plain gather of the 256-B payloads").
+// kPayloadOnly reads the d payload bytes (the plain gather of the payloads: the bound the lookup is measured against).
 // out[rows][plain_gather_out_stride()] raw bytes; negative / out-of-range ids write zero bytes.
 enum class GatherBytes { kRowBytes, kPayloadOnly };
 int64_t plain_gather_out_stride(const TableView& view, GatherBytes what);

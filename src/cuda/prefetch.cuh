@@ -1,4 +1,4 @@
-// CudaPrefetchQueue: a rank's serial lookup queue on the GPU (design.md "Prefetch", seed 000 §4).
+// CudaPrefetchQueue: a rank's serial lookup queue on the GPU.
 //
 // One CUDA stream (the prefetch stream) runs the lookups of every Engram layer of the rank in submission order.
 // prepare(layer, ids) copies the host ids into the layer's pinned buffer, enqueues their H2D copy on the main
@@ -40,7 +40,7 @@ namespace engram::cuda {
 struct CudaPrefetchOptions {
   int rank = 0;
   int64_t max_tokens = 8192;   // capacity of each layer's ids and staging buffers, in tokens
-  double grid_fraction = 0.5;  // background grid cap (fraction of the SMs), seed 000 §4
+  double grid_fraction = 0.5;  // background grid cap (fraction of the SMs)
   bool record_timeline = true;
   // Reject ids >= table rows in prepare() before anything is enqueued (host-side pass over the ids, ~1 ns per id;
   // no synchronisation). Off: such ids give zero rows and are counted in totals().invalid_ids.

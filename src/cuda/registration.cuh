@@ -1,7 +1,7 @@
 // Registration of host memory with CUDA, so that GPUs read table rows over UVA without a device copy.
 //
-// A table of ~100 GB is registered in chunks (cudaHostRegister(Mapped|Portable), default at most 64 GiB each,
-// design.md "shared-table protocol" step 3): every chunk starts on a page boundary and every boundary between
+// A table of ~100 GB is registered in chunks (cudaHostRegister(Mapped|Portable), default at most 64 GiB each;
+// the "register" step of the shared-table protocol, host/group_protocol.hpp): every chunk starts on a page boundary and every boundary between
 // chunks falls on a row boundary, so that no row straddles two registrations and a kernel that translates
 // addresses per chunk never splits a row. Pages are prefaulted (touched) first, so registration pins pages that
 // already exist under the placement policy instead of letting the driver allocate them. If a chunk fails, the

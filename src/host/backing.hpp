@@ -1,7 +1,7 @@
 // Backing: the memory object that holds one table (or one shard / replica of it), mapped into this
 // process: a memfd (default), a named /dev/shm file, a hugetlb memfd, or private anonymous THP memory.
 //
-// Life cycle (design.md, shared-table protocol steps 1-3):
+// Life cycle (the first steps of the shared-table protocol, host/group_protocol.hpp):
 //   leader:  Backing::create(options)  -> checks the size against the room there is (tmpfs free space,
 //            hugepage pool, the target nodes' free memory) BEFORE creating anything, creates the object,
 //            sizes it (ftruncate) and maps it. No page exists yet.

@@ -19,7 +19,7 @@
 //    by their backing name ("/memfd:engram:..." or a path whose file name starts with "engram:").
 //
 // Each census names the table (layer, head range, bytes, base address, group, backing identity) and
-// the named point at which it was taken (design.md: after placement / registration / load / replay).
+// the named point at which it was taken (after placement / registration / load / replay).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Hot-row profiles (issue #8): how often each row id of an Engram layer's table is looked up over a text corpus,
+// Hot-row profiles: how often each row id of an Engram layer's table is looked up over a text corpus,
 // hottest first. `engram profile` writes one from token files (hashed with the reference N-gram hash); the GPU
 // hot-row cache (src/cuda/hot_cache.cuh) is filled from it (`engram run --cache-profile`, `engram bench lookup
 // --cache-profile`), and a profile of one part of a corpus measured on another part is the held-out method of

@@ -10,7 +10,7 @@
 //                                 /sys/kernel/mm/mempolicy/weighted_interleave/node<N> (system-wide)
 //   replica-per-node[:N,M...]     one backing per node (default: every node with memory), each bound
 //                                 to its node; a rank reads the replica of its GPU's node (~n x capacity)
-// Source: mbind(2), Documentation/admin-guide/mm/numa_memory_policy.rst; seed 000 §2-3.
+// Source: mbind(2), Documentation/admin-guide/mm/numa_memory_policy.rst; docs/placement.md.
 //
 // Applying: `apply_placement` runs mbind(2) on the shared mapping. For a memfd / tmpfs object the kernel
 // keeps the policy on the object (shmem shared policy), so fallocate(2) and every other process that maps

@@ -18,8 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
+#include "core/parallel.hpp"
 #include "core/splitmix.hpp"
 #include "core/units.hpp"
 #include "host/census.hpp"
@@ -74,21 +74,13 @@ TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index,
 }
 
 void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t per = (s.rows + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    const int64_t lo = t * per, hi = std::min(s.rows, lo + per);
-    if (lo >= hi) break;
-    pool.emplace_back([=] {
-      const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
-      for (int64_t r = lo; r < hi; ++r) {
-        synth_row(seed, layer_index, s.slice.row_begin + r, s.d, s.payload_of(r), s.scales_of(r));
-        if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
+  const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
+  parallel_ranges(s.rows, threads, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      synth_row(seed, layer_index, s.slice.row_begin + r, s.d, s.payload_of(r), s.scales_of(r));
+      if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
+    }
+  });
 }
 
 Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int heads) {

@@ -1,4 +1,4 @@
-// Topology: the machine facts that decide and explain a placement (seed 000 §2.3 "minimal field check"):
+// Topology: the machine facts that decide and explain a placement (the minimal field check before trusting one):
 // NUMA nodes with their CPUs and memory, the node distance matrix, each GPU's and NIC's NUMA node (by PCI
 // bus id), THP and NUMA-balancing settings, the /dev/shm mount, hugepage pools, and this process's
 // Cpus_allowed / Mems_allowed / memory policy.

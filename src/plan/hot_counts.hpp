@@ -1,4 +1,4 @@
-// Host-side frequency counts for the GPU hot-row cache (issue #8): which ids to put in the cache at start-up and
+// Host-side frequency counts for the GPU hot-row cache: which ids to put in the cache at start-up and
 // which to swap in online. Pure C++ (no CUDA), so that it is unit-tested on any machine.
 //
 // HotCounts keeps, for one Engram layer, a decayed LFU count per id seen: every observed batch multiplies the

@@ -1,16 +1,16 @@
-// Lookup planner (issue #8): for one lookup batch, picks the path — inline or background, grid cap, in-batch
+// Lookup planner: for one lookup batch, picks the path — inline or background, grid cap, in-batch
 // de-duplication, sort of the unique ids by address, GPU hot-row cache, hybrid share of host-gather — from
 // calibrated costs and the batch's id statistics, and records the figures that made the decision (explain() words
 // them when a report asks: nothing is formatted per batch).
 //
 // Pure C++ (no CUDA): the CUDA fast path (src/cuda/fast_lookup.cuh) calls it per batch with the costs measured by
 // its start-up calibration (or the defaults below, which name their source), and tests check its decisions on
-// the CPU. The model is the request-bound one of design.md: a lookup costs a fixed launch/round-trip time plus
+// the CPU. The model is the request-bound one (docs/fastpath.md): a lookup costs a fixed launch/round-trip time plus
 // rows / (rows per second of the path); de-duplication removes (1 - unique fraction) of the rows for a fixed
 // cost plus a per-row cost; a cache removes the hit fraction of the unique rows; a hybrid runs a share s of the
 // rows on the host-gather path in parallel with the UVA path (time = max of the two). A technique is switched on
 // only when its predicted time beats the plain gather by `min_gain` (default 5%), so on uniform ids — where
-// nothing repeats and nothing is cached — every technique stays off (the issue's "never > 5% slower" target).
+// nothing repeats and nothing is cached — every technique stays off (never more than 5% slower than the plain gather).
 // Unknown statistics (NaN) count as the adversarial case: unique fraction 1, hit rate 0 — except that a batch of a
 // table WITH a cache may carry a prior hit estimate (the cache's coverage of the profile it was filled from), used
 // until a measured hit rate replaces it; without a cache the worst-case rule stands. The hybrid is a split by

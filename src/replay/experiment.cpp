@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/json_num.hpp"
 #include "core/splitmix.hpp"
 #include "core/stats.hpp"
 #include "sys/affinity.hpp"
@@ -21,8 +22,6 @@
 namespace engram {
 
 namespace {
-
-nlohmann::json jnum(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 std::string pct(double v) {
   char b[32];
@@ -495,7 +494,7 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
     nlohmann::json m;
     for (const auto& mi : run_metric_infos()) {
       const auto s = stats::summarize(column(a.runs, mi.field));
-      m[mi.key] = {{"median", jnum(s.median)}, {"p5", jnum(s.p5)}, {"p95", jnum(s.p95)}, {"n", s.n},
+      m[mi.key] = {{"median", json_num(s.median)}, {"p5", json_num(s.p5)}, {"p95", json_num(s.p95)}, {"n", s.n},
                    {"runs", column(a.runs, mi.field)}};
       for (auto& v : m[mi.key]["runs"])
         if (v.is_number() && !std::isfinite(v.get<double>())) v = nullptr;
@@ -517,8 +516,8 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
       const auto md = (base.valid && a.valid) ? stats::bootstrap_median_diff(column(base.runs, mi.field), column(a.runs, mi.field))
                                               : stats::MedianDiff{};
       d[mi.key] = md;
-      diffs[mi.key] = {{"diff", jnum(md.diff)}, {"ci_low", jnum(md.ci_low)}, {"ci_high", jnum(md.ci_high)},
-                       {"ratio", jnum(md.ratio)}, {"significant", md.significant()}};
+      diffs[mi.key] = {{"diff", json_num(md.diff)}, {"ci_low", json_num(md.ci_low)}, {"ci_high", json_num(md.ci_high)},
+                       {"ratio", json_num(md.ratio)}, {"significant", md.significant()}};
     }
     nlohmann::json c = acceptance_chain(o.id, base, a, d);
     c["diff_of_medians"] = diffs;

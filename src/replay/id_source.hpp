@@ -42,4 +42,9 @@ class ZipfSampler {
   double alpha_, h_x1_, h_n_, s_;
 };
 
+// The row (0-based, within its head) of Zipf rank `rank` (1-based) in a head of `rows` rows: (rank-1)*a mod rows
+// with a fixed multiplier a coprime with the prime `rows`, a permutation that keeps hot rows apart. The one
+// scatter of every Zipf id source (replay and serving).
+int64_t zipf_rank_row(int64_t rank, int64_t rows);
+
 }  // namespace engram

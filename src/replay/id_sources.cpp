@@ -14,6 +14,13 @@ double helper2(double x) { return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1 + 
 double u01_from(uint64_t& st) { return static_cast<double>(splitmix64(st) >> 11) * 0x1.0p-53; }
 }  // namespace
 
+int64_t zipf_rank_row(int64_t rank, int64_t rows) {
+  // 2654435761 (0x9E3779B1) is prime: coprime with every prime row count but itself.
+  const int64_t a = 2654435761 % rows == 0 ? 1 : 2654435761 % rows;
+  return static_cast<int64_t>((static_cast<unsigned __int128>(rank - 1) * static_cast<uint64_t>(a)) %
+                              static_cast<uint64_t>(rows));
+}
+
 ZipfSampler::ZipfSampler(int64_t n, double alpha) : n_(n), alpha_(alpha) {
   h_x1_ = h(1.5) - 1.0;
   h_n_ = h(static_cast<double>(n) + 0.5);
@@ -92,11 +99,7 @@ class ZipfIdSource final : public IdSource {
         for (int h = 0; h < heads; ++h) {
           const int64_t p = layout_.head_rows[li][h];
           const int64_t k = samplers_[li][h].sample(st);
-          // Scatter ranks with a fixed multiplier (coprime with the prime p unless p divides it).
-          const int64_t a = 2654435761 % p == 0 ? 1 : 2654435761 % p;
-          const int64_t row = static_cast<int64_t>((static_cast<unsigned __int128>(k - 1) * static_cast<uint64_t>(a)) %
-                                                   static_cast<uint64_t>(p));
-          v[static_cast<size_t>(b) * heads + h] = layout_.head_offsets[li][h] + row;
+          v[static_cast<size_t>(b) * heads + h] = layout_.head_offsets[li][h] + zipf_rank_row(k, p);
         }
     }
     return Status::ok();

@@ -43,15 +43,6 @@ using host::Millis;
 constexpr const char* kStepReplayed = "replayed";
 constexpr const char* kStepReport = "report";
 
-json num(double v) { return report::json_num(v); }
-
-std::string fmt(double v, const char* f) {
-  if (!std::isfinite(v)) return "n/a";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 // Row r of layer index li as bytes (payload then scales), for comparison across processes.
 void row_bytes(const TableSpan& s, int64_t r, std::string* out) {
   out->assign(reinterpret_cast<const char*>(s.payload_of(r)), static_cast<size_t>(s.d));
@@ -461,10 +452,10 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   out["rank_census"] = rank_census;
   json layer_e = json::array();
   for (size_t k = 0; k < layer_e_max.size(); ++k)
-    layer_e.push_back({{"layer_id", layout.layer_ids[k]}, {"exposed_wait_ns_median_worst_rank", num(layer_e_max[k])}});
+    layer_e.push_back({{"layer_id", layout.layer_ids[k]}, {"exposed_wait_ns_median_worst_rank", json_num(layer_e_max[k])}});
   out["aggregate"] = {{"rows_per_s_sum", rows_per_s_sum},
                       {"tokens_per_s_sum", tokens_per_s_sum},
-                      {"step_ns_median_worst_rank", num(step_median_max)},
+                      {"step_ns_median_worst_rank", json_num(step_median_max)},
                       {"layers", layer_e},
                       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()}};
   out["memory"] = {{"table_bytes", all_backings_bytes},
@@ -573,85 +564,6 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   auto done = channel->all_gather(kStepReport, rep, o.timeouts.step);
   if (!done.is_ok()) return done.status();
   return host::first_failure(kStepReport, *done);
-}
-
-// ---- text ------------------------------------------------------------------------------------------
-
-std::string multi_rank_text(const json& j) {
-  std::string out;
-  auto line = [&](const std::string& s) { out += s + "\n"; };
-  const auto& t = j["table"];
-  line("engram run --ranks " + std::to_string(j["ranks"].get<int>()) + " — " +
-       conditions_summary(j["conditions"]));
-  line("");
-  line("Table     " + t["layout"].get<std::string>() + ", " + t["row_layout"].get<std::string>() + " rows of d=" +
-       std::to_string(t["d"].get<int>()) + ", Engram layers " + t["engram_layers"].dump() + " x " +
-       std::to_string(t["heads"].get<int>()) + " heads, " + format_bytes(t["bytes"].get<int64_t>()) + ", " +
-       t["content"].get<std::string>());
-  line("Memory    ONE shared copy: " + t["backing"].get<std::string>() + " backing, placement " +
-       t["placement_requested"].get<std::string>() + (t["read_only_ranks"].get<bool>() ? ", ranks map it read-only" : ""));
-  for (const auto& p : t["placement"])
-    line("          layer index " + std::to_string(p["layer_index"].get<int>()) + ": " + p["backing"].get<std::string>() +
-         "; requested " + p["report"].value("requested", "?") + ", obtained " + p["report"].value("obtained", "?"));
-  std::string proto;
-  for (const auto& s : j["group"]["protocol"]) proto += " " + s["step"].get<std::string>() + " " + fmt(s["seconds"].get<double>() * 1e3, "%.1f") + " ms;";
-  line("Group     " + j["group"]["name"].get<std::string>() + ", leader pid " +
-       std::to_string(j["group"]["leader_pid"].get<int>()) + ", rank pids " + j["group"]["rank_pids"].dump());
-  line("Protocol " + proto);
-  for (const auto& c : j["census"]) {
-    if (c.value("point", "") != "after load" && c.value("point", "") != "after replay") continue;
-    std::string nodes;
-    if (c.contains("pages_per_node") && c["pages_per_node"].is_object())
-      for (auto it = c["pages_per_node"].begin(); it != c["pages_per_node"].end(); ++it) {
-        const double sampled = c.value("pages_sampled", 0.0);
-        nodes += " N" + it.key() + "=" + it.value().dump() + " pages" +
-                 (sampled > 0 ? " (" + fmt(100.0 * it.value().get<double>() / sampled, "%.1f%%") + ")" : "");
-      }
-    line("Census    " + c.value("point", "?") + ", layer " + std::to_string(c["table"].value("layer_id", -1)) + ":" +
-         (c.value("known", false) ? nodes : " unknown (" + c.value("reason", "") + ")") +
-         (c.value("not_resident", 0) ? ", " + std::to_string(c.value("not_resident", 0)) + " not resident" : ""));
-  }
-  const auto& m = j["memory"];
-  line("Pss       sum over leader and ranks " + format_bytes(m["pss_sum_bytes"].get<int64_t>()) + " for " +
-       format_bytes(m["table_bytes"].get<int64_t>()) + " of table (one copy, not " + std::to_string(j["ranks"].get<int>() + 1) +
-       "); rows identical on every rank: " + (j["same_bytes"].get<bool>() ? "yes" : "NO"));
-  line("");
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%-5s %-8s %-9s %-8s %12s %10s %12s %12s %s", "rank", "pid", "exit", "backend", "rows/s",
-                "src GB/s", "step med us", "tokens/s", "E med us per layer");
-  line(buf);
-  for (const auto& r : j["per_rank"]) {
-    const auto& rep = r["report"];
-    std::string e;
-    for (const auto& l : rep["layers"])
-      e += " L" + std::to_string(l["layer_id"].get<int>()) + "=" +
-           (l["exposed_wait_ns"]["median"].is_number() ? fmt(l["exposed_wait_ns"]["median"].get<double>() / 1e3, "%.1f") : "n/a");
-    auto d = [](const json& v, double scale, const char* f) { return v.is_number() ? fmt(v.get<double>() * scale, f) : std::string("n/a"); };
-    std::string be = rep.value("backend", "?");
-    if (rep.contains("backend_details") && rep["backend_details"].is_object())
-      be += ":" + std::to_string(rep["backend_details"].value("device", json::object()).value("ordinal", -1));
-    std::snprintf(buf, sizeof buf, "%-5d %-8d %-9s %-8s %12s %10s %12s %12s%s", r["rank"].get<int>(), r["pid"].get<int>(),
-                  r["exit"].get<std::string>().c_str(), be.c_str(), d(rep["lookup"]["rows_per_s"], 1e-6, "%.2f M").c_str(),
-                  d(rep["lookup"]["source_gbps"], 1, "%.2f").c_str(), d(rep["steps"]["step_ns"]["median"], 1e-3, "%.1f").c_str(),
-                  d(rep["steps"]["tokens_per_s"], 1, "%.0f").c_str(), e.c_str());
-    line(buf);
-  }
-  const auto& a = j["aggregate"];
-  line("");
-  line("Aggregate " + fmt(a["rows_per_s_sum"].get<double>() / 1e6, "%.2f") + " M rows/s and " +
-       fmt(a["tokens_per_s_sum"].get<double>(), "%.0f") + " tokens/s over all ranks; worst median step " +
-       (a["step_ns_median_worst_rank"].is_number() ? fmt(a["step_ns_median_worst_rank"].get<double>() / 1e3, "%.1f") : "n/a") +
-       " us; wall " + fmt(a["wall_s"].get<double>(), "%.2f") + " s");
-  line("Ids       " + (j["per_rank"].empty() ? std::string("?") : j["per_rank"][0]["report"].value("ids", "?")) +
-       (j["per_rank"].empty() ? std::string() : " (rank " + std::to_string(j["per_rank"][0]["rank"].get<int>()) + ";") +
-       " each rank has its own stream)");
-  // Each rank writes its own trace: name them, so none is written unseen.
-  std::string traces;
-  for (const auto& r : j["per_rank"])
-    if (r.contains("report") && r["report"].contains("timeline") && r["report"]["timeline"].is_string())
-      traces += (traces.empty() ? "" : ", ") + r["report"]["timeline"].get<std::string>();
-  if (!traces.empty()) line("Timelines " + traces + " (one per rank; engram trace analyze FILE)");
-  return out;
 }
 
 }  // namespace engram

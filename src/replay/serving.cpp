@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/json_num.hpp"
 #include "core/splitmix.hpp"
 #include "replay/id_source.hpp"
 
@@ -26,7 +27,7 @@ namespace {
 
 double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53; }
 
-nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+constexpr auto num_or_null = &json_num;  // core/json_num.hpp: NaN -> null
 nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
 }  // namespace
@@ -308,9 +309,7 @@ class ZipfServingIds final : public ServingIdSource {
                                 static_cast<uint64_t>(li) * static_cast<uint64_t>(heads) + static_cast<uint64_t>(h));
           const int64_t p = layout_.head_rows[li][h];
           const int64_t rank = samplers_[static_cast<size_t>(li) * static_cast<size_t>(heads) + static_cast<size_t>(h)].sample(s);
-          // Scatter ranks over the head's rows (p is prime: k -> k*a mod p is a permutation).
-          const auto row = static_cast<int64_t>((static_cast<unsigned __int128>(rank - 1) * 0x9E3779B1u) % static_cast<uint64_t>(p));
-          out[static_cast<size_t>(li)].push_back(layout_.head_offsets[li][h] + row);
+          out[static_cast<size_t>(li)].push_back(layout_.head_offsets[li][h] + zipf_rank_row(rank, p));
         }
     return Status::ok();
   }

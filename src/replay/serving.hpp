@@ -7,7 +7,7 @@
 //  - the workload (make_requests): Poisson arrivals at `rate_rps` (exponential gaps from a seeded generator),
 //    prompt/output lengths from a distribution or a CSV trace; a fixed seed gives the same requests.
 //  - the schedule (ServingSchedule): the token batches a scheduler actually formed, recorded to JSON so that
-//    A/B arms replay the *same* batches (seed 000 §6.1: "same input" with different batching is not a
+//    A/B arms replay the *same* batches ("same input" with different batching is not a
 //    same-condition comparison). A live run records it; a replay of a recorded schedule runs step k when its
 //    previous step has ended AND every request whose first tokens it schedules has arrived (arrivals stay on
 //    the real clock: a faster arm cannot schedule a request before the client sent it).
@@ -16,7 +16,7 @@
 //    run the layers; the step ends when its queue's end_step() returns (CUDA: one host sync per step).
 //
 // Time: everything runs on one steady clock started when the first request may arrive; nothing is simulated
-// except the layer compute's *size* (ModelShape, below) and the lengths. Client metrics follow seed 000 §6.1:
+// except the layer compute's *size* (ModelShape, below) and the lengths. Client metrics:
 // TTFT = time from a request's arrival (send) to the end of the step that produced its first token (the step
 // that finishes its prefill); ITL = gaps between the ends of the steps that produced its consecutive tokens;
 // goodput = requests that finished meeting both SLOs (TTFT <= slo, mean ITL <= slo) per second of the replay

@@ -1,6 +1,6 @@
 // How a number that may be missing is written: NaN (not recorded, could not be read) is "n/a" in text and null in
-// JSON, never 0 (docs/json.md). The one home of these two helpers for the library, the CLI and
-// the benches.
+// JSON, never 0 (docs/json.md). The text helpers' one home for the library, the CLI and the benches; the JSON
+// one is core/json_num.hpp's.
 #pragma once
 
 #include <cmath>
@@ -9,9 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_num.hpp"
+
 namespace engram::report {
 
-inline nlohmann::json json_num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+using engram::json_num;
 
 // printf-style formatting of one double; "n/a" when it is not finite.
 inline std::string fmt_num(double v, const char* fmt) {

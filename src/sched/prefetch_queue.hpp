@@ -1,4 +1,4 @@
-// PrefetchQueue: the backend-neutral interface of a rank's serial lookup queue (design.md "Prefetch").
+// PrefetchQueue: the backend-neutral interface of a rank's serial lookup queue.
 //
 // `prepare(layer, ids)` marks the layer's hash ids ready (r), submits its lookup to the one serial queue of this
 // rank and records the layer's completion event; `consume(layer)` makes the consumer wait for that event only and

@@ -4,11 +4,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-namespace engram {
+#include "core/json_num.hpp"
 
-namespace {
-nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-}  // namespace
+namespace engram {
 
 std::vector<ModelRow> explain_serial_queue(const std::vector<LayerTiming>& queue, double f0_ns, double scale_l,
                                            double advance_r_ns) {
@@ -82,25 +80,25 @@ nlohmann::json Timeline::to_json() const {
                     {"layer_index", t.layer_index},
                     {"layer_id", t.layer_id},
                     {"rows", t.rows},
-                    {"r_ns", num_or_null(t.r_ns)},
-                    {"submit_ns", num_or_null(t.submit_ns)},
-                    {"s_ns", num_or_null(t.s_ns)},
-                    {"f_ns", num_or_null(t.f_ns)},
-                    {"c_ns", num_or_null(t.c_ns)},
-                    {"wait_end_ns", num_or_null(t.wait_end_ns)},
+                    {"r_ns", json_num(t.r_ns)},
+                    {"submit_ns", json_num(t.submit_ns)},
+                    {"s_ns", json_num(t.s_ns)},
+                    {"f_ns", json_num(t.f_ns)},
+                    {"c_ns", json_num(t.c_ns)},
+                    {"wait_end_ns", json_num(t.wait_end_ns)},
                     {"warmup", t.is_warmup()}});
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : steps_)
-    steps.push_back({{"rank", s.rank}, {"step", s.step}, {"begin_ns", num_or_null(s.begin_ns)},
-                     {"end_ns", num_or_null(s.end_ns)}, {"warmup", s.is_warmup()}});
-  nlohmann::json j = {{"unit", "ns"}, {"origin_unix_ns", num_or_null(origin_unix_ns)}, {"rows", rows}, {"steps", steps}};
+    steps.push_back({{"rank", s.rank}, {"step", s.step}, {"begin_ns", json_num(s.begin_ns)},
+                     {"end_ns", json_num(s.end_ns)}, {"warmup", s.is_warmup()}});
+  nlohmann::json j = {{"unit", "ns"}, {"origin_unix_ns", json_num(origin_unix_ns)}, {"rows", rows}, {"steps", steps}};
   if (!maintenance_.empty()) {
     nlohmann::json m = nlohmann::json::array();
     for (const auto& s : maintenance_)
       m.push_back({{"rank", s.rank}, {"step", s.step}, {"layer_index", s.layer_index}, {"layer_id", s.layer_id},
-                   {"what", s.what}, {"rows", s.rows}, {"start_ns", num_or_null(s.start_ns)},
-                   {"end_ns", num_or_null(s.end_ns)}, {"host_us", num_or_null(s.host_us)}});
+                   {"what", s.what}, {"rows", s.rows}, {"start_ns", json_num(s.start_ns)},
+                   {"end_ns", json_num(s.end_ns)}, {"host_us", json_num(s.host_us)}});
     j["maintenance"] = m;
   }
   return j;
@@ -164,19 +162,19 @@ nlohmann::json Timeline::to_chrome_trace(const ChromeTraceOptions& o) const {
                                                 std::to_string(m.step)},
                       {"cat", "maintenance"}, {"pid", pid_of(m.rank)}, {"tid", tid(m.rank, kMaintenance)}, {"ts", ts(m.start_ns)},
                       {"dur", std::max(0.0, us(m.end_ns - m.start_ns))},
-                      {"args", {{"rows", m.rows}, {"step", m.step}, {"host_us", num_or_null(m.host_us)}}}});
+                      {"args", {{"rows", m.rows}, {"step", m.step}, {"host_us", json_num(m.host_us)}}}});
   }
   for (const auto& t : rows_) {
     const std::string tag = "L" + std::to_string(t.layer_id) + " step " + std::to_string(t.step);
     const bool warm = t.is_warmup();
     nlohmann::json args = {{"rank", t.rank}, {"rows", t.rows}, {"layer_id", t.layer_id}, {"step", t.step}, {"warmup", warm}};
     if (std::isfinite(t.s_ns) && std::isfinite(t.f_ns)) {
-      args["queue_us"] = num_or_null(us(t.queue_ns()));
+      args["queue_us"] = json_num(us(t.queue_ns()));
       events.push_back({{"ph", "X"}, {"name", name(warm, "lookup " + tag)}, {"cat", "lookup"}, {"pid", pid_of(t.rank)},
                         {"tid", tid(t.rank, kQueue)}, {"ts", ts(t.s_ns)}, {"dur", us(t.f_ns - t.s_ns)}, {"args", args}});
     }
     if (std::isfinite(t.c_ns) && std::isfinite(t.wait_end_ns)) {
-      nlohmann::json wargs = {{"rank", t.rank}, {"exposed_wait_us", num_or_null(us(t.exposed_wait_ns()))}, {"warmup", warm}};
+      nlohmann::json wargs = {{"rank", t.rank}, {"exposed_wait_us", json_num(us(t.exposed_wait_ns()))}, {"warmup", warm}};
       events.push_back({{"ph", "X"}, {"name", name(warm, "wait " + tag)}, {"cat", "wait"}, {"pid", pid_of(t.rank)},
                         {"tid", tid(t.rank, kMain)}, {"ts", ts(t.c_ns)}, {"dur", std::max(0.0, us(t.wait_end_ns - t.c_ns))},
                         {"args", wargs}});
@@ -217,8 +215,8 @@ nlohmann::json Timeline::to_chrome_trace(const ChromeTraceOptions& o) const {
 }
 
 nlohmann::json Distribution::to_json(double scale) const {
-  return {{"median", num_or_null(median / scale)}, {"p5", num_or_null(p5 / scale)}, {"p95", num_or_null(p95 / scale)},
-          {"p99", num_or_null(p99 / scale)}, {"n", n}};
+  return {{"median", json_num(median / scale)}, {"p5", json_num(p5 / scale)}, {"p95", json_num(p95 / scale)},
+          {"p99", json_num(p99 / scale)}, {"n", n}};
 }
 
 Distribution Distribution::of(const std::vector<double>& v) {

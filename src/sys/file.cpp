@@ -233,6 +233,30 @@ Result<bool> path_exists(const std::string& path) {
   return errno_status(errno, "lstat(" + path + ")");
 }
 
+Result<std::string> read_text_file(const std::string& path) {
+  ErrnoGuard guard;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return errno_status(err, "open(" + path + ")");
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      ::close(fd);
+      return errno_status(err, "read(" + path + ")");
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
+}
+
 Result<std::string> read_small_file(const std::string& path, int64_t max_bytes) {
   ENGRAM_ASSIGN_OR_RETURN(File f, open_read(path));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t size, file_size_bytes(f));

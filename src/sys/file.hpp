@@ -1,4 +1,4 @@
-// File primitives for checkpoint and model I/O: the only place that calls open/pread/pwrite/
+// File primitives for checkpoint, model and procfs/sysfs I/O: the only place that calls open/read/pread/pwrite/
 // posix_fadvise/fstat/fsync/sync_file_range/rename/unlink/mkdir/mincore on table files.
 //
 // Contract (as in memory.hpp): every function returns a Status (or Result), leaves the caller's
@@ -81,6 +81,9 @@ Result<bool> path_exists(const std::string& path);
 // The whole content of a regular file of at most max_bytes bytes (open, fstat, pread). kInvalidArgument
 // when the file is larger (naming both sizes); errors of open/pread otherwise.
 Result<std::string> read_small_file(const std::string& path, int64_t max_bytes);
+// The whole content of a file read until EOF (read(2) loop): for procfs and sysfs files, whose size reads as 0.
+// kNotFound when it does not exist, kPermission on EACCES.
+Result<std::string> read_text_file(const std::string& path);
 // Writes `data` to a new file (create_new: it must not exist), fsyncs and closes it; on error the file
 // is removed.
 Status write_new_file(const std::string& path, std::string_view data);

@@ -11,29 +11,6 @@
 
 namespace engram::sys {
 
-Result<std::string> read_text_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return errno_status(err, "open(" + path + ")");
-  }
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r < 0) {
-      const int err = errno;
-      if (err == EINTR) continue;
-      ::close(fd);
-      return errno_status(err, "read(" + path + ")");
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return out;
-}
-
 Result<int64_t> read_int_file(const std::string& path) {
   ENGRAM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
   char* end = nullptr;

@@ -1,7 +1,8 @@
 // Reading small text files of procfs and sysfs (/proc/<pid>/numa_maps, /sys/devices/system/node/...).
 //
-// These are plain read(2) loops, here so that every file-system access of the NUMA code sits in
-// src/sys. Parsers live in src/host; these functions only fetch text. kNotFound when the file does
+// Every file-system access of the NUMA code sits in src/sys: the text itself comes from read_text_file
+// (sys/file.hpp); these add integers, directory listings, links and the kernel's list formats. Parsers of
+// whole files live in src/host. kNotFound when the file does
 // not exist (a node without a hugepage pool, a pid that exited), kPermission on EACCES.
 #pragma once
 
@@ -10,11 +11,10 @@
 #include <vector>
 
 #include "engram/status.hpp"
+#include "sys/file.hpp"  // read_text_file
 
 namespace engram::sys {
 
-// Whole file as text (files of procfs report size 0, so this reads until EOF).
-Result<std::string> read_text_file(const std::string& path);
 // First line of the file parsed as a signed integer.
 Result<int64_t> read_int_file(const std::string& path);
 // Names of the entries of a directory (no "." / ".."), unsorted. kNotFound if it does not exist.

@@ -1,4 +1,4 @@
-// CPU in-batch de-duplication (issue #8): the deduplicated lookup's staging equals the plain lookup's bit for bit
+// CPU in-batch de-duplication: the deduplicated lookup's staging equals the plain lookup's bit for bit
 // (itself checked against format.hpp's reference) on fresh random tables and ids with heavy repetition, dead and
 // out-of-range ids, both row layouts, hashed and address-sorted unique order, with and without threads; the
 // unique-id list and inverse map are checked directly.

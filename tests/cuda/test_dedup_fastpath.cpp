@@ -1,4 +1,4 @@
-// Fast lookup paths (issue #8) vs the CPU reference, bit for bit: hash and sort de-duplication, the hot-row cache
+// Fast lookup paths vs the CPU reference, bit for bit: hash and sort de-duplication, the hot-row cache
 // (FP8 and BF16 rows, static fill and online update), the host-gather path and the hybrid, and the planner-driven
 // planner-driven launch the prefetch queue calls; fresh random tables (every byte value) and fresh random ids with heavy repetition,
 // dead ids (-1 and other negatives) and out-of-range ids; poisoned outputs; dead/invalid counters equal to the

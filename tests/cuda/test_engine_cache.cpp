@@ -1,4 +1,4 @@
-// Description: the engine's GPU hot-row cache (issue #8, CudaBackend::engine_queue): with the cache on — filled
+// Description: the engine's GPU hot-row cache (CudaBackend::engine_queue): with the cache on — filled
 // from a warm-up window or a profile, then swapped online every step — every step's staging is bit-identical to
 // the same steps with the fast path off and to the CPU reference, on random non-zero tables (every byte random),
 // with the staging poisoned between steps so that a row the cache path forgot to write shows. The cache must

@@ -1,4 +1,4 @@
-// Description: the GPU hot-row cache options of `engram run` and `engram replay` on the CPU backend (issue #8): the
+// Description: the GPU hot-row cache options of `engram run` and `engram replay` on the CPU backend: the
 // options are accepted, the CPU backend says once that the cache is CUDA-only (no silent fallback; text: one
 // "CUDA-only" line in stdout + stderr, JSON: workload/config.cache_note), `--cache-size off` silences it, and bad
 // cache options exit 2 before any table is built.

@@ -1,5 +1,5 @@
-// The cost arithmetic reproduces the seed's worked examples (seed 003: 16 GB over each path; 32 K-token KV of a
-// 70B GQA model: swap ≈ 0.21 s at 50 GB/s vs recompute ≈ 7.6 s at 600 TFLOPS) and design.md's byte accounting.
+// The cost arithmetic reproduces worked examples (16 GB over each path; 32 K-token KV of a 70B GQA model:
+// swap ≈ 0.21 s at 50 GB/s vs recompute ≈ 7.6 s at 600 TFLOPS) and the byte accounting of docs/terms.md.
 #include <gtest/gtest.h>
 
 #include "core/cost_model.hpp"

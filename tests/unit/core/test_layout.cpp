@@ -83,7 +83,7 @@ TEST(Layout, SplitStrideAndV41FlashShape) {
     EXPECT_GE(r, 16'000'000);
     EXPECT_LT(r, 16'010'000);
   }
-  // ~101 GB per layer (design.md).
+  // ~101 GB per layer.
   EXPECT_NEAR(static_cast<double>(l->table_bytes(0)) / 1e9, 101.4, 0.5);
 }
 

@@ -1,4 +1,4 @@
-// Planner decisions (issue #8): plain gather on uniform/unknown ids, dedup when ids repeat, sort only above the
+// Planner decisions: plain gather on uniform/unknown ids, dedup when ids repeat, sort only above the
 // measured threshold, cache when hits pay, hybrid at the balanced share, inline vs background, disabled planner,
 // and every plan carries its reasons.
 #include <gtest/gtest.h>

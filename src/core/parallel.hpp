@@ -1,0 +1,39 @@
+// One-shot parallel loops over row ranges: [0, n) cut into contiguous ranges, one std::thread each, the
+// caller waiting for all of them. For bulk work that runs once (a table's synthetic fill, a bench's table,
+// a check of every row); a lookup's repeated loops use a persistent pool (cpu/thread_pool.hpp) instead.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace engram {
+
+// `requested` when > 0, else one per hardware thread.
+inline int resolve_thread_count(int requested) {
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Calls fn(lo, hi) on ranges of ceil(n / threads) rows covering [0, n), each on its own thread
+// (threads <= 0: resolve_thread_count); one range runs on the calling thread. Nothing for n <= 0.
+// fn must be safe to call concurrently on disjoint ranges.
+template <typename Fn>
+void parallel_ranges(int64_t n, int threads, const Fn& fn) {
+  if (n <= 0) return;
+  threads = resolve_thread_count(threads);
+  const int64_t per = (n + threads - 1) / threads;
+  if (per >= n) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t lo = t * per, hi = std::min(n, lo + per);
+    if (lo >= hi) break;
+    pool.emplace_back([&fn, lo, hi] { fn(lo, hi); });
+  }
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace engram
