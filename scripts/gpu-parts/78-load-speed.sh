@@ -26,23 +26,8 @@ MODEL_DIR=${MODEL_DIR:-/tmp/engram-hf-model-speed}
 bin=$engram
 fail=0
 [ -x "$bin" ] || { echo "load-speed: $bin not built"; exit 1; }
-# step NAME ESTIMATE_S ARGS...: `engram ARGS` with stdout in LOG_DIR/NAME.out, stderr in NAME.err.
-step() {
-  local name=$1 est=$2
-  shift 2
-  local l
-  l=$(left)
-  if ((l < est)); then echo "load-speed: SKIP $name (needs ~${est}s, ${l}s left)"; return 1; fi
-  local t0=$(date +%s.%N)
-  timeout --signal=INT --kill-after=5 $((l - 5)) "$bin" "$@" >"$LOG_DIR/$name.out" 2>"$LOG_DIR/$name.err"
-  local rc=$?
-  local wall
-  wall=$(python3 -c "import time,sys; print('%.2f' % (time.time() - float(sys.argv[1])))" "$t0")
-  echo "$wall" >"$LOG_DIR/$name.wall"
-  if ((rc == 0)); then echo "load-speed: PASS $name (${wall}s)"; else
-    echo "load-speed: FAIL $name rc=$rc (${wall}s): $(tail -2 "$LOG_DIR/$name.err" | tr '\n' ' ')"; fail=1; fi
-  return $rc
-}
+PART=load-speed
+step() { part_step "$@"; }
 
 {
   echo "kernel $(uname -r), $(nproc) CPUs"
