@@ -115,6 +115,9 @@ struct EngineOptions {
   int64_t max_tokens = 8192;        // largest batch (tokens) of one prepare()
   double layer_us = 0;              // synthetic compute per model layer for harnesses; 0 = none
   bool record_timeline = true;
+  // create_local: register the table while its content is written (registration pins the pages placement
+  // allocated and reads no row); false: register, then write. Either way both censuses follow both steps.
+  bool register_during_load = true;
   void* main_stream = nullptr;      // CUDA: adopt this cudaStream_t as the consumer's stream; null: create one
   std::function<double()> clock_ns; // CPU queue's clock (tests); default steady clock
   // Shared groups.

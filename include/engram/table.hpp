@@ -99,8 +99,10 @@ struct TableOptions {
   PlacementPolicy placement;         // applied before the first page exists (host/placement.hpp); none by default
   std::string shm_dir = "/dev/shm";  // shm backing: directory of the named files
   std::string group;                 // shared-group name, carried in backing names and censuses
-  bool prefault = true;              // allocate every page at creation (fallocate / node-bound touch)
-  int prefault_threads = 0;          // 0: one per CPU of the target nodes, at most 8
+  bool prefault = true;              // allocate every page at creation (node-bound MADV_POPULATE_WRITE)
+  int prefault_threads = 0;          // 0: one per CPU of the target nodes, at most 64
+  bool prefault_fallocate = false;   // memfd / shm: fallocate each chunk before populating it (serialised)
+  bool shmem_huge_pages = true;      // memfd / shm: MADV_HUGEPAGE (2 MiB pages where shmem_enabled allows)
   bool allow_fallback = false;       // placement refused: keep the default policy (reported) vs fail
   int home_node = -1;                // replica-per-node: node whose replica view() returns
                                      // (-1: the calling thread's node at creation)
@@ -122,6 +124,7 @@ struct TableOptions {
 };
 
 // Sets one TableOptions field from text: backing, placement, shm_dir, group, prefault, prefault_threads,
+// prefault_fallocate, shmem_huge_pages,
 // allow_fallback, home_node, head_shards (parse_head_shards: needs the layout's `heads`; 0 refuses it),
 // shard_placements, tp_size, tp_rank (integers; a slice out of range for the layout is refused by
 // check_tp_slice, which HostTable::create calls). `key` may be written with '-' or '_' and a leading "--". kInvalidArgument naming the option for a

@@ -17,20 +17,8 @@ MODEL_SIZE=${MODEL_SIZE:-34GiB}
 MODEL_DIR=${MODEL_DIR:-/tmp/engram-hf-model}
 bin=$engram
 fail=0
-# step NAME ESTIMATE_S ARGS...: `engram ARGS` with stdout in LOG_DIR/NAME.out, stderr in NAME.err.
-step() {
-  local name=$1 est=$2
-  shift 2
-  local l
-  l=$(left)
-  if ((l < est)); then echo "model-hash: SKIP $name (needs ~${est}s, ${l}s left)"; return 1; fi
-  local t0=$(date +%s)
-  timeout --signal=INT --kill-after=5 $((l - 5)) "$bin" "$@" >"$LOG_DIR/$name.out" 2>"$LOG_DIR/$name.err"
-  local rc=$?
-  if ((rc == 0)); then echo "model-hash: PASS $name ($(($(date +%s) - t0))s)"; else
-    echo "model-hash: FAIL $name rc=$rc ($(($(date +%s) - t0))s): $(tail -2 "$LOG_DIR/$name.err" | tr '\n' ' ')"; fail=1; fi
-  return $rc
-}
+PART=model-hash
+step() { part_step "$@"; }
 [ -x "$bin" ] || { echo "model-hash: $bin not built"; exit 1; }
 
 for b in 64 512; do

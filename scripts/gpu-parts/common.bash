@@ -2,6 +2,9 @@
 # part_setup DEFAULT_LOG_DIR DEFAULT_BUDGET_S: BUILD, LOG_DIR, BUDGET, START, STATUS, engram; left() = seconds left.
 # part_build NAME TARGET...: builds the targets when the engram binary or one of them is missing (exit 1 on failure).
 # part_text_ids: IDS=(--ids text --tokens F) from build/data when a token file is there, else (--ids zipf); TOK=F.
+# part_step NAME ESTIMATE_S ARGS...: `$engram ARGS` with stdout in LOG_DIR/NAME.out, stderr in NAME.err and its wall
+#   seconds in NAME.wall, skipped when fewer than ESTIMATE_S seconds are left; prints "$PART: PASS|FAIL|SKIP NAME",
+#   sets fail=1 on a failure and returns the command's status.
 part_setup() {
   root=$(cd "$(dirname "${BASH_SOURCE[1]}")/../.." && pwd)
   cd "$root" || exit 1
@@ -29,4 +32,19 @@ part_text_ids() {
   for f in build/data/common-licenses.tokens build/data/*.tokens; do [[ -f $f ]] && { TOK=$f; break; }; done
   if [[ -n $TOK ]]; then IDS=(--ids text --tokens "$TOK"); echo "ids: real text $TOK"
   else IDS=(--ids zipf); echo "ids: zipf (no token file under build/data: run scripts/tokenize-setup)"; fi
+}
+part_step() {
+  local name=$1 est=$2
+  shift 2
+  local l t0 rc wall
+  l=$(left)
+  if ((l < est)); then echo "$PART: SKIP $name (needs ~${est}s, ${l}s left)"; return 1; fi
+  t0=$(date +%s.%N)
+  timeout --signal=INT --kill-after=5 $((l - 5)) "$engram" "$@" >"$LOG_DIR/$name.out" 2>"$LOG_DIR/$name.err"
+  rc=$?
+  wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo "$wall" >"$LOG_DIR/$name.wall"
+  if ((rc == 0)); then echo "$PART: PASS $name (${wall}s)"; else
+    echo "$PART: FAIL $name rc=$rc (${wall}s): $(tail -2 "$LOG_DIR/$name.err" | tr '\n' ' ')"; fail=1; fi
+  return $rc
 }

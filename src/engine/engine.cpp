@@ -3,13 +3,17 @@
 //   -> create and place the table -> census "after placement"
 //   -> register the memory with the backend -> census "after registration"
 //   -> write the content (synthetic rows / checkpoint; every replica) -> census "after load"
+//      (create_local registers while the content is written, by default: registration pins the pages the placement
+//      allocated and reads no row; both finish before either census, so the censuses see what they always saw)
 //   -> build the rank's lookup stack (queue with its lookup path, compute).
 // A shared group runs the same steps through the protocol (engine/group.cpp); a table handed in (over_table) skips
 // creation and content.
 #include "engram/engine.hpp"
 
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "engine/backend.hpp"
@@ -153,13 +157,47 @@ Result<std::unique_ptr<Engine>> Engine::create_local(const EngramLayout& layout,
   e->options_ = o;
   ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, layout));
   ENGRAM_ASSIGN_OR_RETURN(e->impl_->entry, engine::choose_backend(o, &e->backend_note_));
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto t_place = Clock::now();
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, o.table));
   e->impl_->table = std::shared_ptr<HostTable>(std::move(t));
   Impl& im = *e->impl_;
+  im.place_s = since(t_place);
   e->add_censuses(im.table->census(host::CensusPoint::kAfterPlacement));
-  ENGRAM_RETURN_IF_ERROR(engine::register_table(im, o, /*read_only=*/false));
+  const auto t_steps = Clock::now();
+  Status registered, written;
+  auto do_register = [&] {
+    const auto t0 = Clock::now();
+    registered = engine::register_table(im, o, /*read_only=*/false);
+    im.register_s = since(t0);
+  };
+  auto do_write = [&] {
+    const auto t0 = Clock::now();
+    written = engine::write_content(*im.table, o.content);
+    im.load_s = since(t0);
+  };
+  im.registered_during_load = o.register_during_load && o.content.kind != TableContent::Kind::kZero;
+  if (im.registered_during_load) {
+    // A failure of either waits for the other; the registration's rollback (and a failed write's partial rows)
+    // leave the same state as in sequence: the engine is dropped and releases both.
+    std::thread registrar;
+    try {
+      registrar = std::thread(do_register);
+    } catch (const std::system_error& ex) {
+      return Status(Code::kOutOfMemory, std::string("engine: cannot start the registration thread: ") + ex.what());
+    }
+    do_write();
+    registrar.join();
+    ENGRAM_RETURN_IF_ERROR(registered);
+  } else {
+    do_register();
+    ENGRAM_RETURN_IF_ERROR(registered);
+  }
   if (im.registration) e->add_censuses(im.table->census(host::CensusPoint::kAfterRegistration));
-  ENGRAM_RETURN_IF_ERROR(engine::write_content(*im.table, o.content));
+  if (!im.registered_during_load) do_write();
+  ENGRAM_RETURN_IF_ERROR(written);
+  im.assembly_s = im.place_s + since(t_steps);
   if (o.content.kind != TableContent::Kind::kZero) e->add_censuses(im.table->census(host::CensusPoint::kAfterLoad));
   ENGRAM_RETURN_IF_ERROR(engine::build_stack(im, e->options_));
   return e;
@@ -250,6 +288,13 @@ nlohmann::json Engine::describe() const {
   j["backend_note"] = backend_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(backend_note_);
   j["registration_holder"] = impl_->registration ? impl_->registration->describe() : nlohmann::json(nullptr);
   j["tp"] = engine::tp_json(*impl_->table);
+  auto secs = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  const Impl& im = *impl_;
+  j["assembly"] = {{"place_s", secs(im.place_s)},
+                   {"register_s", secs(im.register_s)},
+                   {"load_s", secs(im.load_s)},
+                   {"total_s", secs(im.assembly_s)},
+                   {"register_during_load", im.registered_during_load}};
   return j;
 }
 

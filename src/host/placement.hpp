@@ -57,8 +57,14 @@ struct PlacementReport {
   std::string obtained = "unknown";  // read back with get_mempolicy(MPOL_F_ADDR): "interleave:0,1", "default"
   Status status;                     // OK when obtained == resolved; else the reason (kPermission, ...)
   std::vector<int> mems_allowed;
-  std::string prefault;              // "fallocate, 4 threads on node 1", "touch (MADV_POPULATE_WRITE) ..."
+  std::string prefault;              // "MADV_POPULATE_WRITE, 16 threads on node 0, 35.0 GiB", "fallocate + ..."
   double prefault_seconds = 0.0;
+  // Transparent huge pages of a memfd / shm backing: the advice given and the kernel's shmem setting
+  // ("MADV_HUGEPAGE (shmem_enabled: advise)"); "" when none was asked for or the kind has its own pages.
+  std::string huge_advice;
+  // Bytes of the backing mapped by huge pages here once the prefault ran (/proc/self/smaps: ShmemPmdMapped,
+  // AnonHugePages; a hugetlb backing: all of it); -1 when not known (not prefaulted, smaps unreadable).
+  int64_t huge_page_bytes = -1;
   int replica_node = -1;             // replica-per-node: this backing's node
   nlohmann::json to_json() const;
   std::string to_string() const;     // one line: "requested bind:1, obtained bind:1 (ok), prefault ..."
@@ -70,19 +76,41 @@ struct PlacementReport {
 // Fills `report` (requested/resolved/obtained/status) and returns report->status.
 Status apply_placement(void* addr, uint64_t len_bytes, const PlacementPolicy& resolved, PlacementReport* report);
 
+inline constexpr int kMaxPrefaultThreads = 64;  // bound of the automatic prefault thread count
+
 struct PlacementOptions {
-  int prefault_threads = 0;     // 0: one per CPU of the target nodes, at most 8
-  bool prefault = true;         // allocate every page now (fallocate / touch): a first touch under the policy
+  int prefault_threads = 0;     // 0: one per usable CPU of the target nodes, at most kMaxPrefaultThreads
+  bool prefault = true;         // allocate every page now (populate / touch): a first touch under the policy
+  // memfd / shm: fallocate(2) each chunk before populating it. Off: the populating faults allocate the pages
+  // themselves, in parallel (fallocate of one tmpfs inode is serialised on its inode lock, ~1 us per 4 KiB
+  // page). Both report a full file system as kNoSpace before any access could raise SIGBUS. hugetlb backings
+  // always fallocate (their pages follow the allocating thread's policy, see placement.cpp).
+  bool prefault_fallocate = false;
+  // memfd / shm: MADV_HUGEPAGE on the mapping before the first page exists, so that shmem backs the table
+  // with 2 MiB transparent huge pages where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows it
+  // (advise, within_size, always): 512 times fewer faults, page-cache insertions and pins to register.
+  bool shmem_huge_pages = true;
   bool allow_fallback = false;  // policy refused: go on with the default policy (report says so) vs fail
 };
 
-// Allocates every page of the backing under `resolved`: shared kinds by fallocate(2) then
-// MADV_POPULATE_WRITE in chunks, by threads pinned to the CPUs of the target nodes (each also sets the policy as its own thread policy,
-// which is what hugetlbfs's fallocate follows); kAnonThp by MADV_POPULATE_WRITE (touching one byte per
-// page on kernels without it) from threads pinned the same way. kNoSpace / kOutOfMemory on failure:
-// never a SIGBUS later. Records method, threads and seconds in `report`.
+// Allocates every page of the backing under `resolved` with MADV_POPULATE_WRITE in chunks (touching one
+// byte per page on kernels without it), by threads pinned to the CPUs of the target nodes, each of which
+// also sets the policy as its own thread policy (what hugetlbfs's fallocate and anonymous faults follow).
+// Shared kinds fallocate(2) each chunk first when options.prefault_fallocate (always for hugetlb).
+// kNoSpace / kOutOfMemory on failure: never a SIGBUS later. Records method, threads, seconds and the
+// bytes in huge pages in `report`.
 Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved, const PlacementOptions& options,
                         PlacementReport* report);
+
+// memfd / shm backing: MADV_HUGEPAGE on its mapping (see PlacementOptions::shmem_huge_pages) and the text for
+// PlacementReport::huge_advice. Advice only: a kernel that refuses it leaves 4 KiB pages, and the text says
+// why. Other kinds: "" (their page size is their own).
+std::string advise_shmem_huge_pages(const Backing& backing);
+
+// Bytes of [addr, addr + len) mapped by huge pages in this process (/proc/self/smaps: AnonHugePages,
+// ShmemPmdMapped, FilePmdMapped of the mappings starting in the range; hugetlb mappings count whole).
+// kIo / kNotFound when smaps cannot be read.
+Result<int64_t> huge_mapped_bytes(const void* addr, uint64_t len_bytes);
 
 // A backing with its placement applied and its pages allocated.
 struct PlacedBacking {

@@ -169,6 +169,10 @@ Status set_table_option(TableOptions& o, std::string_view key_in, const std::str
     return boolean(&o.prefault);
   } else if (key == "allow_fallback") {
     return boolean(&o.allow_fallback);
+  } else if (key == "prefault_fallocate") {
+    return boolean(&o.prefault_fallocate);
+  } else if (key == "shmem_huge_pages") {
+    return boolean(&o.shmem_huge_pages);
   } else if (key == "prefault_threads") {
     return integer(0, 4096, &o.prefault_threads);
   } else if (key == "home_node") {
@@ -224,6 +228,8 @@ Result<std::unique_ptr<HostTable>> HostTable::create(const EngramLayout& layout,
   host::PlacementOptions popts;
   popts.prefault = options.prefault;
   popts.prefault_threads = options.prefault_threads;
+  popts.prefault_fallocate = options.prefault_fallocate;
+  popts.shmem_huge_pages = options.shmem_huge_pages;
   popts.allow_fallback = options.allow_fallback;
   // Shard boundaries are rounded to the backing's page (the allocation unit of mbind and of the census).
   const uint64_t page = kind == host::BackingKind::kHugetlb ? huge_page_bytes : 4096;

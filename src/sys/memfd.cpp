@@ -255,6 +255,10 @@ Status madvise_range(void* addr, size_t len_bytes, MemAdvice advice) {
   if (err == 0) return Status::ok();
   if (err == EINVAL && advice != MemAdvice::kDontNeed)
     return Status(Code::kUnsupported, what + ": EINVAL (the kernel does not offer this advice here)", err);
+  // MADV_POPULATE_*: EFAULT means a fault would have raised SIGBUS, for a tmpfs file that its file system
+  // is full (or the file shrank under the mapping).
+  if (err == EFAULT && (advice == MemAdvice::kPopulateWrite || advice == MemAdvice::kPopulateRead))
+    return Status(Code::kNoSpace, what + ": EFAULT (a page could not be allocated: the file system is full)", err);
   return errno_status(err, what);
 }
 

@@ -77,7 +77,9 @@ Status unmap_range(void* addr, size_t len_bytes);
 
 enum class MemAdvice { kHugePage, kNoHugePage, kPopulateRead, kPopulateWrite, kDontNeed };
 // madvise(addr, len, advice). kUnsupported when the kernel lacks the advice (EINVAL for
-// MADV_HUGEPAGE without THP, MADV_POPULATE_* before 5.14).
+// MADV_HUGEPAGE without THP, MADV_POPULATE_* before 5.14). MADV_POPULATE_*: kNoSpace on EFAULT (a page
+// of a shared file mapping could not be allocated: where an access would have raised SIGBUS),
+// kOutOfMemory on ENOMEM.
 Status madvise_range(void* addr, size_t len_bytes, MemAdvice advice);
 
 // mincore(addr, len): one byte per base page, bit 0 set when the page is resident in memory

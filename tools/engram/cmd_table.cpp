@@ -293,6 +293,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   ld->add_flag("--no-prefault", load_args->no_prefault,
                "DIR: do not allocate the table's pages when placing it; the readers' first writes do (under the "
                "placement policy already set)");
+  ld->add_option("--table-option", load_args->table_options,
+                 "DIR: KEY=VALUE of the table (repeatable): prefault_threads, prefault_fallocate, shmem_huge_pages, ...")
+      ->allow_extra_args(false);
   ld->add_option("--cache", load_args->cache,
                  "DIR: page cache of the shards before the load: as-is, cold (their pages dropped first) or warm "
                  "(read once first; implies --keep-page-cache)");
@@ -321,7 +324,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
     if (ld->parsed()) {
       if (sys::is_directory(load_args->dir)) return load_model_dir(*load_args);
       const Status s = model_only(ld, {"--tensor-names", "--backing", "--placement", "--reader-node", "--cache",
-                                       "--compare-sequential", "--no-prefault"}, "a model directory");
+                                       "--compare-sequential", "--no-prefault", "--table-option"}, "a model directory");
       if (!s.is_ok()) return report_failure("table load", s);
       return load({load_args->dir, load_args->row_layout, load_args->threads, load_args->keep_cache, load_args->verify,
                    load_args->json});

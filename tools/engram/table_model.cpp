@@ -28,6 +28,7 @@
 #include "core/units.hpp"
 #include "host/json_text.hpp"
 #include "host/model_io.hpp"
+#include "host/placement.hpp"
 #include "host/progress_line.hpp"
 #include "host/token_io.hpp"
 #include "sys/file.hpp"
@@ -94,6 +95,27 @@ int64_t resident_bytes(const std::map<std::string, sys::File>& files) {
 }
 
 std::string resident_text(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
+
+// How the table's pages were allocated (the first backing's prefault method and huge-page advice) and how
+// many of its bytes huge pages map once the rows are in (-1: not known).
+struct PagesSeen {
+  std::string prefault, huge_advice;
+  int64_t huge_bytes = 0;
+};
+PagesSeen pages_seen(const HostTable& t) {
+  PagesSeen p;
+  for (int li = 0; li < t.n_layers(); ++li)
+    for (int r = 0; r < t.n_replicas(); ++r) {
+      const host::PlacedBacking* pb = t.backing(li, r);
+      if (!pb) continue;
+      if (p.prefault.empty()) p.prefault = pb->report.prefault;
+      if (p.huge_advice.empty()) p.huge_advice = pb->report.huge_advice;
+      auto h = host::huge_mapped_bytes(pb->backing.data(), pb->backing.mapped_bytes());
+      if (!h.is_ok() || p.huge_bytes < 0) p.huge_bytes = -1;
+      else p.huge_bytes += *h;
+    }
+  return p;
+}
 json resident_json(int64_t b) { return b < 0 ? json(nullptr) : json(b); }
 
 }  // namespace
@@ -389,6 +411,13 @@ int load_model_dir(const ModelLoadArgs& a) {
                                    {"--placement", a.placement}})
     if (Status st = set_table_option(topt, key, value); !st.is_ok()) return report_failure(cmd, st);
   topt.prefault = !a.no_prefault;
+  for (const std::string& kv : a.table_options) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return report_failure(cmd, bad("--table-option '" + kv + "': expected KEY=VALUE"));
+    if (Status st = set_table_option(topt, kv.substr(0, eq), kv.substr(eq + 1)); !st.is_ok())
+      return report_failure(cmd, Status(Code::kInvalidArgument, st.message()).with_context("--table-option"));
+  }
   const auto t_place = Clock::now();
   auto table = HostTable::create(*layout, topt);
   if (!table.is_ok()) return report_failure(cmd, table.status());
@@ -407,6 +436,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   if (!s.is_ok()) return report_failure(cmd, s);
   const double load_s = seconds_since(t_load);
   const int64_t resident_after = resident_bytes(files);
+  const PagesSeen pages = pages_seen(**table);
   int64_t mismatches = -1;
   if (a.verify) mismatches = count_synthetic_mismatches(**table, *c.synthetic_seed, a.threads);
   int64_t unused = 0;
@@ -430,6 +460,10 @@ int load_model_dir(const ModelLoadArgs& a) {
                     {"cache", a.cache},
                     {"page_cache_resident_bytes_before", resident_json(resident_before)},
                     {"page_cache_resident_bytes_after", resident_json(resident_after)},
+                    {"table_options", a.table_options},
+                    {"prefault_method", pages.prefault.empty() ? json(nullptr) : json(pages.prefault)},
+                    {"huge_advice", pages.huge_advice.empty() ? json(nullptr) : json(pages.huge_advice)},
+                    {"huge_page_bytes_after_load", pages.huge_bytes < 0 ? json(nullptr) : json(pages.huge_bytes)},
                     {"place_seconds", place_s},
                     {"load_seconds", load_s},
                     {"load_gbps", gbps_json(b, load_s)},
@@ -448,6 +482,11 @@ int load_model_dir(const ModelLoadArgs& a) {
                 a.dir.c_str(), format_bytes(layout->total_bytes()).c_str(), row_format_name(*fmt), a.backing.c_str(),
                 a.placement.c_str(), a.no_prefault ? ", not prefaulted" : "", format_bytes(bytes).c_str(), load_s,
                 format_gbps(b, load_s).c_str(), place_s, format_gbps(b, place_s + load_s).c_str());
+    std::printf("pages        %s; after the load %s of %s in huge pages%s%s\n",
+                pages.prefault.empty() ? "not prefaulted" : ("prefault " + pages.prefault).c_str(),
+                pages.huge_bytes < 0 ? "n/a" : format_bytes(pages.huge_bytes).c_str(),
+                format_bytes(layout->total_bytes()).c_str(), pages.huge_advice.empty() ? "" : "; ",
+                pages.huge_advice.c_str());
     std::printf("rows         %lld loaded, %lld past the primes not loaded\n",
                 static_cast<long long>(layout->total_rows()), static_cast<long long>(unused));
     std::printf("page cache   %s: %s of the shards before the load, %s after\n", a.cache.c_str(),

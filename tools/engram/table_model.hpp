@@ -44,6 +44,7 @@ struct ModelLoadArgs {
   std::string backing = "memfd";
   std::string placement = "none";
   bool no_prefault = false;          // the readers' first writes allocate the table's pages
+  std::vector<std::string> table_options;  // KEY=VALUE, as set_table_option takes them
   int threads = 0;
   int reader_node = -1;
   std::string cache = "as-is";       // as-is | cold | warm

@@ -13,6 +13,7 @@
 
 #include "engram/engine.hpp"
 #include "engram/layout.hpp"
+#include "host/census.hpp"
 #include "host/model_io.hpp"
 #include "support/conformance.hpp"
 
@@ -107,6 +108,49 @@ TEST_F(EngineModel, LookupsEqualTheSyntheticTableInBothRowLayouts) {
       }
     }
   }
+}
+
+// Registration while the rows load (the default) and after them: the same rows, the censuses in protocol order, and
+// the assembly's seconds in describe() (null only where a step did not run).
+TEST_F(EngineModel, RegistrationDuringOrAfterTheLoadGivesTheSameTableAndCensuses) {
+  auto layout = content_layout(TableContent::model(dir_), RowFormat::kFused);
+  ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+  TableContent synthetic;
+  synthetic.kind = TableContent::Kind::kSynthetic;
+  synthetic.seed = seed_;
+  auto reference = Engine::create_local(*layout, cpu_options(synthetic));
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  for (bool during : {true, false}) {
+    SCOPED_TRACE(during ? "during" : "after");
+    EngineOptions o = cpu_options(TableContent::model(dir_));
+    o.register_during_load = during;
+    auto e = Engine::create_local(*layout, o);
+    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+    const nlohmann::json a = (*e)->describe()["assembly"];
+    EXPECT_EQ(a["register_during_load"].get<bool>(), during);
+    for (const char* k : {"place_s", "register_s", "load_s", "total_s"}) {
+      ASSERT_TRUE(a[k].is_number()) << k << ": " << a.dump();
+      EXPECT_GE(a[k].get<double>(), 0.0) << k;
+    }
+    EXPECT_GE(a["total_s"].get<double>(), a["place_s"].get<double>());
+    const auto& cs = (*e)->censuses();
+    ASSERT_GE(cs.size(), 2u);
+    EXPECT_EQ(cs.front().point, host::CensusPoint::kAfterPlacement);
+    EXPECT_EQ(cs.back().point, host::CensusPoint::kAfterLoad);
+    for (int li = 0; li < layout->n_layers(); ++li) {
+      const std::vector<int64_t> ids = test::conformance_ids(*layout, li, 33, rng_);
+      const size_t n = static_cast<size_t>(33 * layout->heads() * layout->d);
+      std::vector<uint16_t> got(n, 0xFFFF), want(n, 0x7FC1);
+      ASSERT_TRUE((*e)->lookup(li, ids.data(), 33, got.data()).is_ok());
+      ASSERT_TRUE((*reference)->lookup(li, ids.data(), 33, want.data()).is_ok());
+      EXPECT_EQ(got, want) << "layer " << li;
+    }
+  }
+  // A table handed in was placed and loaded elsewhere: those steps are null.
+  auto over = Engine::over_table((*reference)->shared_table(), cpu_options(TableContent{}));
+  ASSERT_TRUE(over.is_ok()) << over.status().to_string();
+  EXPECT_TRUE((*over)->describe()["assembly"]["place_s"].is_null());
+  EXPECT_TRUE((*over)->describe()["assembly"]["load_s"].is_null());
 }
 
 // A tensor-parallel rank's table reads only its rows [vocab_start, vocab_end) from the shards: its lookups equal

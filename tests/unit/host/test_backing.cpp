@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -170,11 +171,67 @@ TEST(Backing, FallocateEnospcLeavesNoFile) {
   o.size_bytes = 4 << 20;
   o.name = prefix;
   sys::ScopedFault f("fallocate", ENOSPC);
-  auto placed = create_placed_backings(o, PlacementPolicy{});
+  PlacementOptions po;
+  po.prefault_fallocate = true;
+  auto placed = create_placed_backings(o, PlacementPolicy{}, po);
   ASSERT_FALSE(placed.is_ok());
   EXPECT_EQ(placed.status().code(), Code::kNoSpace) << placed.status().to_string();
   EXPECT_NE(placed.status().message().find("prefault"), std::string::npos);
   EXPECT_EQ(count_files("/dev/shm", prefix), 0);
+}
+
+TEST(Backing, PopulateEfaultIsNoSpaceAndLeavesNoFile) {
+  // Fault: the populating faults find the tmpfs full (MADV_POPULATE_WRITE fails with EFAULT where an access
+  // would have raised SIGBUS).
+  const std::string prefix = unique_prefix();
+  BackingOptions o;
+  o.kind = BackingKind::kShmFile;
+  o.size_bytes = 4 << 20;
+  o.name = prefix;
+  sys::ScopedFault f("madvise", EFAULT);
+  auto placed = create_placed_backings(o, PlacementPolicy{});
+  ASSERT_FALSE(placed.is_ok());
+  EXPECT_EQ(placed.status().code(), Code::kNoSpace) << placed.status().to_string();
+  EXPECT_NE(placed.status().message().find("prefault"), std::string::npos) << placed.status().message();
+  EXPECT_NE(placed.status().message().find("MADV_POPULATE_WRITE"), std::string::npos) << placed.status().message();
+  EXPECT_EQ(count_files("/dev/shm", prefix), 0);
+}
+
+TEST(Backing, MemfdPrefaultPopulatesInParallelWithoutFallocate) {
+  // The default prefault of a memfd: no fallocate (serialised on the inode), every page resident and zero, the
+  // huge-page advice and the bytes in huge pages reported (0 where shmem_enabled is never).
+  BackingOptions o;
+  o.size_bytes = (8 << 20) + 4096 * 3;
+  PlacementOptions po;
+  po.prefault_threads = 2;
+  sys::start_call_trace();
+  auto placed = create_placed_backings(o, PlacementPolicy{}, po);
+  const std::vector<std::string> calls = sys::stop_call_trace();
+  ASSERT_TRUE(placed.is_ok()) << placed.status().to_string();
+  for (const std::string& c : calls) EXPECT_NE(c, "fallocate");
+  const PlacedBacking& pb = placed->front();
+  EXPECT_NE(pb.report.prefault.find("MADV_POPULATE_WRITE"), std::string::npos) << pb.report.prefault;
+  EXPECT_EQ(pb.report.prefault.find("fallocate"), std::string::npos) << pb.report.prefault;
+  EXPECT_NE(pb.report.huge_advice.find("MADV_HUGEPAGE"), std::string::npos) << pb.report.huge_advice;
+  EXPECT_NE(pb.report.huge_advice.find("shmem_enabled"), std::string::npos) << pb.report.huge_advice;
+  ASSERT_GE(pb.report.huge_page_bytes, 0);
+  EXPECT_LE(pb.report.huge_page_bytes, static_cast<int64_t>(pb.backing.mapped_bytes()));
+  auto resident = sys::mincore_range(pb.backing.data(), pb.backing.mapped_bytes());
+  ASSERT_TRUE(resident.is_ok());
+  for (size_t i = 0; i < resident->size(); ++i) ASSERT_TRUE((*resident)[i] & 1) << "page " << i << " not resident";
+  const uint8_t* p = pb.backing.data();
+  for (uint64_t b = 0; b < pb.backing.mapped_bytes(); b += 4096) ASSERT_EQ(p[b], 0) << "byte " << b;
+
+  // The former method on request: fallocate, then populate.
+  po.prefault_fallocate = true;
+  po.shmem_huge_pages = false;
+  sys::start_call_trace();
+  auto again = create_placed_backings(o, PlacementPolicy{}, po);
+  const std::vector<std::string> calls2 = sys::stop_call_trace();
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_NE(std::find(calls2.begin(), calls2.end(), "fallocate"), calls2.end());
+  EXPECT_NE(again->front().report.prefault.find("fallocate + MADV_POPULATE_WRITE"), std::string::npos);
+  EXPECT_TRUE(again->front().report.huge_advice.empty()) << again->front().report.huge_advice;
 }
 
 TEST(Backing, MemfdLargerThanMemoryIsNoSpace) {
