@@ -43,6 +43,7 @@
 #include "host/hot_profile.hpp"
 #include "replay/id_source.hpp"
 #include "replay/text_id_source.hpp"
+#include "sys/affinity.hpp"
 
 namespace engram::bench {
 
@@ -62,7 +63,7 @@ EngramLayout bench_layout(int64_t bytes, RowFormat fmt, int d) {
 }
 
 void fill_table(const TableView& v, uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = sys::threads_or_auto(threads);
   const int64_t rows = v.rows;
   const int ns = v.d / 32;
   std::vector<std::thread> pool;

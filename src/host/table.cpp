@@ -74,7 +74,7 @@ TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index,
 }
 
 void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = sys::threads_or_auto(threads);
   const int64_t per = (s.rows + threads - 1) / threads;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
