@@ -52,12 +52,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The first word that is not an option: the command the user asked for ("" if none). Only the top-level options
-// (--help, --version, none taking a value) come before it.
+// The first word that is not an option: the command the user asked for ("" if none, or after an option that is
+// not a top-level one, which the parser then names). Only --help and --version come before it.
 std::string command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];
-    if (!w.empty() && w[0] == '-') continue;
+    if (w == "--help" || w == "-h" || w == "--version") continue;
+    if (!w.empty() && w[0] == '-') return "";
     return w;
   }
   return "";

@@ -114,7 +114,10 @@ TEST(EngramCli, OffersNoLogLevel) {
   auto o = run_engram("--help", engram::testing::CliStderr::kMerge);
   EXPECT_EQ(o.code, 0);
   EXPECT_EQ(o.out.find("--log-level"), std::string::npos) << o.out;
-  EXPECT_EQ(run_engram("--log-level info topo").code, 2);
+  o = run_engram("--log-level info topo", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.out.find("--log-level"), std::string::npos) << "the unknown option is named: " << o.out;
+  EXPECT_EQ(o.out.find("unknown command"), std::string::npos) << o.out;
 }
 
 // --threads 0 means one thing on every command: one thread per CPU this process may run on (its affinity

@@ -176,15 +176,7 @@ TEST(EngineSyntheticFill, ProgressReportingFillEqualsThePlainFill) {
   std::mt19937_64 rng{std::random_device{}()};
   for (RowFormat f : {RowFormat::kFused, RowFormat::kSplit}) {
     SCOPED_TRACE(row_format_name(f));
-    EngramLayout layout;
-    layout.name = "fill-test";
-    layout.layer_ids = {1, 4};
-    layout.max_ngram = 3;
-    layout.heads_per_order = 2;
-    layout.vocab_size_per_order = {4099, 4111};
-    layout.d = 64;
-    layout.format = f;
-    ASSERT_TRUE(layout.finalize().is_ok());
+    const EngramLayout layout = test::conformance_layout(f);  // ~2 MiB: the fill reports in many chunks
     const uint64_t seed = rng();
     auto options = [&](bool report, int64_t* calls, int64_t* last, int64_t* total) {
       EngineOptions o;
