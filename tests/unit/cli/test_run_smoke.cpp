@@ -145,4 +145,22 @@ TEST(EngramCli, ThreadsZeroMeansTheSameEverywhere) {
   }
 }
 
+// The synthetic fill shows its progress line (bytes, GB/s, ETA) when stderr is a terminal (script(1) gives it
+// one), and nothing when stderr is piped.
+TEST(EngramRun, SyntheticFillShowsProgressOnATerminalOnly) {
+  const std::string args =
+      " run --table-size 16MiB --batch 4 --steps 1 --warmup 0 --layer-us 5 --ids uniform --no-baseline --timeline none "
+      "--backend cpu --threads 1 --json";
+  auto piped = engram::testing::run_shell(std::string(ENGRAM_CLI_PATH) + args + " 2>&1 >/dev/null");
+  EXPECT_EQ(piped.code, 0) << piped.out;
+  EXPECT_EQ(piped.out.find("fill synthetic"), std::string::npos) << piped.out;
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "script(1) is not installed (Debian: bsdutils)";
+  auto tty = engram::testing::run_shell("/usr/bin/script -qec '" + std::string(ENGRAM_CLI_PATH) + args +
+                                        " >/dev/null' /dev/null");
+  EXPECT_EQ(tty.code, 0) << tty.out;
+  EXPECT_NE(tty.out.find("fill synthetic(seed=1): "), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("(100%)"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("GB/s"), std::string::npos) << tty.out;
+}
+
 }  // namespace
