@@ -330,6 +330,7 @@ Result<Report> run_lookup(Context& ctx) {
                 {"tokens", 0},   {"rows", 0},       {"variant", 0},       {"grid", 0},         {"tiles", 0},
                 {"med [us]", 1}, {"p5 [us]", 1},    {"p95 [us]", 1},      {"rows/s [M]", 2},   {"src [GB/s]", 2},
                 {"stg [GB/s]", 2}, {"% link", 1},   {"% gather", 1}};
+  tb.label_columns = 10;  // layout .. tiles name the case; the figures start at "med [us]"
   nlohmann::json cases = nlohmann::json::array();
   nlohmann::json tables = nlohmann::json::array();
   std::vector<plot::Figure> figs;
