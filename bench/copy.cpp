@@ -161,6 +161,7 @@ Result<Report> run_copy_bench(Context& ctx) {
   t.title = fmt::format("Host <-> GPU copies of {} MiB: GB/s (1e9) from the median [p5, p95 of time]", bytes >> 20);
   t.columns = {{"source", 0}, {"direction", 0}, {"engine", 0}, {"median [GB/s]", 2}, {"p5 [GB/s]", 2}, {"p95 [GB/s]", 2},
                {"median [ms]", 3}};
+  t.label_columns = 3;
   nlohmann::json raw = nlohmann::json::array();
   plot::Figure fig;
   fig.style = plot::Style::kBars;

@@ -177,6 +177,7 @@ Result<Report> run_hash_bench(Context& ctx) {
                {"CPU p5", 1},         {"CPU p95", 1},         {"GPU [us]", 2},         {"GPU p5", 2},
                {"GPU p95", 2},        {"GPU+update [us]", 2}, {"GPU int32 [us]", 2},   {"launch call [us]", 2},
                {"CPU/GPU", 1},        {"GPU = CPU", 0}};
+  t.label_columns = 3;  // case, requests, tokens
   plot::Figure fig;
   fig.style = plot::Style::kBars;
   fig.title = "N-gram hash time per step (median)";

@@ -44,6 +44,7 @@
 #include "host/hot_profile.hpp"
 #include "replay/id_source.hpp"
 #include "replay/text_id_source.hpp"
+#include "sys/affinity.hpp"
 
 namespace engram::bench {
 
@@ -63,6 +64,7 @@ EngramLayout bench_layout(int64_t bytes, RowFormat fmt, int d) {
 }
 
 void fill_table(const TableView& v, uint64_t seed, int threads) {
+  threads = sys::threads_or_auto(threads);
   const int ns = v.d / 32;
   parallel_ranges(v.rows, threads, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
@@ -325,6 +327,7 @@ Result<Report> run_lookup(Context& ctx) {
                 {"tokens", 0},   {"rows", 0},       {"variant", 0},       {"grid", 0},         {"tiles", 0},
                 {"med [us]", 1}, {"p5 [us]", 1},    {"p95 [us]", 1},      {"rows/s [M]", 2},   {"src [GB/s]", 2},
                 {"stg [GB/s]", 2}, {"% link", 1},   {"% gather", 1}};
+  tb.label_columns = 10;  // layout .. tiles name the case; the figures start at "med [us]"
   nlohmann::json cases = nlohmann::json::array();
   nlohmann::json tables = nlohmann::json::array();
   std::vector<plot::Figure> figs;

@@ -29,6 +29,7 @@
 #include "cuda/fast_lookup.cuh"
 #include "cuda/registration.cuh"
 #include "replay/id_source.hpp"
+#include "sys/affinity.hpp"
 
 namespace engram::bench {
 namespace {
@@ -244,8 +245,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
   if (!uva.is_ok()) return uva.status();
   g.uva = std::make_unique<cuda::UvaTable>(std::move(*uva));
   const double reg_s = (now_ns() - t_reg) * 1e-9;
-  const int host_threads =
-      o.host_threads > 0 ? o.host_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
+  const int host_threads = sys::threads_or_auto(o.host_threads);
   cuda::FastLookupOptions fo;
   fo.max_rows = g.max_rows;
   fo.host_threads = host_threads;

@@ -71,6 +71,7 @@ Result<Report> run_register_bench(Context& ctx) {
   t.columns = {{"backing", 0},       {"page", 0},         {"chunk", 0},           {"prefault [s/GiB]", 4},
                {"register [s/GiB]", 4}, {"reg p5", 4},     {"reg p95", 4},         {"neighbour med [us]", 1},
                {"neighbour p99 [us]", 1}, {"neighbour max [ms]", 2}};
+  t.label_columns = 3;
   const double g = static_cast<double>(total) / double(1ull << 30);
   plot::Figure fig;
   fig.style = plot::Style::kBars;

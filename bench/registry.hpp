@@ -69,6 +69,9 @@ struct Table {
   std::vector<Column> columns;
   std::vector<std::vector<Cell>> rows;
   std::vector<std::string> notes;  // printed under the table
+  // Leading columns that name a row rather than measure it (CPU node; source, direction, engine): the tidy CSV
+  // puts their text in its `label` column instead of emitting them as figures.
+  size_t label_columns = 1;
 };
 
 struct Report {

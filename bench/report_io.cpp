@@ -77,18 +77,24 @@ nlohmann::json report_json(const Report& r, const std::string& description) {
 }
 
 void write_csv(std::ostream& o, const std::vector<Report>& reports) {
-  o << "bench,table,row,column,value\n";
+  o << kCsvHeader << '\n';
   for (const auto& r : reports)
     for (const auto& t : r.tables)
-      for (size_t ri = 0; ri < t.rows.size(); ++ri)
-        for (size_t ci = 0; ci < t.columns.size() && ci < t.rows[ri].size(); ++ci) {
-          const auto& c = t.rows[ri][ci];
+      for (size_t ri = 0; ri < t.rows.size(); ++ri) {
+        const auto& row = t.rows[ri];
+        const size_t labels = std::min(t.label_columns, row.size());
+        std::string label;
+        for (size_t ci = 0; ci < labels; ++ci)
+          label += (ci ? " / " : "") + cell_text(row[ci], t.columns[ci].precision);
+        for (size_t ci = labels; ci < t.columns.size() && ci < row.size(); ++ci) {
+          const auto& c = row[ci];
           char buf[64];
           std::snprintf(buf, sizeof buf, "%.9g", c.value);
           const std::string v = c.is_text() ? c.text : (std::isfinite(c.value) ? buf : "");  // empty = n/a
-          o << csv_escape(r.key) << ',' << csv_escape(t.key) << ',' << ri << ',' << csv_escape(t.columns[ci].name)
-            << ',' << csv_escape(v) << '\n';
+          o << csv_escape(r.key) << ',' << csv_escape(t.key) << ',' << ri << ',' << csv_escape(label) << ','
+            << csv_escape(t.columns[ci].name) << ',' << csv_escape(v) << '\n';
         }
+      }
 }
 
 }  // namespace engram::bench

@@ -109,7 +109,7 @@ struct EngineOptions {
   CacheOptions cache;               // off by default
   double grid_fraction = 0.5;       // CUDA: background grid cap of the lookups (fraction of the SMs)
   int grid_blocks = 0;              // CUDA: > 0 caps the queue's grid at this many blocks instead of a fraction
-  int lookup_threads = 0;           // CPU: gather threads; 0 = CPUs - 1 (at least 1)
+  int lookup_threads = 0;           // CPU: gather threads; 0 = one per CPU this process may run on
   bool checked = false;             // reject ids >= rows before a lookup (host-side pass)
   PrefetchMode prefetch = PrefetchMode::kEarly;  // how a harness submits (the queue serves both)
   int64_t max_tokens = 8192;        // largest batch (tokens) of one prepare()

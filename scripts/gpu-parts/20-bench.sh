@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU part "bench" (called by scripts/gpu-check on the H200 machine with BUILD, LOG_DIR, PART_BUDGET_S): the
-# `engram bench` suite of issue 6 at real sizes, each step with --json and --plot into $LOG_DIR:
+# `engram bench` suite of issue 6 at real sizes, each step with --json-out and --plot into $LOG_DIR:
 #   1. copy      1 GiB H2D/D2H: pinned, pageable, registered shm; CE vs SM; overlap; single vs double staging
 #   2. lookup    headline: 32 GiB table, fused and split, uniform/zipf/text ids, decode 1..512 and prefill
 #                2048..16384 tokens, cuda lookup (grid 1.0 and 0.5) vs plain gather, host-dma
@@ -21,7 +21,7 @@ bin="$BUILD/bin/engram"
 start=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - start))); }
 fail=0
-# step NAME ESTIMATE_S ARGS...: runs `engram bench ARGS --json LOG_DIR/NAME.json --plot LOG_DIR/NAME.png`.
+# step NAME ESTIMATE_S ARGS...: runs `engram bench ARGS --json-out LOG_DIR/NAME.json --plot LOG_DIR/NAME.png`.
 step() {
   local name=$1 est=$2
   shift 2
@@ -29,7 +29,7 @@ step() {
   l=$(left)
   if ((l < est)); then echo "bench: SKIP $name (needs ~${est}s, ${l}s left)"; return; fi
   local t0=$(date +%s)
-  timeout --signal=INT --kill-after=5 $((l - 5)) "$bin" bench "$@" --json "$LOG_DIR/$name.json" \
+  timeout --signal=INT --kill-after=5 $((l - 5)) "$bin" bench "$@" --json-out "$LOG_DIR/$name.json" \
     --plot "$LOG_DIR/$name.png" --csv "$LOG_DIR/$name.csv" >"$LOG_DIR/$name.txt" 2>"$LOG_DIR/$name.err"
   local rc=$?
   if ((rc == 0)); then echo "bench: PASS $name ($(( $(date +%s) - t0 ))s)"; else

@@ -43,7 +43,7 @@ if ((BENCH_LIMIT < 60)); then
 else
   timeout --signal=INT --kill-after=10 "$BENCH_LIMIT" "$BUILD/bin/engram" bench lookup --sections fast \
     --table-size 32GiB --fast-ids text,zipf,uniform --cache-size 5% --reps 15 --warmup 2 "${TOK_ARGS[@]}" \
-    --json "$LOG_DIR/lookup-fast.json" >"$LOG_DIR/lookup-fast.txt" 2>&1
+    --json-out "$LOG_DIR/lookup-fast.json" >"$LOG_DIR/lookup-fast.txt" 2>&1
   rc=$?
   if ((rc == 0)); then
     echo "PASS  lookup-fast bench ($(($(date +%s) - START))s so far)"

@@ -60,7 +60,7 @@ if [ "$(left)" -gt 60 ]; then
       $engram trace analyze "$LOG_DIR/replay-decode.trace.json" --move-layer 14 >"$LOG_DIR/trace-whatif-move14.txt" 2>&1 &&
       $engram trace analyze "$LOG_DIR/replay-decode.trace.json" --advance-ready-us 200 >"$LOG_DIR/trace-whatif-advance.txt" 2>&1
     rc2=$?
-    ttft=$(python3 -c "import json;j=json.load(open('$LOG_DIR/replay-decode.json'));c=j['client'];print('TTFT p50 %s ms, ITL p50 %s ms, goodput %s req/s, step p50 %s ns' % (c['ttft_ms']['median'], c['itl_ms']['median'], c['goodput_rps'], j['engine']['step_ns']['median']))" 2>/dev/null)
+    ttft=$(python3 -c "import json;j=json.load(open('$LOG_DIR/replay-decode.json'));c=j['client'];print('TTFT p50 %s ms, TPOT p50 %s ms, ITL p50 %s ms, goodput %s req/s, step p50 %s ns' % (c['median_ttft_ms'], c['median_tpot_ms'], c['median_itl_ms'], c['request_goodput'], j['engine']['step_ns']['median']))" 2>/dev/null)
     summary+=("replay decode-heavy: ok ($ttft); trace analyze rc=$rc2")
     [ $rc2 -eq 0 ] || fails=$((fails + 1))
   else

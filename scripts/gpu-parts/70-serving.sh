@@ -54,7 +54,7 @@ run_one "b512-updates-trace" 40 --batch 512 --timeline "$LOG_DIR/trace-512.json"
 if (($(left) > 45)); then
   timeout --signal=INT --kill-after=5 $(( $(left) - 5 )) "$engram" bench lookup --sections sweep --backends cuda \
     --layouts fused --d 256 --ids uniform,zipf,text --zipf-alpha 1.1 --batches 1,64,256,1024,8192 \
-    --grid-fractions 1.0 --table-size 8GiB ${TOK:+--tokens "$TOK"} --json "$LOG_DIR/dup-rows.json" \
+    --grid-fractions 1.0 --table-size 8GiB ${TOK:+--tokens "$TOK"} --json-out "$LOG_DIR/dup-rows.json" \
     >"$LOG_DIR/dup-rows.txt" 2>"$LOG_DIR/dup-rows.err" || { echo "FAIL  bench lookup (see dup-rows.err)"; STATUS=1; }
 else
   echo "SKIP  duplicate-row bench (budget: $(left) s left)"

@@ -54,7 +54,7 @@ for b in (64, 512):
                   f"{f(st['tokens_per_s'], 1)} tokens/s")
 PY
 
-step bench-hash 40 bench hash --reps 7 --warmup 2 --json "$LOG_DIR/bench-hash.json"
+step bench-hash 40 bench hash --reps 7 --warmup 2 --json-out "$LOG_DIR/bench-hash.json"
 cat "$LOG_DIR/bench-hash.out" 2>/dev/null | tail -12 | sed 's/^/model-hash: /'
 
 rm -rf "$MODEL_DIR"

@@ -17,9 +17,10 @@ namespace {
 constexpr int kMaxNodeId = 1024;  // Linux MAX_NUMNODES is at most 1 << 10
 
 Status bad_placement(const std::string& text, const std::string& why) {
-  return Status(Code::kInvalidArgument, "placement '" + text + "': " + why +
-                                            " (expected none, local, bind:N, preferred:N, interleave:N,M|all, "
-                                            "weighted-interleave:N=w,..., replica-per-node[:N,...])");
+  return Status(Code::kInvalidArgument,
+                "placement '" + text + "': " + why +
+                    " (expected none, local, bind:NODES|all, preferred:N, interleave:NODES|all, "
+                    "weighted-interleave:N=w,..., replica-per-node[:NODES]; NODES as numactl writes them: 0,2 or 0-3)");
 }
 
 Result<int> parse_node(const std::string& text, const std::string& item) {
@@ -171,8 +172,8 @@ Result<PlacementPolicy> parse_placement(const std::string& text) {
     if (!has_arg || arg.empty()) return bad_placement(text, kind + " needs a node list");
     p.kind = kind == "bind" ? PlacementKind::kBind : kind == "preferred" ? PlacementKind::kPreferred
                                                                           : PlacementKind::kInterleave;
-    if (arg == "all") {
-      if (p.kind != PlacementKind::kInterleave) return bad_placement(text, "'all' is for interleave only");
+    if (arg == "all") {  // numactl's --membind=all / --interleave=all: every node with memory this process may use
+      if (p.kind == PlacementKind::kPreferred) return bad_placement(text, "preferred takes one node, not 'all'");
       p.all_nodes = true;
       return p;
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cpu/lookup.hpp"
+#include "sys/affinity.hpp"
 
 namespace engram::cpu {
 
@@ -36,7 +37,7 @@ Result<std::unique_ptr<CpuPrefetchQueue>> CpuPrefetchQueue::create(std::vector<T
     };
   }
   int threads = q->opt_.lookup_threads;
-  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  threads = sys::threads_or_auto(threads);
   q->pool_ = std::make_unique<ThreadPool>(threads);
   q->slots_.resize(q->tables_.size());
   q->worker_ = std::thread([p = q.get()] { p->worker_loop(); });

@@ -2,12 +2,14 @@
 // The chunk count is small (a few per thread), so the lock is not a bottleneck.
 #include "thread_pool.hpp"
 
+#include "sys/affinity.hpp"
+
 #include <algorithm>
 
 namespace engram {
 
 ThreadPool::ThreadPool(int threads, std::function<void(int)> on_start) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = sys::threads_or_auto(threads);
   n_threads_ = threads;
   for (int i = 1; i < threads; ++i)
     workers_.emplace_back([this, i, on_start] {

@@ -12,13 +12,12 @@
 #include "cpu/prefetch.hpp"
 #include "cpu/thread_pool.hpp"
 #include "engine/backend.hpp"
+#include "sys/affinity.hpp"
 
 namespace engram::engine {
 namespace {
 
-int resolved_threads(int requested) {
-  return requested > 0 ? requested : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
-}
+int resolved_threads(int requested) { return sys::threads_or_auto(requested); }
 
 class CpuBackend final : public Backend {
  public:

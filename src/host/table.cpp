@@ -74,6 +74,7 @@ TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index,
 }
 
 void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads) {
+  threads = sys::threads_or_auto(threads);
   const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
   parallel_ranges(s.rows, threads, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {

@@ -385,7 +385,7 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
                                               " repetitions the bootstrap interval is a point and every difference "
                                               "looks significant");
   if (!o.make_ids) return Status(Code::kInvalidArgument, "experiment: no id source");
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int hw = sys::usable_cpu_count();
   ENGRAM_ASSIGN_OR_RETURN(std::vector<ArmSpec> specs, make_arms(o.id, o.base, sys::memory_nodes(), o.caps, hw));
   // Every arm runs in the caller's prefetch mode except B1, whose one change is the mode.
   if (o.id != "B1")

@@ -32,6 +32,7 @@
 #include "sched/prefetch_queue.hpp"
 #include "replay/text_id_source.hpp"
 #include "report/numbers.hpp"
+#include "sys/affinity.hpp"
 #include "sys/process.hpp"
 
 namespace engram {
@@ -488,10 +489,8 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   eo.on_protocol_step = [&](const std::string& step, int) { fault(step); };
   auto configure = [&](const std::string& job_text, const EngramLayout&, EngineOptions& opts) -> Status {
     ENGRAM_ASSIGN_OR_RETURN(job, RankJob::from_json(job_text));
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    opts.lookup_threads = std::max(1, hw / std::max(1, job.ranks) - 1);
     for (const auto& [k, v] : job.engine) ENGRAM_RETURN_IF_ERROR(set_engine_option(opts, k, v));
-    if (opts.lookup_threads == 0) opts.lookup_threads = std::max(1, hw / std::max(1, job.ranks) - 1);
+    opts.lookup_threads = sys::threads_or_auto(opts.lookup_threads, job.ranks);
     if (job.gpus > 0) opts.device = rank % job.gpus;  // else rank % visible devices
     opts.max_tokens = job.batch;
     opts.layer_us = job.layer_us;

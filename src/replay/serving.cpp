@@ -30,6 +30,18 @@ double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) 
 constexpr auto num_or_null = &json_num;  // core/json_num.hpp: NaN -> null
 nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
+// Mean and sample standard deviation of the finite values (NaN when there are none; std 0 for one value).
+std::pair<double, double> mean_std(const std::vector<double>& v) {
+  double sum = 0, sq = 0;
+  size_t n = 0;
+  for (double x : v)
+    if (std::isfinite(x)) sum += x, sq += x * x, ++n;
+  if (n == 0) return {kNotRecorded, kNotRecorded};
+  const double mean = sum / static_cast<double>(n);
+  const double var = n > 1 ? std::max(0.0, (sq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
+  return {mean, std::sqrt(var)};
+}
+
 }  // namespace
 
 // ---- workload -------------------------------------------------------------------------------------------
@@ -514,6 +526,9 @@ class Executor {
       if (!std::isfinite(s.done_ns)) continue;
       ++rep.completed;
       e2e.push_back(s.done_ns - reqs_[i].arrival_ns);
+      // Time per output token after the first, as vLLM's benchmark_serving counts it (requests of one token have none).
+      if (s.generated > 1)
+        rep.tpot_samples_ns.push_back((s.done_ns - s.first_token_ns) / static_cast<double>(s.generated - 1));
       if (!std::isfinite(last_done) || s.done_ns > last_done) last_done = s.done_ns;
       double mean_itl = 0;
       for (double g : s.itl_ns) mean_itl += g;
@@ -526,9 +541,13 @@ class Executor {
     rep.ttft_ns = Distribution::of(ttft);
     rep.itl_ns = Distribution::of(rep.itl_samples_ns);
     rep.e2e_ns = Distribution::of(e2e);
+    rep.e2e_samples_ns = e2e;
+    rep.tpot_ns = Distribution::of(rep.tpot_samples_ns);
+    rep.output_tokens = out_tokens;
     if (std::isfinite(first_arrival) && std::isfinite(last_done) && last_done > first_arrival) {
       rep.duration_s = (last_done - first_arrival) * 1e-9;
       rep.goodput_rps = static_cast<double>(rep.good) / rep.duration_s;
+      rep.request_throughput_rps = static_cast<double>(rep.completed) / rep.duration_s;
       rep.throughput_tokens_per_s = static_cast<double>(out_tokens) / rep.duration_s;
     }
     rep.steps = steps_;
@@ -656,22 +675,31 @@ Result<ServingReport> run_serving_recorded(const EngramLayout& layout, const Ser
 }
 
 nlohmann::json ServingReport::to_json() const {
-  auto ms = [](const Distribution& d) {
-    return nlohmann::json{{"median", num_or_null(d.median / 1e6)}, {"p5", num_or_null(d.p5 / 1e6)},
-                          {"p95", num_or_null(d.p95 / 1e6)}, {"p99", num_or_null(d.p99 / 1e6)}, {"n", d.n}};
+  // The client block uses the flat names of vLLM's benchmark_serving (mean_/median_/std_/p95_/p99_ + metric + _ms,
+  // request_throughput, output_throughput, request_goodput), so serving dashboards read it as they read vLLM's.
+  nlohmann::json client = {{"requests", requests},
+                           {"completed", completed},
+                           {"rejected", rejected},
+                           {"rejection_rate", num_or_null(rejection_rate)},
+                           {"good", good},
+                           {"duration_s", num_or_null(duration_s)},
+                           {"total_output_tokens", output_tokens},
+                           {"request_throughput", num_or_null(request_throughput_rps)},
+                           {"output_throughput", num_or_null(throughput_tokens_per_s)},
+                           {"request_goodput", num_or_null(goodput_rps)}};
+  auto add = [&client](const std::string& metric, const Distribution& d, const std::vector<double>& samples) {
+    const auto [mean, sd] = mean_std(samples);
+    client["mean_" + metric + "_ms"] = num_or_null(mean / 1e6);
+    client["median_" + metric + "_ms"] = num_or_null(d.median / 1e6);
+    client["std_" + metric + "_ms"] = num_or_null(sd / 1e6);
+    client["p95_" + metric + "_ms"] = num_or_null(d.p95 / 1e6);
+    client["p99_" + metric + "_ms"] = num_or_null(d.p99 / 1e6);
   };
-  return {{"client",
-           {{"requests", requests},
-            {"completed", completed},
-            {"rejected", rejected},
-            {"rejection_rate", num_or_null(rejection_rate)},
-            {"good", good},
-            {"duration_s", num_or_null(duration_s)},
-            {"goodput_rps", num_or_null(goodput_rps)},
-            {"output_tokens_per_s", num_or_null(throughput_tokens_per_s)},
-            {"ttft_ms", ms(ttft_ns)},
-            {"itl_ms", ms(itl_ns)},
-            {"e2e_ms", ms(e2e_ns)}}},
+  add("ttft", ttft_ns, ttft_samples_ns);
+  add("tpot", tpot_ns, tpot_samples_ns);
+  add("itl", itl_ns, itl_samples_ns);
+  add("e2el", e2e_ns, e2e_samples_ns);
+  return {{"client", client},
           {"engine",
            {{"steps", steps},
             {"scheduled_tokens", scheduled_tokens},

@@ -166,9 +166,13 @@ struct ServingReport {
   double duration_s = kNotRecorded;    // first arrival to last completion
   double goodput_rps = kNotRecorded;   // good requests per second
   double throughput_tokens_per_s = kNotRecorded;  // output tokens per second
+  double request_throughput_rps = kNotRecorded;   // completed requests per second
   double rejection_rate = kNotRecorded;
-  Distribution ttft_ns, itl_ns, e2e_ns;  // client metrics (per request / per gap)
-  std::vector<double> ttft_samples_ns, itl_samples_ns;
+  int64_t output_tokens = 0;
+  // Client metrics: TTFT, TPOT (per request: (end - first token) / (output tokens - 1)), end-to-end latency per
+  // request; ITL per gap between tokens.
+  Distribution ttft_ns, tpot_ns, itl_ns, e2e_ns;
+  std::vector<double> ttft_samples_ns, tpot_samples_ns, itl_samples_ns, e2e_samples_ns;
   // Engine-side (GPU step time): reported separately.
   int64_t steps = 0, scheduled_tokens = 0, prefill_tokens = 0, decode_tokens = 0;
   Distribution step_ns, decode_step_ns, mixed_step_ns;  // all steps; decode-only; steps with prefill

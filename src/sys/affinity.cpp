@@ -6,7 +6,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <thread>
 
 #include "fault.hpp"
 #include "numa_sysfs.hpp"
@@ -45,6 +47,17 @@ Result<std::vector<int>> thread_affinity() {
     if (CPU_ISSET_S(static_cast<size_t>(c), sz, set)) cpus.push_back(c);
   CPU_FREE(set);
   return cpus;
+}
+
+int usable_cpu_count() {
+  auto cpus = thread_affinity();
+  if (cpus.is_ok() && !cpus->empty()) return static_cast<int>(cpus->size());
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int threads_or_auto(int requested, int sharers) {
+  if (requested > 0) return requested;
+  return std::max(1, usable_cpu_count() / std::max(1, sharers));
 }
 
 CpuNode current_cpu_node() {

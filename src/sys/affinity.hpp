@@ -15,6 +15,14 @@ namespace engram::sys {
 Status set_thread_affinity(const std::vector<int>& cpus);
 // sched_getaffinity(0) of the calling thread: sorted CPU ids.
 Result<std::vector<int>> thread_affinity();
+// CPUs the calling thread may run on (its sched_getaffinity mask, as taskset, cpusets and cgroups set it), at
+// least 1; the online CPU count when the mask cannot be read.
+int usable_cpu_count();
+// What a thread count of 0 means everywhere (every command's --threads, every pool): one thread per CPU the
+// calling thread may run on, shared out over `sharers` processes of one host (the ranks of `run --ranks`), at
+// least 1. `requested` > 0 is returned as is.
+int threads_or_auto(int requested, int sharers = 1);
+
 // CPU and node the calling thread runs on now (getcpu(2)); node -1 when unknown.
 struct CpuNode {
   int cpu = -1;

@@ -1,9 +1,10 @@
 // `engram bench <key>|all`: runs entries of the benchmark registry (bench/registry.hpp) and prints what they
 // measured: a human table per result (units in the column headers), the conditions block (git revision,
-// compiler, CPU, NUMA nodes and distances, kernel, THP, hugepages, GPU/driver/CUDA), and on request JSON
-// (--json [FILE], "-" = stdout), tidy CSV (--csv FILE: bench,table,row,column,value) and a PNG of every
-// figure (--plot FILE.png, gnuplot). A bench this machine cannot run is waived with its reason: exit 77 when
-// it was the one asked for, a "waived" line (exit 0) under `all`.
+// compiler, CPU, NUMA nodes and distances, kernel, THP, hugepages, GPU/driver/CUDA), and on request JSON, tidy
+// CSV (--csv FILE, "-" = stdout: one line per figure, the row's label in a column of its own) and a PNG of every
+// figure (--plot FILE.png, gnuplot). --json prints the JSON on stdout as on every other command (the human text
+// then goes to stderr); --json-out FILE writes it to FILE instead. A bench this machine cannot run is waived
+// with its reason: exit 77 when it was the one asked for, a "waived" line (exit 0) under `all`.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -26,8 +27,9 @@ namespace {
 
 struct BenchArgs {
   bench::Context ctx;
-  std::string json_path;  // "" none, "-" stdout
-  std::string csv_path;
+  bool json = false;      // --json: the document on stdout
+  std::string json_path;  // --json-out FILE
+  std::string csv_path;   // "" none, "-" stdout
   std::string plot_path;
   bool list = false;
 };
@@ -59,10 +61,15 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   a.ctx.git_rev = ENGRAM_GIT_REV;
   nlohmann::json conditions = collect_conditions(ENGRAM_GIT_REV);
   conditions["gpu"] = gpu_conditions();
-  if (a.json_path == "-" && a.csv_path == "-")
-    return report_failure("bench", Status(Code::kInvalidArgument, "--json - and --csv - both ask for stdout; give one a FILE"));
+  if (a.json && a.csv_path == "-")
+    return report_failure("bench", Status(Code::kInvalidArgument,
+                                          "--json and --csv - both ask for stdout; write one to a file (--json-out FILE "
+                                          "or --csv FILE)"));
+  if (a.json && !a.json_path.empty())
+    return report_failure("bench", Status(Code::kInvalidArgument,
+                                          "--json (stdout) and --json-out " + a.json_path + " (file): give one"));
   // With --json or --csv on stdout the human text goes to stderr.
-  const bool json_stdout = a.json_path == "-";
+  const bool json_stdout = a.json;
   const bool csv_stdout = a.csv_path == "-";
   FILE* human = json_stdout || csv_stdout ? stderr : stdout;
   std::fprintf(human, "engram bench: %s; warm-up %d, %d reps%s, seed %llu\n", conditions_summary(conditions).c_str(),
@@ -120,7 +127,7 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   } else if (!a.json_path.empty()) {
     std::ofstream f(a.json_path);
     f << out.dump(2) << "\n";
-    if (!f) return report_failure("bench", Status(Code::kIo, "cannot write --json " + a.json_path));
+    if (!f) return report_failure("bench", Status(Code::kIo, "cannot write --json-out " + a.json_path));
     std::fprintf(human, "json: %s\n", a.json_path.c_str());
   }
   if (csv_stdout) {
@@ -165,13 +172,13 @@ void add_common(CLI::App& s, BenchArgs& a) {
   s.add_option("--warmup", a.ctx.warmup, "Untimed warm-up repetitions per case")->check(CLI::Range(0, 100000));
   s.add_flag("--smoke", a.ctx.smoke, "Tiny sizes that finish in seconds (CI); figures are not meaningful");
   s.add_option("--seed", a.ctx.seed, "Seed of every random choice (ids, A/B order, content)")->check(unsigned_integer());
-  s.add_option("--threads", a.ctx.threads, "Host threads (0 = all CPUs this process may use)");
+  s.add_option("--threads", a.ctx.threads, std::string("Host threads (default 0; ") + kAutoThreadsHelp + ")")
+      ->check(CLI::Range(0, 4096));
   s.add_option("--data-dir", a.ctx.data_dir, "Token files of scripts/tokenize-setup for text ids (default: search)");
-  s.add_option("--json", a.json_path, "Write the report as JSON to FILE ('-' = stdout, human text to stderr)")
-      ->expected(0, 1)
-      ->default_str("-");
-  s.add_option("--csv", a.csv_path, "Write every table as tidy CSV to FILE ('-' = stdout, human text to stderr; "
-               "bench,table,row,column,value; empty = n/a)");
+  s.add_flag("--json", a.json, "Print the report as JSON on stdout (the human text goes to stderr)");
+  s.add_option("--json-out", a.json_path, "Write the report as JSON to FILE (the human text stays on stdout)");
+  s.add_option("--csv", a.csv_path, "Write every table as tidy CSV to FILE ('-' = stdout, human text to stderr): "
+               "one line per figure, bench,table,<the table's label columns>,column,value; empty value = n/a");
   s.add_option("--plot", a.plot_path, "Render the figures into FILE.png with gnuplot (Debian: gnuplot-nox)");
   s.add_flag("--verbose", a.ctx.verbose, "Progress on stderr");
 }

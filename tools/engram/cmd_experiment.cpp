@@ -13,6 +13,7 @@
 #include "report/plot.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
+#include "sys/affinity.hpp"
 #include "sys/numa.hpp"
 
 namespace engram::cli {
@@ -79,7 +80,7 @@ int experiment(const ExperimentArgs& a) {
   if (!setup.is_ok()) return report_failure("experiment", setup.status());
   ServingSetup& s = *setup;
   // Refuse, before anything is built, an experiment whose arms would not differ on this machine.
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int hw = sys::usable_cpu_count();
   if (auto arms = make_arms(a.id, s.engine, sys::memory_nodes(), a.caps, hw); !arms.is_ok())
     return report_failure("experiment " + a.id, arms.status());
   ExperimentOptions o;

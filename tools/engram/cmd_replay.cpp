@@ -25,9 +25,6 @@ struct ReplayArgs {
   bool json = false;
 };
 
-std::string ms3(const Distribution& d) {
-  return fmt_num(d.median / 1e6, "%.2f") + " / " + fmt_num(d.p95 / 1e6, "%.2f") + " / " + fmt_num(d.p99 / 1e6, "%.2f");
-}
 std::string us3(const Distribution& d) {
   return fmt_num(d.median / 1e3, "%.1f") + " / " + fmt_num(d.p95 / 1e3, "%.1f") + " / " + fmt_num(d.p99 / 1e3, "%.1f");
 }
@@ -75,7 +72,7 @@ int replay(const ReplayArgs& a) {
   const nlohmann::json details = engine.describe();
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
   nlohmann::json j = r.to_json();
-  j["schema"] = "engram.replay/1";
+  j["schema"] = "engram.replay/2";
   j["command"] = "replay";
   j["conditions"] = conditions;
   j["census"] = nlohmann::json::array();
@@ -121,8 +118,18 @@ int replay(const ReplayArgs& a) {
               fmt_num(100 * r.rejection_rate, "%.1f%%").c_str(), static_cast<long long>(r.good), a.s.slo_ttft_ms, a.s.slo_itl_ms);
   std::printf("          goodput %s req/s, %s output tokens/s over %s s\n", fmt_num(r.goodput_rps, "%.3f").c_str(),
               fmt_num(r.throughput_tokens_per_s, "%.1f").c_str(), fmt_num(r.duration_s, "%.2f").c_str());
-  std::printf("          TTFT p50/p95/p99 %s ms; ITL p50/p95/p99 %s ms; request latency %s ms\n", ms3(r.ttft_ns).c_str(),
-              ms3(r.itl_ns).c_str(), ms3(r.e2e_ns).c_str());
+  // mean / p50 / p95 / p99 in ms, read from the report's client block so that text and JSON agree.
+  auto ms4 = [&j](const char* metric) {
+    const auto& c = j["client"];
+    std::string o;
+    for (const char* stat : {"mean", "median", "p95", "p99"}) {
+      const auto& v = c[std::string(stat) + "_" + metric + "_ms"];
+      o += (o.empty() ? "" : " / ") + (v.is_number() ? fmt_num(v.get<double>(), "%.2f") : std::string("n/a"));
+    }
+    return o;
+  };
+  std::printf("          mean/p50/p95/p99 [ms]: TTFT %s; TPOT %s; ITL %s; E2EL %s\n", ms4("ttft").c_str(),
+              ms4("tpot").c_str(), ms4("itl").c_str(), ms4("e2el").c_str());
   std::printf("\nEngine    %lld steps, %lld tokens (%lld prefill, %lld decode); waited %.2f s for arrivals\n",
               static_cast<long long>(r.steps), static_cast<long long>(r.scheduled_tokens), static_cast<long long>(r.prefill_tokens),
               static_cast<long long>(r.decode_tokens), r.idle_wait_s);
@@ -147,11 +154,14 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze");
   sub.add_flag("--timeline-absolute", a->timeline_absolute,
                "Trace timestamps in microseconds since the Unix epoch (to line up with a torch profiler trace)");
-  sub.add_flag("--json", a->json, "Print the report as JSON");
+  sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(
       "Example: engram replay --rate 8 --requests 64 --prompt lognormal:1024,0.5 --output 128 --record b.json\n"
       "         engram replay --batches b.json --prefetch on_demand --json\n"
-      "TTFT: arrival (send) -> end of the step that finishes the prompt; ITL: gaps between a request's token steps;\n"
+      "TTFT: arrival (send) -> end of the step that finishes the prompt; TPOT: (end - first token) / (output tokens\n"
+      "- 1) per request; ITL: gaps between a request's token steps; E2EL: arrival -> last token. JSON: vLLM's\n"
+      "benchmark_serving names (mean_/median_/std_/p95_/p99_ttft_ms, ..., request_throughput, output_throughput,\n"
+      "request_goodput);\n"
       "goodput: requests meeting TTFT and mean-ITL SLOs per second (first arrival -> last completion). Layer time:\n"
       "max(params*2 B / weight-gbps, 2*T*params / compute-tflops), run as calibrated units (GEMMs / CPU work).");
   return [a] { return replay(*a); };

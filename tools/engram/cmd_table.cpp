@@ -31,6 +31,7 @@
 #include "host/checkpoint.hpp"
 #include "host/json_text.hpp"
 #include "host/sweep.hpp"
+#include "sys/affinity.hpp"
 #include "sys/file.hpp"
 #include "sys/process.hpp"
 
@@ -61,7 +62,7 @@ int create(const ModelCreateArgs& a) {
   if (!seed.is_ok()) return report_failure(cmd, seed.status());
   auto layout = layout_arg(a.layout, a.table_size, a.table_size_given);
   if (!layout.is_ok()) return report_failure(cmd, layout.status());
-  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = automatic)"));
+  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = one per CPU this process may run on)"));
 
   const fs::path out(a.out);
   if (a.out.empty() || !out.has_filename())
@@ -82,7 +83,7 @@ int create(const ModelCreateArgs& a) {
   if (!handlers.is_ok()) return report_failure(cmd, handlers);
   host::WriteOptions opt;
   opt.overwrite = a.force;
-  opt.threads = a.threads;
+  opt.threads = sys::threads_or_auto(a.threads);
   opt.cancelled = [] { return sys::stop_requested(); };
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::write_synthetic_checkpoint(a.out, *layout, *seed, opt);
@@ -174,7 +175,7 @@ int load(const LoadArgs& a) {
   const char* cmd = "table load";
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure(cmd, fmt.status().with_context("--row-layout"));
-  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = automatic)"));
+  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = one per CPU this process may run on)"));
   auto info = host::read_checkpoint_info(a.path);
   if (!info.is_ok()) return report_failure(cmd, info.status());
   if (a.verify && !(info->generator == std::string("synth_row") && info->seed))
@@ -185,7 +186,7 @@ int load(const LoadArgs& a) {
   if (!table.is_ok()) return report_failure(cmd, table.status());
 
   host::LoadOptions opt;
-  opt.threads = a.threads;
+  opt.threads = sys::threads_or_auto(a.threads);
   opt.drop_page_cache = !a.keep_cache;
   if (a.json) opt.display = host::ProgressDisplay::kOff;
   const auto t0 = std::chrono::steady_clock::now();
@@ -263,7 +264,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
   c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");
-  c->add_option("--threads", create_args->threads, "Writer threads (0 = automatic)");
+  c->add_option("--threads", create_args->threads, std::string("Writer threads (default 0; ") + kAutoThreadsHelp + ")");
   c->add_option("--extra-rows", create_args->extra_rows,
                 "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)");
   c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)");
@@ -282,7 +283,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       "load", "Load a checkpoint FILE or model DIR into memory, report GB/s and page-cache residue; --verify checks synthetic rows");
   ld->add_option("path", load_args->dir, "Checkpoint file or model directory")->required();
   ld->add_option("--row-layout", load_args->row_layout, "In-memory row layout: fused or split (default fused)");
-  ld->add_option("--threads", load_args->threads, "Reader threads (0 = automatic)");
+  ld->add_option("--threads", load_args->threads, std::string("Reader threads (default 0; ") + kAutoThreadsHelp + ")");
   ld->add_flag("--keep-page-cache", load_args->keep_cache, "Do not drop the file's pages from the page cache");
   ld->add_flag("--verify", load_args->verify, "Check every row against synth_row (synthetic checkpoints)");
   ld->add_flag("--json", load_args->json, "Print JSON");

@@ -38,6 +38,10 @@ inline CLI::Validator unsigned_integer() {
       "UINT", "unsigned integer");
 }
 
+// The meaning of --threads 0 on every command (sys::threads_or_auto), for the --help texts.
+inline constexpr const char* kAutoThreadsHelp =
+    "0 = one per CPU this process may run on (its affinity mask, as taskset and cgroups set it)";
+
 // Prints "engram <cmd>: <status>" to stderr and returns the exit code for it (see above).
 int report_failure(const std::string& command, const Status& status);
 int exit_code_for(const Status& status);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "command.hpp"
 #include "engram/engine.hpp"
 #include "host/progress_line.hpp"
 
@@ -66,7 +67,8 @@ inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   sub.add_option("--grid-fraction", a.grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
       ->check(CLI::Range(0.01, 1.0));
-  sub.add_option("--threads", a.threads, "CPU lookup threads (default: cores - 1, at least 1)")->check(CLI::Range(0, 4096));
+  sub.add_option("--threads", a.threads, std::string("CPU lookup threads (default 0; ") + kAutoThreadsHelp + ")")
+      ->check(CLI::Range(0, 4096));
   sub.add_flag("--checked", a.checked, "Validate every id before each lookup (an out-of-range id fails the run)");
   sub.add_option("--fast-path", a.fast_path,
                  "CUDA lookup path: planner (default: per batch, dedup / sort / hot-row cache / plain from calibrated "
@@ -79,8 +81,9 @@ inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--backing", a.backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
       ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
   sub.add_option("--placement", a.placement,
-                 "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
-                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+                 "NUMA placement applied before first touch: none (default), local, bind:NODES|all, preferred:N, "
+                 "interleave:NODES|all, weighted-interleave:N=w,..., replica-per-node; NODES as numactl writes "
+                 "them (0,2 or 0-3)");
 }
 
 inline void add_tp_options(CLI::App& sub, TpArgs& t) {
@@ -124,13 +127,15 @@ inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout,
   return Status::ok();
 }
 
-// A model directory's load shows the progress line (bytes, GB/s, ETA) on a terminal.
+// Writing the table's content (synthetic fill, checkpoint or model directory load) shows the progress line
+// (bytes, GB/s, ETA) on stderr when it is a terminal; piped or redirected output stays free of it.
 inline void show_load_progress(TableContent& c) {
-  if (c.kind != TableContent::Kind::kModel) return;
+  if (c.kind == TableContent::Kind::kZero) return;
   auto line = std::make_shared<host::ProgressLine>(c.to_string(), host::ProgressDisplay::kAuto);
   if (!line->enabled()) return;
-  c.on_progress = [line](int64_t done, int64_t total, double elapsed) {
-    line->update({"load", done, total, elapsed, done == total});
+  const char* phase = c.kind == TableContent::Kind::kSynthetic ? "fill" : "load";
+  c.on_progress = [line, phase](int64_t done, int64_t total, double elapsed) {
+    line->update({phase, done, total, elapsed, done == total});
   };
 }
 

@@ -1,7 +1,5 @@
 // `engram`: the command-line front end. Subcommands live one per file (cmd_*.cpp) and register
 // themselves; this file only parses and dispatches.
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -54,16 +52,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The first word that is neither an option nor an option's value: the command the user asked for ("" if none).
-// Only the top-level options come before it (--log-level takes a value).
+// The first word that is not an option: the command the user asked for ("" if none, or after an option that is
+// not a top-level one, which the parser then names). Only --help and --version come before it.
 std::string command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];
-    if (w == "--log-level") {
-      ++i;
-      continue;
-    }
-    if (!w.empty() && w[0] == '-') continue;
+    if (w == "--help" || w == "-h" || w == "--version") continue;
+    if (!w.empty() && w[0] == '-') return "";
     return w;
   }
   return "";
@@ -81,9 +76,6 @@ int main(int argc, char** argv) {
       "arguments runs the main job on a 512 MiB synthetic V4.1-Flash-shaped table."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("engram-offload ") + engram::kVersion + " (" + ENGRAM_GIT_REV + ")");
-  std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "spdlog level: trace, debug, info, warn, error, off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
   auto& reg = command_registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
@@ -120,7 +112,6 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
   for (auto& [sub, run] : subs) {
     if (sub->parsed()) return run();
   }

@@ -31,6 +31,7 @@
 #include "host/placement.hpp"
 #include "host/progress_line.hpp"
 #include "host/token_io.hpp"
+#include "sys/affinity.hpp"
 #include "sys/file.hpp"
 
 namespace engram::cli {
@@ -144,7 +145,7 @@ Result<EngramLayout> layout_arg(const std::string& preset, const std::string& ta
 }
 
 int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = sys::threads_or_auto(threads);
   std::atomic<int64_t> mismatched{0};
   for (int li = 0; li < t.n_layers(); ++li) {
     const TableView v = t.view(li);
@@ -179,7 +180,7 @@ int create_model_dir(const ModelCreateArgs& a) {
   if (!seed.is_ok()) return report_failure(cmd, seed.status());
   auto names = names_arg(a.tensor_names);
   if (!names.is_ok()) return report_failure(cmd, names.status());
-  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = automatic)"));
+  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = one per CPU this process may run on)"));
   if (a.out.empty()) return report_failure(cmd, bad("--out: expected a directory path"));
 
   host::SyntheticModelOptions opt;
@@ -190,7 +191,7 @@ int create_model_dir(const ModelCreateArgs& a) {
   opt.pad_token_id = a.pad_id;
   opt.names = *names;
   opt.overwrite = a.force;
-  opt.threads = a.threads;
+  opt.threads = sys::threads_or_auto(a.threads);
   std::string tokenizer_note;
   if (a.tokenizer_json == "auto") {
     const std::string bundled = bundled_tokenizer_json_path();
@@ -363,7 +364,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   if (!names.is_ok()) return report_failure(cmd, names.status());
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure(cmd, fmt.status().with_context("--row-layout"));
-  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = automatic)"));
+  if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = one per CPU this process may run on)"));
   if (a.cache != "as-is" && a.cache != "cold" && a.cache != "warm")
     return report_failure(cmd, bad("--cache '" + a.cache + "': expected as-is, cold or warm"));
   auto info = host::read_model_dir(a.dir, *names);
@@ -426,7 +427,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   for (int i = 0; i < (*table)->n_layers(); ++i) spans.push_back((*table)->span(i));
 
   host::ModelLoadOptions opt;
-  opt.threads = a.threads;
+  opt.threads = sys::threads_or_auto(a.threads);
   opt.drop_page_cache = !keep_cache;
   opt.reader_node = a.reader_node;
   host::ProgressLine line("load " + a.dir, a.json ? host::ProgressDisplay::kOff : host::ProgressDisplay::kAuto);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -107,7 +108,7 @@ TEST_F(JsonSchema, RunItsTraceAndTraceAnalyze) {
 }
 
 TEST_F(JsonSchema, ReplayTopoCensusModelCleanup) {
-  check("replay" + kServing + " --json", "engram.replay/1");
+  check("replay" + kServing + " --json", "engram.replay/2");
   check("topo --json", "engram.topo/1");
   check("census --table-size 16MiB --json", "engram.census/1");
   check("census --pid " + std::to_string(getpid()) + " --json", "engram.census-pid/1");
@@ -116,12 +117,41 @@ TEST_F(JsonSchema, ReplayTopoCensusModelCleanup) {
 }
 
 TEST_F(JsonSchema, BenchJsonAndCsvOnStdout) {
-  check("bench numa --smoke --reps 1 --warmup 0 --json -", "engram.bench/1");
-  auto csv = run_engram("bench numa --smoke --reps 1 --warmup 0 --csv -");
+  const std::string bench = "bench numa --smoke --reps 1 --warmup 0 --numa-bytes 1MiB";
+  check(bench + " --json", "engram.bench/1");
+  // --json-out FILE writes the same document to FILE and keeps the human text on stdout.
+  const std::string file = (dir_ / "bench.json").string();
+  auto o = run_engram(bench + " --json-out " + file);
+  EXPECT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("== bench numa"), std::string::npos) << o.out;
+  std::ifstream jf(file);
+  ASSERT_TRUE(jf.good()) << file << " not written";
+  check_document(nlohmann::json::parse(jf), "engram.bench/1", file);
+
+  auto csv = run_engram(bench + " --csv -");
   EXPECT_EQ(csv.code, 0) << csv.out;
-  EXPECT_EQ(csv.out.rfind("bench,table,row,column,value\n", 0), 0u) << csv.out.substr(0, 300);
   EXPECT_FALSE(fs::exists("-")) << "--csv - wrote a file named '-'";
-  EXPECT_EQ(run_engram("bench numa --smoke --json - --csv -").code, 2);
+  // Every line has the header's six fields; the row label is a field of each figure's line, never a figure.
+  std::istringstream lines(csv.out);
+  std::string line;
+  ASSERT_TRUE(std::getline(lines, line));
+  EXPECT_EQ(line, "bench,table,row,label,column,value");
+  int figures = 0;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+    if (line.back() == ',') f.emplace_back();
+    ASSERT_EQ(f.size(), 6u) << line;
+    EXPECT_EQ(f[0], "numa") << line;
+    EXPECT_NE(f[4], "CPU node") << "the row label is emitted as a figure: " << line;
+    EXPECT_FALSE(f[3].empty()) << "no row label: " << line;
+    ++figures;
+  }
+  EXPECT_GT(figures, 0) << csv.out;
+
+  EXPECT_EQ(run_engram(bench + " --json --csv -").code, 2);
+  EXPECT_EQ(run_engram(bench + " --json --json-out " + file).code, 2);
 }
 
 }  // namespace

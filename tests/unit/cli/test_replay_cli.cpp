@@ -27,8 +27,24 @@ TEST(ReplayCli, LiveRunReportsClientAndEngineMetricsAndRecordsBatches) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["client"]["requests"], 6);
   EXPECT_EQ(j["client"]["completed"], 6);
-  EXPECT_TRUE(j["client"]["ttft_ms"]["median"].is_number());
-  EXPECT_TRUE(j["client"]["itl_ms"]["p99"].is_number());
+  // The client block carries vLLM benchmark_serving's names; every output of 3 tokens has a TPOT.
+  for (const char* metric : {"ttft", "tpot", "itl", "e2el"})
+    for (const char* stat : {"mean", "median", "std", "p95", "p99"}) {
+      const std::string k = std::string(stat) + "_" + metric + "_ms";
+      ASSERT_TRUE(j["client"][k].is_number()) << k << " = " << j["client"][k];
+      EXPECT_GE(j["client"][k].get<double>(), 0) << k;
+    }
+  const auto& c = j["client"];
+  EXPECT_LE(c["median_tpot_ms"].get<double>(), c["p99_tpot_ms"].get<double>());
+  EXPECT_LE(c["mean_ttft_ms"].get<double>(), c["mean_e2el_ms"].get<double>());
+  EXPECT_EQ(c["total_output_tokens"], 18);
+  for (const char* k : {"request_throughput", "output_throughput", "request_goodput"}) {
+    ASSERT_TRUE(c[k].is_number()) << k;
+    EXPECT_GT(c[k].get<double>(), 0) << k;
+  }
+  // 3 tokens per request: output throughput is 3x the request throughput.
+  EXPECT_NEAR(c["output_throughput"].get<double>(), 3 * c["request_throughput"].get<double>(),
+              1e-9 * c["output_throughput"].get<double>());
   EXPECT_TRUE(j["engine"]["step_ns"]["median"].is_number());
   EXPECT_GT(j["lookup"]["rows"].get<int64_t>(), 0);
   ASSERT_TRUE(std::filesystem::exists(rec));

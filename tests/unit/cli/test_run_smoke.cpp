@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cli.hpp"
+#include "sys/affinity.hpp"
 
 namespace {
 
@@ -101,10 +102,65 @@ TEST(EngramCli, UnknownCommandSaysWhichOneItMeant) {
   auto o = run_engram("runn --steps 2", engram::testing::CliStderr::kMerge);
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.out.find("unknown command 'runn' (did you mean 'run'?)"), std::string::npos) << o.out;
-  o = run_engram("--log-level info frobnicate", engram::testing::CliStderr::kMerge);
+  o = run_engram("frobnicate", engram::testing::CliStderr::kMerge);
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.out.find("unknown command 'frobnicate'"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("did you mean"), std::string::npos) << o.out;
+}
+
+// Every message goes to stdout or stderr as the command prints it; there is no log level that would filter some
+// of them, so the CLI offers none.
+TEST(EngramCli, OffersNoLogLevel) {
+  auto o = run_engram("--help", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 0);
+  EXPECT_EQ(o.out.find("--log-level"), std::string::npos) << o.out;
+  o = run_engram("--log-level info topo", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.out.find("--log-level"), std::string::npos) << "the unknown option is named: " << o.out;
+  EXPECT_EQ(o.out.find("unknown command"), std::string::npos) << o.out;
+}
+
+// --threads 0 means one thing on every command: one thread per CPU this process may run on (its affinity
+// mask), resolved by one helper and said the same way in every --help.
+TEST(EngramCli, ThreadsZeroMeansTheSameEverywhere) {
+  const int cpus = engram::sys::usable_cpu_count();
+  EXPECT_GE(cpus, 1);
+  EXPECT_EQ(engram::sys::threads_or_auto(0), cpus);
+  EXPECT_EQ(engram::sys::threads_or_auto(3), 3);
+  EXPECT_EQ(engram::sys::threads_or_auto(0, 1 << 20), 1);  // shared over more ranks than CPUs: still one
+  EXPECT_EQ(engram::sys::threads_or_auto(0, 2), std::max(1, cpus / 2));
+  auto mask = engram::sys::thread_affinity();
+  ASSERT_TRUE(mask.is_ok()) << mask.status().to_string();
+  {
+    engram::sys::ScopedAffinity one({mask->front()});
+    if (one.status().is_ok()) {
+      EXPECT_EQ(engram::sys::threads_or_auto(0), 1) << "the mask, not the machine, counts";
+    }
+  }
+  for (const char* cmd : {"run", "replay", "experiment", "bench numa", "bench lookup", "table create",
+                          "table load"}) {
+    auto o = run_engram(std::string(cmd) + " --help");
+    EXPECT_EQ(o.code, 0) << cmd;
+    EXPECT_NE(o.out.find("0 = one per CPU this process may run on"), std::string::npos) << cmd << ":\n" << o.out;
+  }
+}
+
+// The synthetic fill shows its progress line (bytes, GB/s, ETA) when stderr is a terminal (script(1) gives it
+// one), and nothing when stderr is piped.
+TEST(EngramRun, SyntheticFillShowsProgressOnATerminalOnly) {
+  const std::string args =
+      " run --table-size 16MiB --batch 4 --steps 1 --warmup 0 --layer-us 5 --ids uniform --no-baseline --timeline none "
+      "--backend cpu --threads 1 --json";
+  auto piped = engram::testing::run_shell(std::string(ENGRAM_CLI_PATH) + args + " 2>&1 >/dev/null");
+  EXPECT_EQ(piped.code, 0) << piped.out;
+  EXPECT_EQ(piped.out.find("fill synthetic"), std::string::npos) << piped.out;
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "script(1) is not installed (Debian: bsdutils)";
+  auto tty = engram::testing::run_shell("/usr/bin/script -qec '" + std::string(ENGRAM_CLI_PATH) + args +
+                                        " >/dev/null' /dev/null");
+  EXPECT_EQ(tty.code, 0) << tty.out;
+  EXPECT_NE(tty.out.find("fill synthetic(seed=1): "), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("(100%)"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("GB/s"), std::string::npos) << tty.out;
 }
 
 }  // namespace

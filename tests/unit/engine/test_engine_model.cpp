@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -211,6 +212,61 @@ TEST_F(EngineModel, ALayoutThatDisagreesWithTheModelIsRefused) {
   auto e = Engine::create_local(other, cpu_options(TableContent::model(dir_)));
   ASSERT_FALSE(e.is_ok());
   EXPECT_EQ(e.status().code(), Code::kInvalidArgument) << e.status().to_string();
+}
+
+// Synthetic content written with a progress callback (the CLI's progress line) holds the same bytes as the plain
+// fill, in both row layouts, and reports a non-decreasing byte count that ends at the table's bytes.
+TEST(EngineSyntheticFill, ProgressReportingFillEqualsThePlainFill) {
+  std::mt19937_64 rng{std::random_device{}()};
+  for (RowFormat f : {RowFormat::kFused, RowFormat::kSplit}) {
+    SCOPED_TRACE(row_format_name(f));
+    const EngramLayout layout = test::conformance_layout(f);  // ~2 MiB: the fill reports in many chunks
+    const uint64_t seed = rng();
+    auto options = [&](bool report, int64_t* calls, int64_t* last, int64_t* total) {
+      EngineOptions o;
+      o.backend = BackendKind::kCpu;
+      o.content = TableContent::synthetic_or_checkpoint(seed, "");
+      o.content.threads = 2;
+      o.max_tokens = 16;
+      o.record_timeline = false;
+      if (report)
+        o.content.on_progress = [calls, last, total](int64_t done, int64_t all, double) {
+          ++*calls;
+          EXPECT_GE(done, *last);
+          EXPECT_LE(done, all);
+          *last = done;
+          *total = all;
+        };
+      return o;
+    };
+    int64_t calls = 0, last = -1, total = 0;
+    auto with = Engine::create_local(layout, options(true, &calls, &last, &total));
+    ASSERT_TRUE(with.is_ok()) << with.status().to_string();
+    auto plain = Engine::create_local(layout, options(false, nullptr, nullptr, nullptr));
+    ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+    EXPECT_GT(calls, 2) << "the fill reported in one piece";
+    EXPECT_EQ(last, total);
+    int64_t bytes = 0;
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      const TableSpan a = (*with)->table().span(li), b = (*plain)->table().span(li);
+      ASSERT_EQ(a.rows, b.rows);
+      const int64_t payload = f == RowFormat::kFused ? a.rows * a.stride_bytes : a.rows * a.d;
+      EXPECT_EQ(std::memcmp(a.data, b.data, static_cast<size_t>(payload)), 0) << "layer " << li;
+      if (f == RowFormat::kSplit) {
+        EXPECT_EQ(std::memcmp(a.scales, b.scales, static_cast<size_t>(a.rows * (a.d / 32))), 0) << "layer " << li;
+      }
+      bytes += f == RowFormat::kFused ? payload : a.rows * (a.d + a.d / 32);
+    }
+    EXPECT_EQ(total, bytes);
+    // Rows are synth_row of the seed (not only equal to each other): spot-check the last row of each layer.
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      const TableSpan a = (*with)->table().span(li);
+      std::vector<uint8_t> payload(static_cast<size_t>(a.d), 0xA5), scales(static_cast<size_t>(a.d / 32), 0xA5);
+      synth_row(seed, li, a.rows - 1, a.d, payload.data(), scales.data());
+      EXPECT_EQ(std::memcmp(a.payload_of(a.rows - 1), payload.data(), payload.size()), 0) << "layer " << li;
+      EXPECT_EQ(std::memcmp(a.scales_of(a.rows - 1), scales.data(), scales.size()), 0) << "layer " << li;
+    }
+  }
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ using namespace engram::host;
 
 TEST(PlacementParse, AcceptsEveryFormAndPrintsItBack) {
   for (const char* text : {"none", "local", "bind:1", "bind:0,2", "preferred:3", "interleave:0,1", "interleave:all",
-                           "weighted-interleave:0=3,1=1", "replica-per-node", "replica-per-node:0,1"}) {
+                           "bind:all", "weighted-interleave:0=3,1=1", "replica-per-node", "replica-per-node:0,1"}) {
     auto p = parse_placement(text);
     ASSERT_TRUE(p.is_ok()) << text << ": " << p.status().to_string();
     EXPECT_EQ(p->to_string(), text);
@@ -35,9 +35,33 @@ TEST(PlacementParse, RangesSortAndKinds) {
   EXPECT_EQ(w->weights, (std::vector<int>{5, 2}));
 }
 
+// numactl's node-list syntax: ranges and lists mixed (bind:0-3, interleave:0,2, 1-2,5), 'all' for bind and
+// interleave; the nodes come out sorted.
+TEST(PlacementParse, AcceptsNumactlNodeLists) {
+  const std::vector<std::pair<std::string, std::vector<int>>> cases = {
+      {"bind:0-3", {0, 1, 2, 3}},
+      {"interleave:0,2", {0, 2}},
+      {"bind:5,1-2", {1, 2, 5}},
+      {"interleave:0-1,4-5", {0, 1, 4, 5}}};
+  for (const auto& [text, nodes] : cases) {
+    auto p = parse_placement(text);
+    ASSERT_TRUE(p.is_ok()) << text << ": " << p.status().to_string();
+    EXPECT_EQ(p->nodes, nodes) << text;
+    EXPECT_FALSE(p->all_nodes) << text;
+  }
+  auto all = parse_placement("bind:all");
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  EXPECT_EQ(all->kind, PlacementKind::kBind);
+  EXPECT_TRUE(all->all_nodes);
+  auto r = resolve_placement(*all, {0, 1, 2}, {0, 2});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->kind, PlacementKind::kBind);
+  EXPECT_EQ(r->nodes, (std::vector<int>{0, 2}));
+}
+
 TEST(PlacementParse, RefusesMalformedText) {
   for (const char* text : {"", "bind", "bind:", "bind:x", "bind:-1", "bind:1,1", "preferred:0,1", "preferred:all",
-                           "bind:all", "interleave:", "interleave:0,,1", "local:0", "none:1", "weighted-interleave:0",
+                           "interleave:", "interleave:0,,1", "local:0", "none:1", "weighted-interleave:0",
                            "weighted-interleave:0=0", "weighted-interleave:0=256", "weighted-interleave:0=1,0=2",
                            "interleave:3-1", "interleave:99999", "spread:0", "BIND:0"}) {
     auto p = parse_placement(text);
