@@ -49,7 +49,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="seed of the table rows and of zipf/uniform ids (default 1)")
     ap.add_argument("--warmup", type=int, default=4,
                     help="steps run first, not timed; the cache's warm-up window (default 4, as engram run)")
-    ap.add_argument("--threads", type=int, default=0, help="lookup threads (0 = CPUs - 1)")
+    ap.add_argument("--threads", type=int, default=0, help="lookup threads (0 = one per CPU this process may run on)")
     ap.add_argument("--torch", action="store_true", help="torch compute (CUDA when available)")
     ap.add_argument("--trace", help="write the early run's Chrome trace here")
     ap.add_argument("--device", default="cpu", help="cpu (CPU prefetch queue) or cuda (CUDA prefetch stream, UVA)")
@@ -59,7 +59,7 @@ def main():
     ap.add_argument("--cache-update", default="every=4,rows=256", help="online cache updates, or off")
     ap.add_argument("--cache-profile", default=None, help="fill the cache from this profile (engram profile)")
     ap.add_argument("--check", action="store_true", help="compare every staging with the CPU lookup, bit for bit")
-    ap.add_argument("--json", dest="json_out", help="write the runs' figures and the early engine's report here")
+    ap.add_argument("--json-out", dest="json_out", help="write the runs' figures and the early engine's report here")
     args = ap.parse_args()
 
     torch = None

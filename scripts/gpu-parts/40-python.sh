@@ -83,7 +83,7 @@ if [[ -f $TOKF && -x $BUILD/bin/engram ]]; then
     >"$LOG_DIR/run_same_ids.json" 2>"$LOG_DIR/run_same_ids.err"
   rc1=$?
   timeout 120 "$PY" python/examples/decode_loop.py --device cuda --ids text "${same[@]}" --check \
-    --json "$LOG_DIR/decode_loop_same_ids.json" >"$LOG_DIR/decode_loop_same_ids.log" 2>&1
+    --json-out "$LOG_DIR/decode_loop_same_ids.json" >"$LOG_DIR/decode_loop_same_ids.log" 2>&1
   rc2=$?
   say "same ids: engram run rc=$rc1, decode_loop --check rc=$rc2"
   grep -E "checked|Path|Cache|hit rate" "$LOG_DIR/decode_loop_same_ids.log" | sed 's/^/  /'

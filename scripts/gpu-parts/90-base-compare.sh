@@ -31,6 +31,9 @@ done
 echo "built both trees ($(($(date +%s) - START))s)"
 part_text_ids
 declare -A BIN=([this]="$BUILD/bin/engram" [base]="$BASE_BUILD/bin/engram")
+# The bench's JSON file option: --json-out FILE here; a base from before that option took --json FILE.
+declare -A JSON_FILE_OPT=([this]="--json-out" [base]="--json-out")
+"${BIN[base]}" bench lookup --help 2>/dev/null | grep -q -- "--json-out" || JSON_FILE_OPT[base]="--json"
 REPS=${BASE_RUN_REPS:-3}
 for batch in 64 512; do
   for ((r = 1; r <= REPS; r++)); do
@@ -47,7 +50,7 @@ for arm in base this; do
   if ((L < 100)); then echo "SKIP  bench lookup fast $arm (budget left ${L}s)"; continue; fi
   timeout --signal=INT --kill-after=10 $((L - 20)) "${BIN[$arm]}" bench lookup --sections fast --table-size 32GiB \
     --fast-ids text,zipf --cache-size 5% --reps "${BASE_BENCH_REPS:-9}" --warmup 2 --tokens "$TOK" \
-    --json "$LOG_DIR/fast-$arm.json" >"$LOG_DIR/fast-$arm.txt" 2>&1 || { echo "FAIL  bench lookup fast $arm"; STATUS=1; }
+    "${JSON_FILE_OPT[$arm]}" "$LOG_DIR/fast-$arm.json" >"$LOG_DIR/fast-$arm.txt" 2>&1 || { echo "FAIL  bench lookup fast $arm"; STATUS=1; }
 done
 PYTHONPATH="$root/scripts/gpu-parts" python3 - "$LOG_DIR" <<'EOF' | tee "$LOG_DIR/base-compare.txt"
 import glob, os, sys
