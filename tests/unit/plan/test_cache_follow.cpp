@@ -1,7 +1,7 @@
 // Description: the hot-row cache's policy follows a change of traffic: plan::UpdateBudget (rows and slice double
 // while plans come back full, up to the burst factor, and halve back), and HotCounts' decayed counts with the
 // engine's update loop (plan every K batches, slices applied per batch) after the id distribution switches to
-// disjoint ids: the counts' top set becomes the new distribution's, the cache mirror holds >= 90% of the new hot
+// disjoint ids: the counts' top set becomes mostly the new distribution's, the cache mirror holds >= 90% of the new hot
 // set within a bounded number of updates, and bursts get there in fewer updates than the base budget.
 #include <gtest/gtest.h>
 
@@ -99,7 +99,7 @@ struct Loop {
   }
 };
 
-constexpr int kSlots = 2048, kBatch = 1024, kEvery = 4;
+constexpr int kBatch = 1024, kEvery = 4;
 
 HotCountsOptions options_for(const UpdateBudget& b) {
   HotCountsOptions o;  // the engine's defaults: half-life 256 batches, min gain 1
@@ -108,50 +108,55 @@ HotCountsOptions options_for(const UpdateBudget& b) {
 }
 
 struct Followed {
-  int64_t batches = -1;  // batches of the new traffic until the mirror held >= 90% of its hot set; -1: not within the limit
-  int64_t new_in_top = 0;  // of the counts' kSlots / 4 hottest ids then, those of the new traffic
+  int64_t batches = -1;    // batches of the new traffic until the mirror held >= 90% of its hot set; -1: not within the limit
+  int64_t new_in_top = 0;  // of the counts' `slots / 4` hottest ids after `limit` batches, those of the new traffic
 };
 
-// 300 batches of the old traffic with the cache filled from its counts, then the new traffic until the mirror
-// holds >= 90% of its hottest kSlots / 2 ids.
-Followed follow(UpdateBudget budget, int64_t limit) {
+// A cache of `slots` slots filled from the counts of 8 batches of the old traffic, `old_batches` more of it with
+// online updates, then `limit` batches of the new traffic (disjoint ids) while we watch the mirror hold its hottest
+// `slots / 2` ids.
+Followed follow(UpdateBudget budget, int slots, int old_batches, int64_t limit) {
   Loop l(options_for(budget), budget, kEvery);
   Traffic a(0, 50000, 7), b(1'000'000, 50000, 11);
   for (int i = 0; i < 8; ++i) l.counts.observe(a.batch(kBatch).data(), kBatch);
-  std::vector<int64_t> slots(kSlots, -1);
-  const auto hot = l.counts.hottest(kSlots);
-  for (size_t i = 0; i < hot.size(); ++i) slots[i] = hot[i].first;
-  l.counts.set_slots(slots);
-  for (int i = 0; i < 300; ++i) l.step(a.batch(kBatch));
-  EXPECT_GT(l.held_share(a.top(kSlots / 2)), 0.9) << "the cache follows the old traffic before the switch";
-  const std::set<int64_t> target = b.top(kSlots / 2);
+  std::vector<int64_t> slot_ids(static_cast<size_t>(slots), -1);
+  const auto hot = l.counts.hottest(slots);
+  for (size_t i = 0; i < hot.size(); ++i) slot_ids[i] = hot[i].first;
+  l.counts.set_slots(slot_ids);
+  for (int i = 0; i < old_batches; ++i) l.step(a.batch(kBatch));
+  if (old_batches > 0) {
+    EXPECT_GT(l.held_share(a.top(slots / 2)), 0.9) << "the cache follows the old traffic before the switch";
+  }
+  const std::set<int64_t> target = b.top(slots / 2);
   Followed f;
   for (int64_t t = 1; t <= limit; ++t) {
     l.step(b.batch(kBatch));
-    if (l.held_share(target) >= 0.9) {
-      f.batches = t;
-      break;
-    }
+    if (f.batches < 0 && l.held_share(target) >= 0.9) f.batches = t;
   }
-  for (const auto& [id, n] : l.counts.hottest(kSlots / 4)) f.new_in_top += id >= 1'000'000 ? 1 : 0;
+  for (const auto& [id, n] : l.counts.hottest(slots / 4)) f.new_in_top += id >= 1'000'000 ? 1 : 0;
   return f;
 }
 
+// A full cache of hot old rows: the new ids must out-count them (decay), and the mirror follows.
 TEST(CacheFollow, CountsTopSetFollowsASwitchOfDistribution) {
-  const Followed f = follow(UpdateBudget(256, 64, 16), 400);
-  ASSERT_GT(f.batches, 0) << "the cache did not follow the new traffic within 400 batches";
-  // The decayed counts' own top set is the new traffic's: old ids have lost to new ones.
-  EXPECT_GE(f.new_in_top, kSlots / 4 * 9 / 10);
+  const int slots = 2048;
+  const Followed f = follow(UpdateBudget(256, 64, 16), slots, 300, 600);
+  ASSERT_GT(f.batches, 0) << "the cache did not follow the new traffic within 600 batches";
+  EXPECT_LE(f.batches, 300);
+  // The decayed counts' own top set is mostly the new traffic's (>= 80% of its hottest quarter after 600 batches,
+  // about two half-lives): the old ids' counts have decayed below the new ones'.
+  EXPECT_GE(f.new_in_top, slots / 4 * 4 / 5);
 }
 
+// A cache with room for much more than one update: how fast it fills is the update budget's rate.
 TEST(CacheFollow, BurstsFollowInFewerBatchesThanTheBaseBudget) {
-  const Followed burst = follow(UpdateBudget(64, 16, 16), 2000);
-  const Followed base = follow(UpdateBudget(64, 16, 1), 2000);
+  const int slots = 16384;
+  const Followed burst = follow(UpdateBudget(64, 16, 16), slots, 0, 1500);
+  const Followed base = follow(UpdateBudget(64, 16, 1), slots, 0, 1500);
   ASSERT_GT(burst.batches, 0);
-  // The base budget needs more batches (or does not get there within the limit).
-  EXPECT_TRUE(base.batches < 0 || base.batches > burst.batches)
+  // The base budget (64 rows every 4 batches) needs more batches, or does not get there within the limit.
+  EXPECT_TRUE(base.batches < 0 || base.batches > 2 * burst.batches)
       << "burst " << burst.batches << " batches, base " << base.batches;
-  EXPECT_LE(burst.batches, 200);
 }
 
 }  // namespace
