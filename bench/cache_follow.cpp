@@ -181,12 +181,12 @@ Result<Report> run_follow(Context& ctx) {
     CacheUpdate cu;
     plan::HotCountsOptions c = co;
     ENGRAM_ASSIGN_OR_RETURN(cu, parse_cache_update(u));
-    const plan::UpdateBudget budget(cu.rows, cu.slice, cu.burst);
-    c.pool_size = std::max<int64_t>(256, 4 * budget.max_rows());  // as the engine sizes it
+    const plan::UpdateBudget ub(cu.rows, cu.slice, cu.burst);
+    c.pool_size = std::max<int64_t>(256, 4 * ub.max_rows());  // as the engine sizes it
     caches.emplace_back("online " + cu.to_string(), c);
     caches.back().online = true;
     caches.back().update = cu;
-    caches.back().budget = budget;
+    caches.back().budget = ub;
   }
   if (!o.fill.empty())
     for (auto& c : caches) c.fill(fill_hot, slots);
@@ -297,7 +297,7 @@ ENGRAM_BENCH(cache_follow,
                     s.add_option("--table-size", g_follow.table_size, "v41-flash-mini table size (default 8GiB)");
                     s.add_option("--cache-size", g_follow.cache_size, "Cache per layer (default 5%)");
                     s.add_option("--batch", g_follow.batch, "Sequences per step (default 64)")->check(CLI::Range(1, 1 << 16));
-                    s.add_option("--warmup", g_follow.warmup, "Warm-up window in steps (default 8)")->check(CLI::Range(1, 1 << 20));
+                    s.add_option("--cache-warmup", g_follow.warmup, "Warm-up window of the cache in steps (default 8)")->check(CLI::Range(1, 1 << 20));
                     s.add_option("--switch-at", g_follow.switch_at, "Step of the switch (default 400)");
                     s.add_option("--steps", g_follow.steps, "Steps in all (default 1000)");
                     s.add_option("--window", g_follow.window, "Moving-average window in steps (default 16)")

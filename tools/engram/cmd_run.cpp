@@ -73,6 +73,8 @@ nlohmann::json cache_step_series_json(const nlohmann::json& details, int64_t swi
     hits.resize(probes.size(), 0);
     for (size_t i = 0; i < p.size() && i < h.size(); ++i) probes[i] += p[i], hits[i] += h[i];
   }
+  if (probes.empty())  // no GPU cache recorded a series (cpu backend, cache off): not measured
+    return {{"switch_at", switch_at}, {"first_step", 0}, {"hit_rate", nullptr}, {"probes", nullptr}, {"hits", nullptr}};
   nlohmann::json rate = nlohmann::json::array();
   for (size_t i = 0; i < probes.size(); ++i)
     rate.push_back(probes[i] > 0 ? nlohmann::json(static_cast<double>(hits[i]) / static_cast<double>(probes[i]))
