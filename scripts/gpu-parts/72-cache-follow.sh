@@ -84,6 +84,7 @@ def mean(v, a, b):
     x = [y for y in v[max(0, a):b] if y is not None]
     return sum(x) / len(x) if x else None
 def f(x, fmt="%.1f"): return "n/a" if x is None else fmt % x
+def pct(x): return None if x is None else 100 * x
 orc = runs.get("oracle")
 n = max((len(r["rate"]) for r in runs.values()), default=0)
 oracle_after = mean(orc["rate"], sw, n) if orc else None
@@ -103,13 +104,13 @@ for name, r in runs.items():
     hits_after = sum(r["hits"][sw:n]); rows_after = r["rows"] * (n - sw)
     cut = rows_after / (rows_after - hits_after) if rows_after > hits_after else None
     verdict[name] = (rec, cut)
-    print("%-8s %8s %8s %10s %8s %9s %11s %9s %9d %7d %9d" % (name, f(mean(v, 8, sw) and 100 * mean(v, 8, sw)),
-          f(mean(v, sw, sw + 50) and 100 * mean(v, sw, sw + 50)), f(mean(v, sw + 150, sw + 200) and 100 * mean(v, sw + 150, sw + 200)),
-          f(after and 100 * after), f(after / oracle_after if after and oracle_after else None, "%.3f"),
+    print("%-8s %8s %8s %10s %8s %9s %11s %9s %9d %7d %9d" % (name, f(pct(mean(v, 8, sw))),
+          f(pct(mean(v, sw, sw + 50))), f(pct(mean(v, sw + 150, sw + 200))),
+          f(pct(after)), f(after / oracle_after if after is not None and oracle_after else None, "%.3f"),
           "n/a" if rec is None else "+%d" % rec, f(cut, "%.2fx"), r["swapped"], r["bursts"], r["scale"]))
 for name, r in runs.items():
     print("%-8s step p50 %s us, p99 %s us; map rebuilds %d; longest slice host time %s us" % (name,
-          f(r["p50"] and r["p50"] / 1e3), f(r["p99"] and r["p99"] / 1e3), r["rebuilds"], f(r["host_us"])))
+          f(None if r["p50"] is None else r["p50"] / 1e3), f(None if r["p99"] is None else r["p99"] / 1e3), r["rebuilds"], f(r["host_us"])))
 if "follow" in verdict:
     rec, cut = verdict["follow"]
     print("goal recovery <= +%d steps to %.0f%% of the oracle: %s (%s)" % (GOAL_STEPS, 100 * GOAL_FRAC,
