@@ -123,18 +123,40 @@ struct SimCache {
   }
 };
 
+std::string data_path(const std::string& given, const Context& ctx, const std::string& rel);
+
 Result<TokenFile> read_tokens_named(const std::string& given, const Context& ctx, const std::string& rel) {
-  const std::string dir =
-      ctx.data_dir.empty() ? std::filesystem::path(default_token_file_path()).parent_path().string() : ctx.data_dir;
-  const std::string path = given.empty() ? dir + "/" + rel : given;
-  auto t = read_token_file(path);
+  auto t = read_token_file(data_path(given, ctx, rel));
   if (!t.is_ok() && t.status().code() == Code::kNotFound && given.empty())
     return Status(Code::kNotFound, t.status().message() + " (scripts/tokenize-follow writes it)");
   return t;
 }
 
-Result<Report> run_follow(Context& ctx) {
+std::string data_path(const std::string& given, const Context& ctx, const std::string& rel) {
+  if (!given.empty()) return given;
+  const std::string dir =
+      ctx.data_dir.empty() ? std::filesystem::path(default_token_file_path()).parent_path().string() : ctx.data_dir;
+  return dir + "/" + rel;
+}
+
+// Waived when a default token file is missing (scripts/tokenize-follow writes them where Node.js is).
+std::optional<std::string> follow_filter(const Context& ctx) {
   const FollowOptions& o = g_follow;
+  for (const auto& [given, rel] : {std::pair{o.first, "corpus/corpus-test.tokens"}, std::pair{o.then, "other/corpus-test.tokens"},
+                                   std::pair{o.oracle, "other/corpus-train.tokens"}}) {
+    const std::string p = data_path(given, ctx, rel);
+    if (given.empty() && !std::filesystem::exists(p)) return p + " missing (scripts/tokenize-follow writes it)";
+  }
+  return std::nullopt;
+}
+
+Result<Report> run_follow(Context& ctx) {
+  FollowOptions o = g_follow;
+  if (ctx.smoke) {  // seconds: a short replay, profiles of the first documents only
+    o.steps = 64;
+    o.switch_at = 32;
+    o.window = 8;
+  }
   if (o.switch_at <= o.warmup || o.switch_at >= o.steps)
     return Status(Code::kInvalidArgument, fmt::format("cache-follow: --switch-at {} must be in ({}, {}) (after the "
                                                       "warm-up window, before the last step)",
@@ -161,7 +183,10 @@ Result<Report> run_follow(Context& ctx) {
   auto top_of = [&](const TokenFile& f) -> Result<std::vector<int64_t>> {
     host::HotProfileOptions po;
     po.top = slots;
-    ENGRAM_ASSIGN_OR_RETURN(host::HotProfile p, host::compute_hot_profile(hasher, {{&f, {}}}, po));
+    std::vector<int64_t> docs;
+    if (ctx.smoke)
+      for (int64_t d = 0; d < std::min<int64_t>(16, static_cast<int64_t>(f.documents.size())); ++d) docs.push_back(d);
+    ENGRAM_ASSIGN_OR_RETURN(host::HotProfile p, host::compute_hot_profile(hasher, {{&f, docs}}, po));
     return p.hot_ids(0);
   };
   ENGRAM_ASSIGN_OR_RETURN(std::vector<int64_t> oracle_hot, top_of(oracle));
@@ -307,7 +332,7 @@ ENGRAM_BENCH(cache_follow,
                                  "default without and with bursts)")
                         ->delimiter(';');
                   },
-              .filter = [](const Context&) -> std::optional<std::string> { return std::nullopt; },
+              .filter = follow_filter,
               .run = run_follow,
               .order = 80});
 
