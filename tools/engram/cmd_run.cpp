@@ -116,6 +116,8 @@ int run_ranks(const RunArgs& a) {
 
 int run(const RunArgs& a) {
   if (Status st = check_table_size_applies(a); !st.is_ok()) return report_failure("run", st);
+  if (a.ranks > 1 && !a.switch_tokens.empty())
+    return report_failure("run", Status(Code::kInvalidArgument, "--switch-tokens: the ranks of --ranks replay one text"));
   if (a.ranks > 1 && a.hash == "gpu")
     return report_failure("run", Status(Code::kInvalidArgument, "--hash gpu: the ranks of --ranks hash on the CPU"));
   if (a.ranks > 1) {
