@@ -64,6 +64,9 @@ struct CacheOptions {
   // `profile` is empty.
   std::string profile_path;
   CacheUpdate update;                    // online updates
+  // Record each step's probes and hits per layer (describe()'s fast_path[].cache.step_probes / step_hits). A
+  // measurement mode: the counters are read at each step's end, which waits for that step's lookups.
+  bool step_series = false;
 };
 
 // What the table holds once the engine is built.

@@ -120,15 +120,19 @@ struct CacheSize {
 Result<CacheSize> parse_cache_size(const std::string& text);
 
 // The online update of the cache: every `every` counted steps, at most `rows` rows swapped per layer, applied
-// at most `slice` rows per layer and step (the per-step budget of cache maintenance).
+// at most `slice` rows per layer and step (the per-step budget of cache maintenance). While the traffic moves
+// faster than that (a plan comes back full), rows and slice double per update up to `burst` times these values,
+// and halve back once plans come back at most half full (plan::UpdateBudget).
 struct CacheUpdate {
   static constexpr int64_t kDefaultSlice = 64;
+  static constexpr int64_t kDefaultBurst = 16;
   int every = 4;       // 0 = no online update
   int64_t rows = 256;
   int64_t slice = kDefaultSlice;
-  std::string to_string() const;  // "every=4,rows=256" (",slice=S" when not the default) or "off"
+  int64_t burst = kDefaultBurst;  // 1 = never more than rows / slice
+  std::string to_string() const;  // "every=4,rows=256" (",slice=S", ",burst=B" when not the default) or "off"
 };
-// "every=K,rows=M,slice=S" (K, M, S >= 1; a key left out keeps the value in `base`) or "off" / "0".
+// "every=K,rows=M,slice=S,burst=B" (K, M, S, B >= 1; a key left out keeps the value in `base`) or "off" / "0".
 Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdate& base = {});
 
 }  // namespace engram

@@ -335,16 +335,17 @@ class DecodeIds:
     token b*N/B on, one token per step; a slot starts a new sequence at a document boundary or after seq_len
     tokens), 'zipf', 'uniform', or 'auto' (text when the token file exists, else zipf; .note says why).
     tokens: the token file ('' = the text scripts/setup tokenizes); model: a model directory whose compression table
-    and pad id hash the text; seed: the seed of zipf and uniform ids (engram run --seed).
+    and pad id hash the text; seed: the seed of zipf and uniform ids (engram run --seed); switch_tokens, switch_at:
+    text ids from step switch_at on read this other token file (engram run --switch-tokens/--switch-at).
     step(i, batch) -> int64 [n_layers, batch, heads] global row ids of step i; steps come in order 0, 1, 2, ...
     (step 0 again restarts every slot).
     """
 
     def __init__(self, layout, ids="auto", tokens="", model="", tensor_names="", zipf_alpha=1.0, seed=1,
-                 seq_len=2048):
+                 seq_len=2048, switch_tokens="", switch_at=0):
         self.layout = layout
         self._d = _engram._DecodeIds(layout, ids, tokens or "", model or "", tensor_names or "", float(zipf_alpha),
-                                     int(seed), int(seq_len))
+                                     int(seed), int(seq_len), switch_tokens or "", int(switch_at))
 
     note = property(lambda self: self._d.note, doc="Why auto did not take text ('' when it did, or was not auto).")
 

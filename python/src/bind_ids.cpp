@@ -21,7 +21,7 @@ void bind_ids(py::module_& m) {
   py::class_<PyDecodeIds>(m, "_DecodeIds")
       .def(py::init([](const EngramLayout& layout, const std::string& ids, const std::string& tokens,
                        const std::string& model, const std::string& tensor_names, double zipf_alpha, uint64_t seed,
-                       int64_t seq_len) {
+                       int64_t seq_len, const std::string& switch_tokens, int64_t switch_at) {
              DecodeIdsSpec spec;
              spec.ids = ids;
              spec.tokens = tokens;
@@ -30,6 +30,8 @@ void bind_ids(py::module_& m) {
              spec.zipf_alpha = zipf_alpha;
              spec.seed = seed;
              spec.text.seq_len = seq_len;
+             spec.switch_tokens = switch_tokens;
+             spec.switch_at = switch_at;
              auto p = std::make_unique<PyDecodeIds>();
              Result<std::unique_ptr<IdSource>> s = Status(Code::kInternal, "DecodeIds: not built");
              {
@@ -42,7 +44,8 @@ void bind_ids(py::module_& m) {
              return p;
            }),
            py::arg("layout"), py::arg("ids"), py::arg("tokens"), py::arg("model"), py::arg("tensor_names"),
-           py::arg("zipf_alpha"), py::arg("seed"), py::arg("seq_len"))
+           py::arg("zipf_alpha"), py::arg("seed"), py::arg("seq_len"),
+           py::arg("switch_tokens"), py::arg("switch_at"))
       .def_property_readonly("note", [](const PyDecodeIds& d) { return d.note; })
       .def("describe", [](const PyDecodeIds& d) { return d.source->describe(); })
       .def(

@@ -97,3 +97,18 @@ def test_auto_falls_back_to_zipf_and_says_why(tmp_path, layout, monkeypatch):
     d = eo.DecodeIds(layout)
     assert "real text unavailable" in d.note and "zipf" in d.note
     assert d.step(0, 2).shape == (layout.n_layers, 2, layout.heads)
+
+
+def test_switching_text_reads_the_second_file_from_the_switch_on(tmp_path, layout):
+    rng = np.random.default_rng()
+    a, b = rng.integers(3, 128815, size=300), rng.integers(3, 128815, size=300)
+    pa, pb = tmp_path / "a.tokens", tmp_path / "b.tokens"
+    write_token_file(pa, a, [300])
+    write_token_file(pb, b, [300])
+    d = eo.DecodeIds(layout, ids="text", tokens=str(pa), switch_tokens=str(pb), switch_at=5)
+    h = eo.Hasher(layout, compression_table="default")
+    got = np.stack([d.step(s, 1)[0, 0] for s in range(9)])
+    np.testing.assert_array_equal(got[:5], h.hash(a[:5]))
+    np.testing.assert_array_equal(got[5:], h.hash(b[:4]))  # a new sequence in the second text
+    with pytest.raises(eo.InvalidArgumentError):
+        eo.DecodeIds(layout, ids="zipf", switch_tokens=str(pb), switch_at=5)

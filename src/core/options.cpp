@@ -315,6 +315,7 @@ std::string CacheUpdate::to_string() const {
   if (every <= 0) return "off";
   std::string s = "every=" + std::to_string(every) + ",rows=" + std::to_string(rows);
   if (slice != kDefaultSlice) s += ",slice=" + std::to_string(slice);
+  if (burst != kDefaultBurst) s += ",burst=" + std::to_string(burst);
   return s;
 }
 
@@ -325,7 +326,7 @@ Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdat
     return u;
   }
   auto bad = [&] {
-    return Status(Code::kInvalidArgument, "cache update '" + text + "': expected every=K,rows=M,slice=S (K, M, S >= 1) or off");
+    return Status(Code::kInvalidArgument, "cache update '" + text + "': expected every=K,rows=M,slice=S,burst=B (K, M, S, B >= 1) or off");
   };
   bool any = false;
   for (const std::string& item : split(text, ',')) {
@@ -338,6 +339,7 @@ Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdat
     if (key == "every") u.every = static_cast<int>(v);
     else if (key == "rows") u.rows = v;
     else if (key == "slice") u.slice = v;
+    else if (key == "burst") u.burst = v;
     else return bad();
     any = true;
   }

@@ -197,7 +197,10 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
       co.id_limit = views[0].rows;
       for (const auto& v : views) co.id_limit = std::min(co.id_limit, v.rows);
       // Candidates kept: 4x the rows one update may swap (planning cost O(pool + window) on the serving thread).
-      co.pool_size = std::max<int64_t>(256, 4 * opt.cache.update_rows);
+      // (bursts included: plan::UpdateBudget::max_rows).
+      const plan::UpdateBudget budget(opt.cache.update_rows, opt.cache.update_slice_rows, opt.cache.update_burst);
+      co.pool_size = std::max<int64_t>(256, 4 * budget.max_rows());
+      for (auto& c : be->cache_) c.update_budget = budget;
       be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, opt.cache.max_pending_ids);
     }
     if (opt.cache.update_every > 0) {
@@ -345,6 +348,7 @@ Status CudaBackend::on_end_step() {
   if (!device_ids_.empty() && counts_) ENGRAM_RETURN_IF_ERROR(submit_device_counts());
   if (!cache_wanted_ || step_ < 0) return Status::ok();
   ++counted_steps_;
+  if (cache_opt_.step_series) ENGRAM_RETURN_IF_ERROR(record_step_series());
   if (!caches_created_) {
     if (counted_steps_ >= cache_opt_.warmup_steps) return create_caches(/*from_profile=*/false);
     return Status::ok();
@@ -355,6 +359,25 @@ Status CudaBackend::on_end_step() {
     for (auto& st : cache_) st.update_due = true;
   }
   return maintain_caches();
+}
+
+// The step's probes and hits per layer: the device totals now minus those at the previous step's end.
+Status CudaBackend::record_step_series() {
+  for (size_t li = 0; li < cache_.size(); ++li) {
+    CacheState& st = cache_[li];
+    FastLookup* f = fast_[li].get();
+    int64_t probes = 0, hits = 0;
+    if (f && f->cache()) {
+      ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
+      probes = fs.cache_probes - st.series_probes;
+      hits = fs.cache_hits - st.series_hits;
+      st.series_probes = fs.cache_probes;
+      st.series_hits = fs.cache_hits;
+    }
+    st.rep.step_probes.push_back(probes);
+    st.rep.step_hits.push_back(hits);
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::create_caches(bool from_profile) {
@@ -435,6 +458,8 @@ Status CudaBackend::create_caches(bool from_profile) {
     st.rows_at_create = fs.rows;
     st.hits_at_create = fs.cache_hits;
     st.probes_at_create = fs.cache_probes;
+    st.series_probes = fs.cache_probes;
+    st.series_hits = fs.cache_hits;
     st.rep.create_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
   }
   return Status::ok();
@@ -531,7 +556,7 @@ Status CudaBackend::maintain_caches() {
     }
     // Stage the next slice of the planned swaps (at most update_slice_rows rows of host fill and copy).
     if (!c->has_staged()) {
-      const std::vector<plan::CacheSwap> swaps = counts_->take_planned(layer, cache_opt_.update_slice_rows);
+      const std::vector<plan::CacheSwap> swaps = counts_->take_planned(layer, st.update_budget.slice());
       if (!swaps.empty()) {
         std::vector<std::pair<int64_t, int64_t>> v;
         v.reserve(swaps.size());
@@ -547,9 +572,14 @@ Status CudaBackend::maintain_caches() {
     if (st.update_due) {
       if (c->has_staged() || counts_->update_in_progress(layer)) {
         ++st.rep.updates_deferred;  // the previous update is still being applied
-      } else if (counts_->request_plan(layer, cache_opt_.update_rows)) {
-        st.update_due = false;
-        ++st.rep.updates;
+      } else {
+        if (st.rep.updates > 0) st.update_budget.on_plan(counts_->last_plan_rows(layer));
+        if (counts_->request_plan(layer, st.update_budget.rows())) {
+          st.update_due = false;
+          ++st.rep.updates;
+          if (st.update_budget.scale() > 1) ++st.rep.burst_updates;
+          st.rep.update_scale_max = std::max(st.rep.update_scale_max, st.update_budget.scale());
+        }
       }
     }
     if (worked) {

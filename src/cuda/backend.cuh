@@ -45,6 +45,7 @@
 #include "cuda/registration.cuh"
 #include "engram/table.hpp"
 #include "plan/hot_counts.hpp"
+#include "plan/update_budget.hpp"
 #include "sched/prefetch_queue.hpp"
 
 namespace engram::cuda {
@@ -61,8 +62,14 @@ struct EngineCacheOptions {
   int update_every = 4;               // counted steps between online updates; 0 = none
   int64_t update_rows = 256;          // most rows swapped per layer and update
   int64_t update_slice_rows = 64;     // most rows staged per layer and step (the per-step maintenance budget)
+  // While plans come back full, rows and slice grow up to this factor (plan::UpdateBudget); 1 = the base only.
+  // The engine passes CacheUpdate::burst.
+  int64_t update_burst = 1;
   plan::HotCountsOptions counts;      // decay, pool, sampled victims (id_limit is set per table)
   int64_t max_pending_ids = int64_t{1} << 22;  // counting backlog before batches are dropped
+  // Record every step's probes and hits per layer (EngineCacheReport::step_*): reads the device counters at each
+  // step's end, which waits for the prefetch stream there (a measurement mode: a serving run leaves it off).
+  bool step_series = false;
 };
 
 // Per layer, what the cache did. Rates are of the probes since the cache was created (NaN: none).
@@ -82,6 +89,8 @@ struct EngineCacheReport {
   double link_bytes_avoided_per_token = std::numeric_limits<double>::quiet_NaN();
   int64_t updates = 0, updates_deferred = 0, rows_swapped = 0, map_rebuilds = 0;
   int64_t slices = 0;                 // stage/commit pairs that applied the updates' rows
+  int64_t burst_updates = 0;          // updates that asked for more than the base rows (plan::UpdateBudget)
+  int64_t update_scale_max = 1;       // the largest factor over the base rows and slice
   // Serving-thread time per slice (stage + commit enqueue, including the host fill of the slice's rows).
   double update_host_us_max = std::numeric_limits<double>::quiet_NaN();
   double update_host_us_mean = std::numeric_limits<double>::quiet_NaN();
@@ -89,6 +98,9 @@ struct EngineCacheReport {
   double plan_us_max = std::numeric_limits<double>::quiet_NaN();
   double plan_us_mean = std::numeric_limits<double>::quiet_NaN();
   int64_t counted_batches = 0, dropped_batches = 0;  // of all layers (one counting thread)
+  // With EngineCacheOptions::step_series: the probes and hits of each counted step (index 0 = step 0; a step
+  // before the cache existed has 0 probes). Empty otherwise.
+  std::vector<int64_t> step_probes, step_hits;
 };
 
 struct CudaRegistrationReport {
@@ -179,6 +191,8 @@ class CudaBackend {
     double update_host_us_sum = 0;
     int64_t host_timed = 0;   // slices whose serving-thread time is in update_host_us_sum
     bool update_due = false;  // an update is due and its plan has not been requested yet
+    int64_t series_probes = 0, series_hits = 0;  // step series: the device totals at the last step's end
+    plan::UpdateBudget update_budget;  // rows and slice of the next online update
   };
   struct PendingSpan {         // a maintenance span whose events have not completed yet
     MaintenanceSpan span;
@@ -191,6 +205,7 @@ class CudaBackend {
   Status on_end_step();
   Status create_caches(bool from_profile);
   Status maintain_caches();
+  Status record_step_series();
   void collect_spans(bool all);
   // Records a timed event pair around `enqueue` on `stream` when the timeline is on; host time goes in the span.
   Status enqueue_span(int layer_index, const char* what, void* stream, const std::function<Result<int64_t>()>& enqueue,

@@ -200,6 +200,8 @@ class CudaEngineBackend final : public Backend {
             {"updates", c.updates},
             {"updates_deferred", c.updates_deferred},
             {"slices", c.slices},
+            {"burst_updates", c.burst_updates},
+            {"update_scale_max", c.update_scale_max},
             {"plan_us_mean", json_num(c.plan_us_mean)},
             {"plan_us_max", json_num(c.plan_us_max)},
             {"rows_swapped", c.rows_swapped},
@@ -207,7 +209,9 @@ class CudaEngineBackend final : public Backend {
             {"update_host_us_max", json_num(c.update_host_us_max)},
             {"update_host_us_mean", json_num(c.update_host_us_mean)},
             {"counted_batches", c.counted_batches},
-            {"dropped_batches", c.dropped_batches}};
+            {"dropped_batches", c.dropped_batches},
+            {"step_probes", c.step_probes.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.step_probes)},
+            {"step_hits", c.step_hits.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.step_hits)}};
   }
 
   std::unique_ptr<cuda::CudaBackend> be_;
@@ -270,6 +274,8 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
   c.cache.update_every = k.update.every;
   c.cache.update_rows = k.update.rows;
   c.cache.update_slice_rows = k.update.slice;
+  c.cache.update_burst = k.update.burst;
+  c.cache.step_series = k.step_series;
   ENGRAM_ASSIGN_OR_RETURN(auto be, cuda::make_cuda_backend(c, views));
   auto out = std::make_unique<CudaEngineBackend>(std::move(be), o);
   out->set_shape(layout.n_layers(), layout.heads());

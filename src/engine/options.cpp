@@ -126,6 +126,9 @@ const std::vector<Row>& rows() {
        [](O& o, S v) { return assign(parse_int(v, 1, 1 << 20), [&](int64_t x) { o.cache.warmup_steps = static_cast<int>(x); }); }},
       {"cache_update", "online updates: every=K,rows=M,slice=S or off",
        [](O& o, S v) { return assign(parse_cache_update(v, o.cache.update), [&](CacheUpdate u) { o.cache.update = u; }); }},
+      {"cache_step_series", "record each step's cache probes and hits (a measurement mode: waits for the lookups "
+                            "at each step's end)",
+       [](O& o, S v) { return assign(parse_bool(v), [&](bool b) { o.cache.step_series = b; }); }},
       {"cache_profile", "fill the cache at start-up from this profile file (engram profile)", [](O& o, S v) {
          if (v.empty()) return Status(Code::kInvalidArgument, "'': expected a profile file");
          o.cache.profile_path = v;

@@ -223,6 +223,7 @@ void HotCountsWorker::loop() {
         std::lock_guard<std::mutex> l(planned_mu_);
         Planned& p = planned_[static_cast<size_t>(b.layer)];
         p.swaps.insert(p.swaps.end(), swaps.begin(), swaps.end());
+        p.last_rows = static_cast<int64_t>(swaps.size());
         p.queued = false;
         ++plan_times_.plans;
         plan_times_.sum_us += us;
@@ -297,6 +298,12 @@ bool HotCountsWorker::update_in_progress(int layer) const {
   std::lock_guard<std::mutex> l(planned_mu_);
   const Planned& p = planned_[static_cast<size_t>(layer)];
   return p.queued || !p.swaps.empty();
+}
+
+int64_t HotCountsWorker::last_plan_rows(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return 0;
+  std::lock_guard<std::mutex> l(planned_mu_);
+  return planned_[static_cast<size_t>(layer)].last_rows;
 }
 
 HotCountsWorker::PlanTimes HotCountsWorker::plan_times() const {

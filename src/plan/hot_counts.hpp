@@ -119,6 +119,8 @@ class HotCountsWorker {
   std::vector<CacheSwap> take_planned(int layer, int64_t max_rows);
   // A plan of `layer` is queued, or some of its swaps have not been taken yet.
   bool update_in_progress(int layer) const;
+  // Swaps the layer's last computed plan returned (0 before the first).
+  int64_t last_plan_rows(int layer) const;
   // Host time of the plans computed on the counting thread (all layers).
   struct PlanTimes {
     int64_t plans = 0;
@@ -136,6 +138,7 @@ class HotCountsWorker {
   struct Planned {
     bool queued = false;          // request_plan() accepted, the worker has not reached it yet
     std::deque<CacheSwap> swaps;  // planned, not yet taken
+    int64_t last_rows = 0;        // swaps of the last computed plan
   };
   std::vector<HotCounts> counts_;
   int64_t max_pending_ids_;

@@ -4,18 +4,25 @@
 #include <cstdio>
 
 #include "host/token_io.hpp"
+#include "replay/switching_id_source.hpp"
 
 namespace engram {
 
-Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
-                                                        std::string* note) {
+namespace {
+
+Result<std::unique_ptr<IdSource>> text_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
+                                              const std::string& tokens) {
+  return spec.model.empty() ? make_text_id_source(layout, tokens, "", 0, spec.text)
+                            : make_model_text_id_source(layout, tokens, spec.model, spec.tensor_names, spec.text);
+}
+
+Result<std::unique_ptr<IdSource>> plain_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
+                                               std::string* note) {
   if (spec.ids != "auto" && spec.ids != "text" && spec.ids != "zipf" && spec.ids != "uniform")
     return Status(Code::kInvalidArgument, "ids '" + spec.ids + "': expected auto, text, zipf or uniform");
   if (spec.ids == "text" || spec.ids == "auto") {
     const std::string tok = spec.tokens.empty() ? default_token_file_path() : spec.tokens;
-    Result<std::unique_ptr<IdSource>> t =
-        spec.model.empty() ? make_text_id_source(layout, tok, "", 0, spec.text)
-                           : make_model_text_id_source(layout, tok, spec.model, spec.tensor_names, spec.text);
+    Result<std::unique_ptr<IdSource>> t = text_source(layout, spec, tok);
     if (t.is_ok()) return t;
     if (spec.ids == "text" || !spec.tokens.empty()) return t.status().with_context("ids text");
     if (note) {
@@ -28,6 +35,21 @@ Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layo
   auto z = make_zipf_id_source(layout, spec.zipf_alpha, spec.seed);
   if (!z.is_ok()) return z.status().with_context("zipf_alpha");
   return z;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
+                                                        std::string* note) {
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<IdSource> first, plain_source(layout, spec, note));
+  if (spec.switch_tokens.empty()) return first;
+  if (dynamic_cast<TextIdSource*>(first.get()) == nullptr)
+    return Status(Code::kInvalidArgument, "switch tokens need text ids (ids text), not " + first->describe());
+  auto second = text_source(layout, spec, spec.switch_tokens);
+  if (!second.is_ok()) return second.status().with_context("switch tokens");
+  auto sw = SwitchingIdSource::create(std::move(first), std::move(*second), spec.switch_at);
+  if (!sw.is_ok()) return sw.status().with_context("switch at");
+  return std::unique_ptr<IdSource>(std::move(*sw));
 }
 
 }  // namespace engram

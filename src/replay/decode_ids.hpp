@@ -21,12 +21,15 @@ struct DecodeIdsSpec {
   std::string tensor_names;   // with model: "WEIGHT,SCALE" with {L} ("" = the released names)
   double zipf_alpha = 1.0;
   uint64_t seed = 1;          // seed of zipf and uniform ids
+  std::string switch_tokens;  // text ids only: from step switch_at on, this token file's text (SwitchingIdSource)
+  int64_t switch_at = 0;
   TextIdSourceOptions text;
 };
 
 // auto: text when the token file can be read and matches the hasher, else zipf with `note` (if given) saying why;
 // text, or auto with a named token file: the text source's error (kNotFound says how to make the token file).
-// kInvalidArgument for an unknown ids kind or a bad zipf_alpha.
+// kInvalidArgument for an unknown ids kind or a bad zipf_alpha, and for switch_tokens without text ids or with a
+// bad switch_at.
 Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
                                                         std::string* note = nullptr);
 

@@ -36,6 +36,8 @@ struct CacheSetup {
   int64_t slice_rows = 64;
   bool record_timeline = false;
   bool device_ids = false;       // prepare from ids in device memory (CudaBackend::prepare_device), as a GPU hasher does
+  int64_t burst = 1;             // update growth factor while plans come back full
+  bool step_series = false;      // record each step's probes and hits
 };
 
 // Ids of one step: a hot window of `hot` ids per head that drifts with the step (so online updates have work),
@@ -81,6 +83,8 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
   o.cache.update_every = s.update_every;
   o.cache.update_rows = s.update_rows;
   o.cache.update_slice_rows = s.slice_rows;
+  o.cache.update_burst = s.burst;
+  o.cache.step_series = s.step_series;
   o.cache.counts.half_life_batches = 2;  // fast decay: the drifting window's new ids beat the old ones
   std::vector<TableView> views;
   for (int li = 0; li < layout.n_layers(); ++li) views.push_back(host.view(li));
@@ -265,6 +269,37 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
     EXPECT_TRUE(std::isfinite(r.update_host_us_max));
     EXPECT_TRUE(std::isfinite(r.plan_us_max));
   }
+
+  // Bursting updates (16 rows every 2 steps, slices of 4, up to 8x while plans come back full: the drifting hot
+  // window keeps them full) with the per-step series: still identical, slices grow past the base, and the series'
+  // sums are the report's totals.
+  CacheSetup burst = small_forced_cache();
+  burst.update_every = 2;
+  burst.update_rows = 16;
+  burst.slice_rows = 4;
+  burst.burst = 8;
+  burst.step_series = true;
+  const StepsRun bursting = run_steps(f.layout, *f.host, burst, f.ids, GetParam());
+  expect_identical(plain, bursting, f, "bursting updates");
+  int64_t burst_updates = 0;
+  for (const auto& r : bursting.reports) {
+    EXPECT_EQ(r.state, "on") << r.note;
+    burst_updates += r.burst_updates;
+    EXPECT_LE(r.update_scale_max, 8);
+    EXPECT_LE(r.rows_swapped, 4 * r.update_scale_max * r.slices);
+    ASSERT_EQ(r.step_probes.size(), f.ids.size());
+    ASSERT_EQ(r.step_hits.size(), f.ids.size());
+    int64_t probes = 0, hits = 0;
+    for (size_t i = 0; i < r.step_probes.size(); ++i) {
+      EXPECT_LE(r.step_hits[i], r.step_probes[i]) << "step " << i;
+      probes += r.step_probes[i];
+      hits += r.step_hits[i];
+    }
+    EXPECT_EQ(r.step_probes[0], 0) << "no cache in the warm-up window";
+    EXPECT_EQ(probes, r.probes);
+    EXPECT_EQ(hits, r.hits);
+  }
+  EXPECT_GT(burst_updates, 0) << "full plans grew the update";
 }
 
 // Ids in device memory (a GPU hasher's, torch tensors) are counted as host ids are: the warm-up window fills the

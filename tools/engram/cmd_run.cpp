@@ -2,6 +2,7 @@
 // serial prefetch queue overlapped with synthetic layer compute, and reports lookup throughput, exposed wait per
 // layer, byte accounting, the page census and the timeline file. With no arguments it runs a 512 MiB
 // V4.1-Flash-shaped table in a memfd, real text (when scripts/setup tokenized it), on the GPU when there is one.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -43,6 +44,8 @@ struct RunArgs {
   double layer_us = 200;
   std::string ids = "auto";
   std::string tokens;        // token file for --ids text (default: the setup's default text)
+  std::string switch_tokens;  // from step switch_at on, the text of this token file (a change of traffic)
+  int64_t switch_at = 0;
   std::string checkpoint;    // load the table from this safetensors file instead of synthesising it
   std::string model;         // ... or from this Hugging Face model directory
   std::string tensor_names;  // model: "WEIGHT,SCALE" ("" = the released names)
@@ -57,6 +60,27 @@ struct RunArgs {
 };
 
 nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
+
+// The hit rate of every step over all layers' caches (sum of hits / sum of probes; null where nothing probed) from
+// the backend's per-step counters (CacheOptions::step_series).
+nlohmann::json cache_step_series_json(const nlohmann::json& details, int64_t switch_at) {
+  std::vector<int64_t> probes, hits;
+  for (const auto& layer : details.value("fast_path", nlohmann::json::array())) {
+    const auto& c = layer.value("cache", nlohmann::json::object());
+    if (!c.contains("step_probes") || c["step_probes"].is_null()) continue;
+    const auto p = c["step_probes"].get<std::vector<int64_t>>(), h = c["step_hits"].get<std::vector<int64_t>>();
+    probes.resize(std::max(probes.size(), p.size()), 0);
+    hits.resize(probes.size(), 0);
+    for (size_t i = 0; i < p.size() && i < h.size(); ++i) probes[i] += p[i], hits[i] += h[i];
+  }
+  if (probes.empty())  // no GPU cache recorded a series (cpu backend, cache off): not measured
+    return {{"switch_at", switch_at}, {"first_step", 0}, {"hit_rate", nullptr}, {"probes", nullptr}, {"hits", nullptr}};
+  nlohmann::json rate = nlohmann::json::array();
+  for (size_t i = 0; i < probes.size(); ++i)
+    rate.push_back(probes[i] > 0 ? nlohmann::json(static_cast<double>(hits[i]) / static_cast<double>(probes[i]))
+                                 : nlohmann::json(nullptr));
+  return {{"switch_at", switch_at}, {"first_step", 0}, {"hit_rate", rate}, {"probes", probes}, {"hits", hits}};
+}
 
 // --ranks N > 1: N rank processes replay on ONE shared table (src/replay/multi_rank.hpp); each rank uses
 // the backend asked for (auto: its GPU when usable, rank r on device r % visible devices).
@@ -92,6 +116,8 @@ int run_ranks(const RunArgs& a) {
 
 int run(const RunArgs& a) {
   if (Status st = check_table_size_applies(a); !st.is_ok()) return report_failure("run", st);
+  if (a.ranks > 1 && !a.switch_tokens.empty())
+    return report_failure("run", Status(Code::kInvalidArgument, "--switch-tokens: the ranks of --ranks replay one text"));
   if (a.ranks > 1 && a.hash == "gpu")
     return report_failure("run", Status(Code::kInvalidArgument, "--hash gpu: the ranks of --ranks hash on the CPU"));
   if (a.ranks > 1) {
@@ -142,10 +168,13 @@ int run(const RunArgs& a) {
   ids_spec.tensor_names = a.tensor_names;
   ids_spec.zipf_alpha = a.zipf_alpha;
   ids_spec.seed = a.seed;
+  ids_spec.switch_tokens = a.switch_tokens;
+  ids_spec.switch_at = a.switch_at;
   auto made = make_decode_id_source(*layout, ids_spec, &ids_note);
   if (!made.is_ok()) return report_failure("run", made.status());
   std::unique_ptr<IdSource> source = std::move(*made);
   if (!ids_note.empty()) say(ids_note);
+  if (!a.switch_tokens.empty()) eo.cache.step_series = true;  // the hit rate of every step is what a switching run is for
 
   say("building " + layout->name + " table (" + format_bytes(layout->total_bytes()) + ", " +
       row_format_name(layout->format) + " rows, " + eo.table.backing.to_string() + " backing, placement " +
@@ -264,6 +293,7 @@ int run(const RunArgs& a) {
     j["ngram_stats"] = {{"batches", st.batches}, {"per_order", ng}};
   }
   j["timeline"] = timeline_path == "none" ? nlohmann::json(nullptr) : nlohmann::json(timeline_path);
+  if (!a.switch_tokens.empty()) j["cache_series"] = cache_step_series_json(details, a.switch_at);
 
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -362,6 +392,15 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "when the default token file exists, else zipf, saying so)")
       ->check(CLI::IsMember({"auto", "text", "zipf", "uniform"}));
   sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)");
+  CLI::Option* switch_at = sub.add_option("--switch-at", a->switch_at,
+                                          "With --switch-tokens: the step (warm-up included, from 0) from which the "
+                                          "text changes")
+                               ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  sub.add_option("--switch-tokens", a->switch_tokens,
+                 "Token file of the text from --switch-at on (every sequence restarts in it): a change of traffic; "
+                 "the JSON gets the cache's hit rate of every step (cache_series)")
+      ->needs(switch_at);
+  switch_at->needs("--switch-tokens");
   CLI::Option* ckpt = sub.add_option("--checkpoint", a->checkpoint,
                                      "Load the table from this safetensors checkpoint (engram table create)")
                           ->excludes(layout_opt);

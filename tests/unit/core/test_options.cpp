@@ -46,6 +46,12 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
   EXPECT_EQ(sliced->slice, 16);
   EXPECT_EQ(sliced->rows, 64);
   EXPECT_EQ(sliced->to_string(), "every=8,rows=64,slice=16");
+  EXPECT_EQ(sliced->burst, CacheUpdate::kDefaultBurst);
+  auto fixed = parse_cache_update("burst=1", *sliced);
+  ASSERT_TRUE(fixed.is_ok());
+  EXPECT_EQ(fixed->burst, 1);
+  EXPECT_EQ(fixed->slice, 16);
+  EXPECT_EQ(fixed->to_string(), "every=8,rows=64,slice=16,burst=1");
 
   CacheUpdate base;
   base.every = 3;
@@ -60,7 +66,7 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
   EXPECT_EQ(off->every, 0);
   EXPECT_EQ(off->to_string(), "off");
 
-  for (const char* bad : {"every=0,rows=4", "rows=0", "every=x", "often", "every=4,colour=red", "slice=0"})
+  for (const char* bad : {"every=0,rows=4", "rows=0", "every=x", "often", "every=4,colour=red", "slice=0", "burst=0"})
     EXPECT_FALSE(parse_cache_update(bad).is_ok()) << bad;
 }
 

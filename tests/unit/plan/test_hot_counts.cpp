@@ -233,6 +233,8 @@ TEST(HotCountsWorker, PlansOnItsThreadAndHandsOutSlices) {
     got.insert(got.end(), s.begin(), s.end());
   }
   ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(w.last_plan_rows(0), static_cast<int64_t>(want.size())) << "the plan's size stays known once taken";
+  EXPECT_EQ(w.last_plan_rows(1), 0);
   EXPECT_EQ(slices, static_cast<int>((want.size() + 6) / 7));
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].slot, want[i].slot) << i;

@@ -1,0 +1,341 @@
+// `engram bench cache-follow`: how fast the hot-row cache's online updates follow a change of traffic, simulated on
+// the host over real text (no GPU): a decode replay whose text switches from one corpus to another at a given step
+// (SwitchingIdSource), the cache's content driven by the engine's own policy code (plan::HotCounts: decayed LFU
+// counts, candidate pool, sampled victims; plan() every `every` steps, at most `slice` rows staged per step and
+// committed at the next step, as src/cuda/backend.cu's maintenance does), and the hit rate of every step counted
+// against what the cache holds when the step's lookups run. Variants: the static cache (warm-up window, no
+// update), the online policies given by --updates, and the oracles: a cache filled from a profile of the new
+// text's other documents (held-out) and of the replayed text itself (in-sample), both static.
+//
+// Model (what the GPU run measures directly, scripts/gpu-parts/72-cache-follow.sh): Engram layer 0 of
+// v41-flash-mini at --table-size (its real head sizes and hash), slots = --cache-size's bytes / (FP8 record + 24 B
+// of map) as the engine computes them; a plan is taken one step after it is asked for (the counting thread's
+// latency), a staged slice is visible from the step after the next. Hit = the looked-up id is held (repeats within
+// a step count each time, as the GPU's probe counters do).
+// Output: per variant the hit rate over windows after the switch and the step at which the moving average over
+// --window steps first reaches 90% of the held-out oracle's mean over the same steps; figures: the hit-rate curve.
+// Waived when a default token file is missing (scripts/tokenize-follow); --smoke: 64 steps, profiles of 16 documents.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <unordered_set>
+
+#include "bench/registry.hpp"
+#include "core/ngram_hash.hpp"
+#include "core/stats.hpp"
+#include "core/units.hpp"
+#include "engram/layout.hpp"
+#include "engram/options.hpp"
+#include "host/hot_profile.hpp"
+#include "host/token_io.hpp"
+#include "plan/hot_counts.hpp"
+#include "plan/update_budget.hpp"
+#include "replay/switching_id_source.hpp"
+#include "replay/text_id_source.hpp"
+
+namespace engram::bench {
+namespace {
+
+struct FollowOptions {
+  std::string first, then, oracle;  // token files ("" = under the data dir)
+  std::string fill;                 // start the static and online caches from a profile of this file ("" = warm-up)
+  std::string table_size = "8GiB";
+  std::string cache_size = "5%";
+  int batch = 64;
+  int warmup = 8;
+  int64_t switch_at = 400;
+  int64_t steps = 1000;
+  int window = 16;
+  double recover = 0.9;
+  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64"};
+};
+FollowOptions g_follow;
+
+constexpr double kNaN = stats::kNaN;
+
+// One cache whose content follows a policy.
+struct SimCache {
+  std::string name;
+  bool online = false;
+  CacheUpdate update;
+  plan::UpdateBudget budget{1, 1, 1};
+  plan::HotCounts counts;
+  std::vector<int64_t> slot_ids;
+  std::unordered_set<int64_t> held;
+  std::deque<plan::CacheSwap> planned;
+  std::vector<plan::CacheSwap> staged;
+  int64_t since_update = 0, swapped = 0, updates = 0, deferred = 0, last_plan = 0;
+  bool due = false;
+  std::vector<double> hit;  // per step; NaN before the cache exists
+
+  SimCache(std::string n, const plan::HotCountsOptions& co) : name(std::move(n)), counts(co) {}
+  void fill(const std::vector<int64_t>& hot, int64_t slots) {
+    slot_ids.assign(static_cast<size_t>(slots), -1);
+    held.clear();
+    for (size_t i = 0; i < hot.size() && static_cast<int64_t>(i) < slots; ++i) {
+      slot_ids[i] = hot[i];
+      held.insert(hot[i]);
+    }
+    counts.set_slots(slot_ids);
+  }
+  double probe(const std::vector<int64_t>& ids) const {
+    if (slot_ids.empty()) return kNaN;
+    int64_t h = 0, n = 0;
+    for (int64_t id : ids) {
+      if (id < 0) continue;
+      ++n;
+      h += held.count(id) ? 1 : 0;
+    }
+    return n ? static_cast<double>(h) / static_cast<double>(n) : kNaN;
+  }
+  // The engine's end-of-step maintenance: commit the staged slice, stage the next, plan when due.
+  void end_step() {
+    if (!online || slot_ids.empty()) return;
+    for (const auto& sw : staged) {
+      if (sw.old_id >= 0) held.erase(sw.old_id);
+      held.insert(sw.new_id);
+      slot_ids[static_cast<size_t>(sw.slot)] = sw.new_id;
+      ++swapped;
+    }
+    staged.clear();
+    const size_t n = std::min<size_t>(planned.size(), static_cast<size_t>(budget.slice()));
+    staged.assign(planned.begin(), planned.begin() + static_cast<std::ptrdiff_t>(n));
+    planned.erase(planned.begin(), planned.begin() + static_cast<std::ptrdiff_t>(n));
+    if (update.every > 0 && ++since_update >= update.every) {
+      since_update = 0;
+      due = true;
+    }
+    if (due) {
+      if (!staged.empty() || !planned.empty()) {
+        ++deferred;
+      } else {
+        if (updates > 0) budget.on_plan(last_plan);
+        const std::vector<plan::CacheSwap> p = counts.plan(budget.rows());
+        planned.assign(p.begin(), p.end());
+        last_plan = static_cast<int64_t>(p.size());
+        ++updates;
+        due = false;
+      }
+    }
+  }
+};
+
+std::string data_path(const std::string& given, const Context& ctx, const std::string& rel);
+
+Result<TokenFile> read_tokens_named(const std::string& given, const Context& ctx, const std::string& rel) {
+  auto t = read_token_file(data_path(given, ctx, rel));
+  if (!t.is_ok() && t.status().code() == Code::kNotFound && given.empty())
+    return Status(Code::kNotFound, t.status().message() + " (scripts/tokenize-follow writes it)");
+  return t;
+}
+
+std::string data_path(const std::string& given, const Context& ctx, const std::string& rel) {
+  if (!given.empty()) return given;
+  const std::string dir =
+      ctx.data_dir.empty() ? std::filesystem::path(default_token_file_path()).parent_path().string() : ctx.data_dir;
+  return dir + "/" + rel;
+}
+
+// Waived when a default token file is missing (scripts/tokenize-follow writes them where Node.js is).
+std::optional<std::string> follow_filter(const Context& ctx) {
+  const FollowOptions& o = g_follow;
+  for (const auto& [given, rel] : {std::pair{o.first, "corpus/corpus-test.tokens"}, std::pair{o.then, "other/corpus-test.tokens"},
+                                   std::pair{o.oracle, "other/corpus-train.tokens"}}) {
+    const std::string p = data_path(given, ctx, rel);
+    if (given.empty() && !std::filesystem::exists(p)) return p + " missing (scripts/tokenize-follow writes it)";
+  }
+  return std::nullopt;
+}
+
+Result<Report> run_follow(Context& ctx) {
+  FollowOptions o = g_follow;
+  if (ctx.smoke) {  // seconds: a short replay, profiles of the first documents only
+    o.steps = 64;
+    o.switch_at = 32;
+    o.window = 8;
+  }
+  if (o.switch_at <= o.warmup || o.switch_at >= o.steps)
+    return Status(Code::kInvalidArgument, fmt::format("cache-follow: --switch-at {} must be in ({}, {}) (after the "
+                                                      "warm-up window, before the last step)",
+                                                      o.switch_at, o.warmup, o.steps));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t table_bytes, parse_size_bytes(o.table_size));
+  ENGRAM_ASSIGN_OR_RETURN(EngramLayout full, make_preset_layout("v41-flash-mini", table_bytes, RowFormat::kFused));
+  EngramLayout layout = full;  // layer 0 alone: the same head sizes and hash as the two-layer table's first layer
+  layout.layer_ids = {full.layer_ids[0]};
+  ENGRAM_RETURN_IF_ERROR(layout.finalize());
+  ENGRAM_ASSIGN_OR_RETURN(CacheSize size, parse_cache_size(o.cache_size));
+  const int64_t budget = size.bytes_for(layout.table_bytes(0));
+  const int64_t row_b = (layout.d + layout.d / 32 + 15) / 16 * 16;
+  const int64_t slots = std::max<int64_t>(1, budget / (row_b + 24));
+
+  ENGRAM_ASSIGN_OR_RETURN(TokenFile first, read_tokens_named(o.first, ctx, "corpus/corpus-test.tokens"));
+  ENGRAM_ASSIGN_OR_RETURN(TokenFile then, read_tokens_named(o.then, ctx, "other/corpus-test.tokens"));
+  ENGRAM_ASSIGN_OR_RETURN(TokenFile oracle, read_tokens_named(o.oracle, ctx, "other/corpus-train.tokens"));
+  ENGRAM_ASSIGN_OR_RETURN(CompressionTable table, read_compression_table(default_compression_table_path()));
+  for (const TokenFile* f : {&first, &then, &oracle})
+    ENGRAM_RETURN_IF_ERROR(check_token_file_matches_table(*f, table, default_compression_table_path()));
+  ENGRAM_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(layout, table));
+
+  // Oracle profiles: the new text's other documents (held-out) and the replayed text itself (in-sample).
+  auto top_of = [&](const TokenFile& f) -> Result<std::vector<int64_t>> {
+    host::HotProfileOptions po;
+    po.top = slots;
+    std::vector<int64_t> docs;
+    if (ctx.smoke)
+      for (int64_t d = 0; d < std::min<int64_t>(16, static_cast<int64_t>(f.documents.size())); ++d) docs.push_back(d);
+    ENGRAM_ASSIGN_OR_RETURN(host::HotProfile p, host::compute_hot_profile(hasher, {{&f, docs}}, po));
+    return p.hot_ids(0);
+  };
+  ENGRAM_ASSIGN_OR_RETURN(std::vector<int64_t> oracle_hot, top_of(oracle));
+  ENGRAM_ASSIGN_OR_RETURN(std::vector<int64_t> insample_hot, top_of(then));
+  std::vector<int64_t> fill_hot;
+  if (!o.fill.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(TokenFile fill, read_tokens_named(o.fill, ctx, ""));
+    ENGRAM_RETURN_IF_ERROR(check_token_file_matches_table(fill, table, default_compression_table_path()));
+    ENGRAM_ASSIGN_OR_RETURN(fill_hot, top_of(fill));
+  }
+
+  plan::HotCountsOptions co;
+  co.id_limit = layout.rows(0);
+  std::vector<SimCache> caches;
+  caches.emplace_back(o.fill.empty() ? "static (warm-up window)" : "static (profile of --fill)", co);
+  for (const std::string& u : o.updates) {
+    CacheUpdate cu;
+    plan::HotCountsOptions c = co;
+    ENGRAM_ASSIGN_OR_RETURN(cu, parse_cache_update(u));
+    const plan::UpdateBudget ub(cu.rows, cu.slice, cu.burst);
+    c.pool_size = std::max<int64_t>(256, 4 * ub.max_rows());  // as the engine sizes it
+    caches.emplace_back("online " + cu.to_string(), c);
+    caches.back().online = true;
+    caches.back().update = cu;
+    caches.back().budget = ub;
+  }
+  if (!o.fill.empty())
+    for (auto& c : caches) c.fill(fill_hot, slots);
+  caches.emplace_back("oracle: profile of the new text's other documents", co);
+  caches.back().fill(oracle_hot, slots);
+  const size_t oracle_index = caches.size() - 1;
+  caches.emplace_back("oracle: profile of the replayed new text (in-sample)", co);
+  caches.back().fill(insample_hot, slots);
+
+  ENGRAM_ASSIGN_OR_RETURN(auto a, TextIdSource::create(hasher, std::move(first)));
+  ENGRAM_ASSIGN_OR_RETURN(auto b, TextIdSource::create(hasher, std::move(then)));
+  ENGRAM_ASSIGN_OR_RETURN(auto src, SwitchingIdSource::create(std::move(a), std::move(b), o.switch_at));
+  std::vector<std::vector<int64_t>> ids;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    ENGRAM_RETURN_IF_ERROR(src->next_step(step, o.batch, ids));
+    for (auto& c : caches) {
+      c.hit.push_back(c.probe(ids[0]));
+      const bool counting = c.slot_ids.empty() || c.online;
+      if (counting) c.counts.observe(ids[0].data(), static_cast<int64_t>(ids[0].size()));
+      if (c.slot_ids.empty() && step + 1 == o.warmup) {
+        std::vector<int64_t> hot;
+        for (const auto& [id, n] : c.counts.hottest(slots)) hot.push_back(id);
+        c.fill(hot, slots);
+      } else {
+        c.end_step();
+      }
+    }
+    if (ctx.verbose && step % 100 == 0) fmt::print(stderr, "cache-follow: step {}\n", step);
+  }
+
+  // Windows after the switch and the recovery step.
+  auto mean = [](const std::vector<double>& v, int64_t from, int64_t to) {
+    double s = 0;
+    int64_t n = 0;
+    for (int64_t i = std::max<int64_t>(0, from); i < std::min<int64_t>(to, static_cast<int64_t>(v.size())); ++i)
+      if (std::isfinite(v[static_cast<size_t>(i)])) s += v[static_cast<size_t>(i)], ++n;
+    return n ? s / static_cast<double>(n) : kNaN;
+  };
+  const std::vector<double>& orc = caches[oracle_index].hit;
+  const double oracle_after = mean(orc, o.switch_at, o.steps);
+  Report rep;
+  rep.key = "cache-follow";
+  rep.method = {{"model", "host simulation of the engine's cache policy (plan::HotCounts), Engram layer 0"},
+                {"hit", "looked-up id held by the cache when the step runs; repeats in a step count each time"},
+                {"recovery", fmt::format("first step after the switch at which the mean of the last {} steps reaches "
+                                         "{} x the held-out oracle's mean over the same steps",
+                                         o.window, o.recover)}};
+  rep.setup = {{"layout", "v41-flash-mini"}, {"table_size", o.table_size}, {"layer_rows", layout.rows(0)},
+               {"cache_size", o.cache_size}, {"slots", slots}, {"batch", o.batch}, {"warmup", o.warmup},
+               {"switch_at", o.switch_at}, {"steps", o.steps}, {"ids", src->describe()},
+               {"oracle_profile", oracle.path}};
+  Table t;
+  t.key = "follow";
+  t.title = fmt::format("hit rate of a {} cache ({} slots) around a switch of text at step {} (batch {})",
+                        o.cache_size, slots, o.switch_at, o.batch);
+  t.columns = {{"cache"},       {"before [%]", 1},       {"+0..50 [%]", 1},      {"+150..200 [%]", 1},
+               {"after [%]", 1}, {"vs oracle after", 3}, {"recovered at [steps]", 0}, {"rows swapped", 0}};
+  plot::Figure fig;
+  fig.title = t.title;
+  fig.x_label = "decode step";
+  fig.y_label = fmt::format("hit rate [%] ({}-step mean)", o.window);
+  fig.style = plot::Style::kLines;
+  nlohmann::json series = nlohmann::json::array();
+  for (const auto& c : caches) {
+    double rec = kNaN;
+    for (int64_t s = o.switch_at + o.window; s <= o.steps; ++s) {
+      const double m = mean(c.hit, s - o.window, s), om = mean(orc, s - o.window, s);
+      if (std::isfinite(m) && std::isfinite(om) && m >= o.recover * om) {
+        rec = static_cast<double>(s - o.switch_at);
+        break;
+      }
+    }
+    const double after = mean(c.hit, o.switch_at, o.steps);
+    t.rows.push_back({c.name, 100 * mean(c.hit, o.warmup, o.switch_at), 100 * mean(c.hit, o.switch_at, o.switch_at + 50),
+                      100 * mean(c.hit, o.switch_at + 150, o.switch_at + 200), 100 * after,
+                      oracle_after > 0 ? after / oracle_after : kNaN, rec, c.online ? Cell(c.swapped) : Cell("-")});
+    plot::Series ps{c.name, {}, {}, {}, {}};
+    for (int64_t s = o.window; s <= o.steps; s += 2) {
+      ps.x.push_back(static_cast<double>(s));
+      ps.y.push_back(100 * mean(c.hit, s - o.window, s));
+    }
+    fig.series.push_back(std::move(ps));
+    nlohmann::json h = nlohmann::json::array();
+    for (double x : c.hit) h.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+    series.push_back({{"cache", c.name}, {"hit_rate", h}, {"rows_swapped", c.swapped}, {"updates", c.updates},
+                      {"updates_deferred", c.deferred}});
+  }
+  t.notes.push_back("before: steps warm-up..switch; after: switch..end; recovered at: n/a = not within the run");
+  rep.tables.push_back(std::move(t));
+  rep.figures.push_back(std::move(fig));
+  rep.data = {{"per_step", series}};
+  return rep;
+}
+
+ENGRAM_BENCH(cache_follow,
+             {.key = "cache-follow",
+              .description = "Host simulation: hit rate of the hot-row cache's online updates over a replay whose text "
+                             "switches corpus, against static and oracle caches",
+              .add_options =
+                  [](CLI::App& s) {
+                    s.add_option("--first", g_follow.first, "Token file before the switch (default corpus/corpus-test)");
+                    s.add_option("--then", g_follow.then, "Token file after the switch (default other/corpus-test)");
+                    s.add_option("--oracle-tokens", g_follow.oracle,
+                                 "Token file of the held-out oracle's profile (default other/corpus-train)");
+                    s.add_option("--fill", g_follow.fill,
+                                 "Fill the static and online caches at start from a profile of this token file "
+                                 "(default: the warm-up window)");
+                    s.add_option("--table-size", g_follow.table_size, "v41-flash-mini table size (default 8GiB)");
+                    s.add_option("--cache-size", g_follow.cache_size, "Cache per layer (default 5%)");
+                    s.add_option("--batch", g_follow.batch, "Sequences per step (default 64)")->check(CLI::Range(1, 1 << 16));
+                    s.add_option("--cache-warmup", g_follow.warmup, "Warm-up window of the cache in steps (default 8)")->check(CLI::Range(1, 1 << 20));
+                    s.add_option("--switch-at", g_follow.switch_at, "Step of the switch (default 400)");
+                    s.add_option("--steps", g_follow.steps, "Steps in all (default 1000)");
+                    s.add_option("--window", g_follow.window, "Moving-average window in steps (default 16)")
+                        ->check(CLI::Range(1, 100000));
+                    s.add_option("--updates", g_follow.updates,
+                                 "Online policies as --cache-update takes them, ';'-separated (default: the engine's "
+                                 "default without and with bursts)")
+                        ->delimiter(';');
+                  },
+              .filter = follow_filter,
+              .run = run_follow,
+              .order = 80});
+
+}  // namespace
+}  // namespace engram::bench

@@ -1,0 +1,38 @@
+// The size of the hot-row cache's next online update, adapted to how fast the traffic moves. Each update asks
+// HotCounts::plan for at most rows() swaps and applies them rows at most slice() per step. A plan that comes back
+// full (every row it was allowed was a gain: hotter uncached ids remain) means the traffic moves faster than the
+// updates follow, so the next plan and the per-step slice double, up to `burst` times the base; a plan at most half
+// full halves them back. Steady traffic keeps the base (the per-step maintenance budget of a serving run); a change
+// of traffic (another kind of text) bursts until the cache has caught up, then returns to the base.
+// Pure C++ (no CUDA): the engine's maintenance (src/cuda/backend.cu) and the host simulation (`engram bench
+// cache-follow`) use it alike. Not thread-safe (one per layer, driven by one thread).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace engram::plan {
+
+class UpdateBudget {
+ public:
+  UpdateBudget() : UpdateBudget(1, 1, 1) {}
+  // base_rows, base_slice >= 1; burst >= 1 (1 = never more than the base).
+  UpdateBudget(int64_t base_rows, int64_t base_slice, int64_t burst)
+      : rows_(std::max<int64_t>(1, base_rows)), slice_(std::max<int64_t>(1, base_slice)), burst_(std::max<int64_t>(1, burst)) {}
+  int64_t rows() const { return rows_ * scale_; }
+  int64_t slice() const { return slice_ * scale_; }
+  int64_t scale() const { return scale_; }
+  // The largest rows() ever asked for (sizes the candidate pool).
+  int64_t max_rows() const { return rows_ * burst_; }
+  // The last plan returned `planned` swaps of the rows() it was allowed.
+  void on_plan(int64_t planned) {
+    if (planned >= rows()) scale_ = std::min(burst_, 2 * scale_);
+    else if (2 * planned <= rows()) scale_ = std::max<int64_t>(1, scale_ / 2);
+  }
+
+ private:
+  int64_t rows_, slice_, burst_;
+  int64_t scale_ = 1;
+};
+
+}  // namespace engram::plan
