@@ -51,7 +51,7 @@ struct FollowOptions {
   int64_t steps = 1000;
   int window = 16;
   double recover = 0.9;
-  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64"};
+  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64,burst=16"};
 };
 FollowOptions g_follow;
 
@@ -330,7 +330,7 @@ ENGRAM_BENCH(cache_follow,
                         ->check(CLI::Range(1, 100000));
                     s.add_option("--updates", g_follow.updates,
                                  "Online policies as --cache-update takes them, ';'-separated (default: the engine's "
-                                 "default without and with bursts)")
+                                 "without and with bursts of up to 16x)")
                         ->delimiter(';');
                   },
               .filter = follow_filter,

@@ -122,10 +122,12 @@ Result<CacheSize> parse_cache_size(const std::string& text);
 // The online update of the cache: every `every` counted steps, at most `rows` rows swapped per layer, applied
 // at most `slice` rows per layer and step (the per-step budget of cache maintenance). While the traffic moves
 // faster than that (a plan comes back full), rows and slice double per update up to `burst` times these values,
-// and halve back once plans come back at most half full (plan::UpdateBudget).
+// and halve back once plans come back at most half full (plan::UpdateBudget). Off by default (burst 1): a burst's
+// larger slices cost serving-thread time and GPU time in every step they run (the step tail), so a deployment whose
+// traffic shifts turns it on knowingly.
 struct CacheUpdate {
   static constexpr int64_t kDefaultSlice = 64;
-  static constexpr int64_t kDefaultBurst = 16;
+  static constexpr int64_t kDefaultBurst = 1;
   int every = 4;       // 0 = no online update
   int64_t rows = 256;
   int64_t slice = kDefaultSlice;

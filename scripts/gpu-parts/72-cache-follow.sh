@@ -4,8 +4,8 @@
 # for steps 0..399, then text of another kind (build/data/other/corpus-test.tokens: C headers, Python sources,
 # non-English prose) for steps 400..799; v41-flash-mini 8 GiB, batch 64, 5% cache per layer, 8 warm-up steps (the
 # cache's warm-up window, docs text). Runs, each with the cache's hit rate of every step (cache_series):
-#   follow   the default online updates (every=4,rows=256,slice=64, bursting up to 16x while plans come back full);
-#   base     the same without bursts (burst=1);
+#   follow   online updates that burst (every=4,rows=256,slice=64,burst=16: up to 16x while plans come back full);
+#   base     the default online updates, without bursts (burst=1);
 #   oracle   a cache filled from a profile of the other kind's train documents (build/data/other/corpus-train,
 #            `engram profile`, made here), no updates: what a cache that knew the new text's kind would hold;
 #   static   the warm-up window's cache without updates (budget permitting).
@@ -53,7 +53,7 @@ run_one() {
   if ((rc != 0)); then echo "FAIL  run $name rc=$rc (see run-$name.err)"; tail -3 "$LOG_DIR/run-$name.err"; STATUS=1; return 1; fi
   echo "PASS  run $name ($(($(date +%s) - t)) s)"
 }
-run_one follow
+run_one follow --cache-update every=4,rows=256,slice=64,burst=16
 run_one oracle --cache-profile "$prof" --cache-update off
 run_one base --cache-update every=4,rows=256,slice=64,burst=1
 run_one static --cache-update off || true

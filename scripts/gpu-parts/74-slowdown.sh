@@ -38,7 +38,7 @@ d, arms = sys.argv[1], sys.argv[2:]
 batches = sorted({int(p.split("/b")[-1].split("-")[0]) for p in glob.glob(f"{d}/b*-*.json")})
 for b in batches:
     print(f"batch {b}: medians over repetitions (slowdown = step / compute-only of the same run)")
-    print(f"  {'arm':<11} {'runs':>4} {'slowdown':>9} {'step [us]':>10} {'compute-only [us]':>18} {'L/layer [us]':>13} {'E/layer [us]':>13}")
+    print(f"  {'arm':<11} {'runs':>4} {'slowdown':>9} {'step [us]':>10} {'p99/p50':>8} {'compute-only [us]':>18} {'L/layer [us]':>13} {'E/layer [us]':>13}")
     co_all = []
     for a in arms:
         docs = [x for x in (load(p) for p in sorted(glob.glob(f"{d}/b{b}-{a}-*.json"))) if x]
@@ -49,8 +49,11 @@ for b in batches:
         ex = [[l.get("exposed_wait_ns", {}).get("median") for l in x.get("layers", [])] for x in docs]
         L = med([statistics.mean(v) for v in lay if v and None not in v])
         E = med([statistics.mean(v) for v in ex if v and None not in v])
+        tail = med([s["step_ns"]["p99"] / s["step_ns"]["median"] for s in st
+                    if isinstance(s["step_ns"].get("p99"), (int, float)) and s["step_ns"].get("median")])
         print(f"  {a:<11} {len(docs):>4} {fmt(med([s.get('slowdown') for s in st]), 3):>9} "
               f"{fmt(None if med([s['step_ns']['median'] for s in st]) is None else med([s['step_ns']['median'] for s in st]) / 1e3, 1):>10} "
+              f"{fmt(tail, 3):>8} "
               f"{fmt(None if med(co) is None else med(co) / 1e3, 1):>18} {fmt(None if L is None else L / 1e3, 1):>13} "
               f"{fmt(None if E is None else E / 1e3, 1):>13}")
     if co_all:
