@@ -47,11 +47,15 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
   EXPECT_EQ(sliced->rows, 64);
   EXPECT_EQ(sliced->to_string(), "every=8,rows=64,slice=16");
   EXPECT_EQ(sliced->burst, CacheUpdate::kDefaultBurst);
-  auto fixed = parse_cache_update("burst=1", *sliced);
+  auto bursting = parse_cache_update("burst=16", *sliced);
+  ASSERT_TRUE(bursting.is_ok());
+  EXPECT_EQ(bursting->burst, 16);
+  EXPECT_EQ(bursting->slice, 16);
+  EXPECT_EQ(bursting->to_string(), "every=8,rows=64,slice=16,burst=16");
+  auto fixed = parse_cache_update("burst=1", *bursting);
   ASSERT_TRUE(fixed.is_ok());
   EXPECT_EQ(fixed->burst, 1);
-  EXPECT_EQ(fixed->slice, 16);
-  EXPECT_EQ(fixed->to_string(), "every=8,rows=64,slice=16,burst=1");
+  EXPECT_EQ(fixed->to_string(), "every=8,rows=64,slice=16");  // burst=1 is the default: not printed
 
   CacheUpdate base;
   base.every = 3;
