@@ -423,10 +423,14 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   for (size_t r = 1; r < reports->size(); ++r) {
     const auto& e = (*reports)[r];
     json rep = json::parse(e.message, nullptr, false);
-    if (!rep.is_object()) return Status(Code::kInternal, "rank " + std::to_string(r) + " sent an unreadable report");
+    if (!rep.is_object()) return Status(Code::kInternal, "rank " + std::to_string(r - 1) + " sent an unreadable report");
     const auto& exit = ranks.exits[r - 1];
-    per_rank.push_back({{"rank", r}, {"pid", e.pid}, {"exit", exit.to_string()}, {"report", rep}});
-    if (rep.contains("census")) rank_census.push_back({{"rank", r}, {"census", rep["census"]}});
+    // Replay ranks are numbered 0..N-1; the shared group numbers the same processes 1..N (the leader is 0 there).
+    const int replay_rank = static_cast<int>(r) - 1;
+    per_rank.push_back({{"rank", replay_rank}, {"group_rank", r}, {"pid", e.pid}, {"exit", exit.to_string()},
+                        {"report", rep}});
+    if (rep.contains("census"))
+      rank_census.push_back({{"rank", replay_rank}, {"group_rank", r}, {"census", rep["census"]}});
     if (rep.contains("memory")) {
       mem_ranks.push_back(rep["memory"]);
       pss_sum += rep["memory"].value("pss_bytes", int64_t{0});
@@ -475,7 +479,8 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   host::UnixGroupOptions gopt;
   gopt.group = o.group;
   ENGRAM_ASSIGN_OR_RETURN(auto channel, host::UnixGroupChannel::connect(o.socket_path, gopt, o.join_timeout));
-  const int rank = channel->rank();
+  const int rank = channel->rank();   // in the shared group: 1..N
+  const int replay_rank = rank - 1;   // in reports and file names: 0..N-1
   auto fault = [&](const std::string& step) {
     if (!o.fault_at.empty() && step == o.fault_at && (o.fault_rank < 0 || o.fault_rank == rank)) raise(SIGKILL);
   };
@@ -505,11 +510,12 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   Status local = [&]() -> Status {
     std::vector<TableSpan> spans;
     for (int li = 0; li < layout.n_layers(); ++li) spans.push_back(engine.table().span(li));
-    report["rank"] = rank;
+    report["rank"] = replay_rank;
+    report["group_rank"] = rank;
     report["pid"] = sys::process_id();
     report["verify"] = verify_rows(job, layout, spans);
     if (report["verify"]["mismatches"].is_number() && report["verify"]["mismatches"].get<int64_t>() != 0)
-      return Status(Code::kInternal, "rank " + std::to_string(rank) + ": " +
+      return Status(Code::kInternal, "rank " + std::to_string(replay_rank) + ": " +
                                          std::to_string(report["verify"]["mismatches"].get<int64_t>()) +
                                          " sampled rows differ from the table's synthetic content");
     std::string note;
@@ -538,7 +544,7 @@ Status run_rank_worker(const RankWorkerOptions& o) {
     add_replay_json(r, report);
     report["timeline"] = nullptr;
     if (!job.timeline.empty() && job.timeline != "none") {
-      const std::string path = job.timeline + ".rank" + std::to_string(rank) + ".json";
+      const std::string path = job.timeline + ".rank" + std::to_string(replay_rank) + ".json";
       std::ofstream f(path);
       if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
       Timeline tl = engine.queue().timeline();

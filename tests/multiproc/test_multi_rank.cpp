@@ -60,8 +60,14 @@ TEST(MultiRank, TwoRanksReplayOnOneSharedTable) {
   const auto layout = job_layout(job);
   ASSERT_TRUE(layout.is_ok());
   std::set<int> pids;
+  int expect_rank = 0;
   for (const auto& pr : j["per_rank"]) {
     EXPECT_EQ(pr["exit"], "exit 0") << pr.dump();
+    // Replay ranks 0..N-1, in order; the group numbers them 1..N (its leader is 0).
+    EXPECT_EQ(pr["rank"], expect_rank);
+    EXPECT_EQ(pr["group_rank"], expect_rank + 1);
+    EXPECT_EQ(pr["report"]["rank"], expect_rank);
+    ++expect_rank;
     const auto& rep = pr["report"];
     EXPECT_EQ(rep["lookup"]["rows"], job.steps * job.batch * layout->heads() * layout->n_layers());
     EXPECT_EQ(rep["verify"]["mismatches"], 0);
@@ -157,6 +163,21 @@ TEST(MultiRank, CliRunRanksJsonAndText) {
   EXPECT_NE(t.out.find("rows identical on every rank: yes"), std::string::npos) << t.out;
   // anon-thp cannot be shared: bad input, exit 2.
   EXPECT_EQ(run_cli(common + " --backing anon-thp").code, 2);
+  // One trace per rank, named by the replay rank 0..N-1, and each named in the report.
+  TempDir dir{"/tmp", "engram-mp-trace"};
+  const std::string base = dir.path + "/t.json";
+  std::string with_trace = common;
+  with_trace.replace(with_trace.find("--timeline none"), std::string("--timeline none").size(), "--timeline " + base);
+  Out tr = run_cli(with_trace + " --json");
+  ASSERT_EQ(tr.code, 0) << tr.out;
+  json tj = json::parse(tr.out, nullptr, false);
+  ASSERT_FALSE(tj.is_discarded()) << tr.out;
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = base + ".rank" + std::to_string(r) + ".json";
+    EXPECT_EQ(access(f.c_str(), F_OK), 0) << f;
+    EXPECT_EQ(tj["per_rank"][r]["report"]["timeline"], f);
+  }
+  EXPECT_NE(access((base + ".rank2.json").c_str(), F_OK), 0);
 }
 
 // Reads one line from `fd` (bounded wait); "" at EOF or timeout.

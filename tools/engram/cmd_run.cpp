@@ -427,7 +427,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::Range(1, 1024));
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--timeline", a->timeline, "Chrome trace output file, 'none' to skip (default " +
-                  default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json)");
+                  default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json for ranks r = 0..N-1)");
   sub.add_flag("--timeline-absolute", a->timeline_absolute,
                "Trace timestamps in microseconds since the Unix epoch, so the trace lines up with a torch profiler "
                "trace of the same run in Perfetto (default: from the run's start)");
