@@ -27,7 +27,6 @@ namespace {
 
 double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53; }
 
-constexpr auto num_or_null = &json_num;  // core/json_num.hpp: NaN -> null
 nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
 // Mean and sample standard deviation of the finite values (NaN when there are none; std 0 for one value).
@@ -680,20 +679,20 @@ nlohmann::json ServingReport::to_json() const {
   nlohmann::json client = {{"requests", requests},
                            {"completed", completed},
                            {"rejected", rejected},
-                           {"rejection_rate", num_or_null(rejection_rate)},
+                           {"rejection_rate", json_num(rejection_rate)},
                            {"good", good},
-                           {"duration_s", num_or_null(duration_s)},
+                           {"duration_s", json_num(duration_s)},
                            {"total_output_tokens", output_tokens},
-                           {"request_throughput", num_or_null(request_throughput_rps)},
-                           {"output_throughput", num_or_null(throughput_tokens_per_s)},
-                           {"request_goodput", num_or_null(goodput_rps)}};
+                           {"request_throughput", json_num(request_throughput_rps)},
+                           {"output_throughput", json_num(throughput_tokens_per_s)},
+                           {"request_goodput", json_num(goodput_rps)}};
   auto add = [&client](const std::string& metric, const Distribution& d, const std::vector<double>& samples) {
     const auto [mean, sd] = mean_std(samples);
-    client["mean_" + metric + "_ms"] = num_or_null(mean / 1e6);
-    client["median_" + metric + "_ms"] = num_or_null(d.median / 1e6);
-    client["std_" + metric + "_ms"] = num_or_null(sd / 1e6);
-    client["p95_" + metric + "_ms"] = num_or_null(d.p95 / 1e6);
-    client["p99_" + metric + "_ms"] = num_or_null(d.p99 / 1e6);
+    client["mean_" + metric + "_ms"] = json_num(mean / 1e6);
+    client["median_" + metric + "_ms"] = json_num(d.median / 1e6);
+    client["std_" + metric + "_ms"] = json_num(sd / 1e6);
+    client["p95_" + metric + "_ms"] = json_num(d.p95 / 1e6);
+    client["p99_" + metric + "_ms"] = json_num(d.p99 / 1e6);
   };
   add("ttft", ttft_ns, ttft_samples_ns);
   add("tpot", tpot_ns, tpot_samples_ns);
@@ -712,7 +711,7 @@ nlohmann::json ServingReport::to_json() const {
             {"idle_wait_s", idle_wait_s}}},
           {"lookup",
            {{"rows", rows_looked_up},
-            {"rows_per_s", num_or_null(rows_per_s)},
+            {"rows_per_s", json_num(rows_per_s)},
             {"lookup_ns", dist_json(lookup_ns)},
             {"queue_ns", dist_json(queue_ns)},
             {"exposed_wait_ns", dist_json(exposed_wait_ns)},
