@@ -101,8 +101,9 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
   PrefetchQueue& q = (*be)->engine_queue();
   int64_t* dev_ids = nullptr;  // one buffer per layer: [n_layers][kTokens * heads]
   const size_t per_layer_ids = static_cast<size_t>(kTokens * layout.heads());
-  if (s.device_ids)
+  if (s.device_ids) {
     EXPECT_EQ(cudaMalloc(&dev_ids, per_layer_ids * layout.n_layers() * sizeof(int64_t)), cudaSuccess);
+  }
   for (size_t step = 0; step < ids.size(); ++step) {
     q.begin_step(static_cast<int64_t>(step));
     for (int li = 0; li < layout.n_layers(); ++li) {
@@ -145,7 +146,9 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
     if (r.is_ok()) out.reports.push_back(*r);
   }
   out.maintenance = (*be)->engine_queue().timeline().maintenance();
-  if (dev_ids) EXPECT_EQ(cudaFree(dev_ids), cudaSuccess);
+  if (dev_ids) {
+    EXPECT_EQ(cudaFree(dev_ids), cudaSuccess);
+  }
   return out;
 }
 
