@@ -37,7 +37,9 @@ from . import _engram
 from ._engram import (DeviceArray, EngramError, InvalidArgumentError, Layout, Sequence, SharedTable, UnixGroupChannel,
                       UnixGroupListener, code_names, cuda_backend_built, decode_rows, default_compression_table_path,
                       engine_option_keys, synth_rows)
+from ._arrays import _as_numpy, _bf16_like_input, _error, _is_torch_tensor, _out_numpy, _torch
 from ._group import GroupChannel, TorchGroupChannel
+from ._hashing import DecodeIds, Hasher
 
 __all__ = [
     "EngramError", "InvalidArgumentError", "Layout", "SharedTable", "Engine", "Hasher", "Sequence", "Prefetcher",
@@ -50,78 +52,6 @@ __all__ = [
 __version__ = _engram.__version__  # the C++ library's version (project(VERSION) in CMakeLists.txt)
 
 DEAD_ID = -1  # an id that gives a zero row (padding / dead positions)
-
-
-def _error(code, message):
-    """An EngramError as the C++ side builds it (code name, message, sys_error 0); invalid_argument is also a
-    ValueError (InvalidArgumentError)."""
-    e = (InvalidArgumentError if code == "invalid_argument" else EngramError)(f"{code}: {message}")
-    e.code = code
-    e.message = message
-    e.sys_error = 0
-    return e
-
-
-def _torch():
-    try:
-        import torch  # noqa: F401
-        return torch
-    except ImportError:
-        return None
-
-
-def _is_torch_tensor(obj):
-    t = _torch() if type(obj).__module__.startswith("torch") else None
-    return t is not None and isinstance(obj, t.Tensor)
-
-
-def _like_input(result, inp):
-    """The result as the kind of array the caller passed: a torch tensor (sharing the memory) for torch input,
-    else the NumPy array as is."""
-    if _is_torch_tensor(inp):
-        return _torch().from_numpy(result)
-    return result
-
-
-def _bf16_like_input(staging, torch_input):
-    """uint16 bf16 bits as a torch.bfloat16 tensor sharing the memory for torch input, else as is."""
-    if not torch_input:
-        return staging
-    t = _torch()
-    import warnings
-    with warnings.catch_warnings():  # a read-only zero-copy view stays read-only; torch only warns about it
-        warnings.simplefilter("ignore", UserWarning)
-        return t.from_numpy(staging.view(_np.int16)).view(t.bfloat16)
-
-
-def _as_numpy(obj, what):
-    """A CPU NumPy view of an array-like: ndarray as is, torch CPU tensor / __dlpack__ producer zero copy."""
-    if isinstance(obj, _np.ndarray):
-        return obj
-    if _is_torch_tensor(obj):
-        if obj.device.type != "cpu":
-            raise _error("unsupported", f"{what}: a {obj.device.type} tensor; this build looks up CPU arrays only")
-        return obj.detach().numpy()
-    if hasattr(obj, "__dlpack__"):
-        dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (1, 0)
-        if dev[0] != 1:  # kDLCPU
-            raise _error("unsupported", f"{what}: DLPack device type {dev[0]}; this build looks up CPU arrays only")
-        return _np.from_dlpack(obj)
-    return _np.asarray(obj)
-
-
-def _out_numpy(out):
-    """uint16 NumPy view of a caller's output buffer (NumPy uint16 or torch bfloat16/int16/uint16, CPU)."""
-    if out is None or isinstance(out, _np.ndarray):
-        return out
-    if _is_torch_tensor(out):
-        t = _torch()
-        if out.device.type != "cpu":
-            raise _error("unsupported", f"out: a {out.device.type} tensor; this build writes CPU arrays only")
-        if out.dtype not in (t.bfloat16, t.int16) and str(out.dtype) != "torch.uint16":
-            raise _error("invalid_argument", f"out: dtype {out.dtype}, expected torch.bfloat16 (or 16-bit ints)")
-        return out.view(t.int16).numpy().view(_np.uint16)
-    return _as_numpy(out, "out")
 
 
 def lookup(table, layer_index, ids, out=None, checked=False, threads=0, return_stats=False, stream=None,
@@ -325,91 +255,6 @@ def bf16_to_float32(bits):
     """bf16 bits (uint16 array) -> float32 array with the same values (exact)."""
     b = _np.asarray(bits, dtype=_np.uint16)
     return (b.astype(_np.uint32) << 16).view(_np.float32)
-
-
-class DecodeIds:
-    """The ids of a decode replay, chosen exactly as `engram run` chooses them for the same options, so that a Python
-    decode loop looks up the rows `engram run` looks up.
-
-    ids: 'text' (a token file hashed with the reference N-gram hash: slot b of a batch of B reads the text from
-    token b*N/B on, one token per step; a slot starts a new sequence at a document boundary or after seq_len
-    tokens), 'zipf', 'uniform', or 'auto' (text when the token file exists, else zipf; .note says why).
-    tokens: the token file ('' = the text scripts/setup tokenizes); model: a model directory whose compression table
-    and pad id hash the text; seed: the seed of zipf and uniform ids (engram run --seed); switch_tokens, switch_at:
-    text ids from step switch_at on read this other token file (engram run --switch-tokens/--switch-at).
-    step(i, batch) -> int64 [n_layers, batch, heads] global row ids of step i; steps come in order 0, 1, 2, ...
-    (step 0 again restarts every slot).
-    """
-
-    def __init__(self, layout, ids="auto", tokens="", model="", tensor_names="", zipf_alpha=1.0, seed=1,
-                 seq_len=2048, switch_tokens="", switch_at=0):
-        self.layout = layout
-        self._d = _engram._DecodeIds(layout, ids, tokens or "", model or "", tensor_names or "", float(zipf_alpha),
-                                     int(seed), int(seq_len), switch_tokens or "", int(switch_at))
-
-    note = property(lambda self: self._d.note, doc="Why auto did not take text ('' when it did, or was not auto).")
-
-    def describe(self):
-        """What the ids are (e.g. the token file and its size)."""
-        return self._d.describe()
-
-    def step(self, step, batch):
-        """Step `step`'s ids: int64 [n_layers, batch, heads]."""
-        return self._d.step(int(step), int(batch))
-
-
-class Hasher:
-    """The reference Engram N-gram hash (deepseek-ai/Engram NgramHashMapping), bit-compatible.
-
-    layout: Layout. compression_table: None (token ids are already compressed, in [0, compressed_vocab)),
-      'default' (the committed DeepSeek-V3 table), or the path of a compression table written by
-      tools/tokenize (+ its .json sidecar). seed: EngramConfig.seed. pad_id: pad token id (before compression;
-      with compression_table=None, the compressed pad id). compressed_vocab: V' when compression_table is None.
-    Errors: EngramError invalid_argument (invalid table, pad id not a token id, V' too large for the
-      multiplier bound, unfinalized layout), not_found / io reading the table.
-    """
-
-    def __init__(self, layout, compression_table=None, seed=0, pad_id=2, compressed_vocab=129280,
-                 expected_compressed_vocab=0, max_rollback=64):
-        if compression_table == "default":
-            compression_table = default_compression_table_path()
-        self.layout = layout
-        self._h = _engram._make_hasher(layout, compression_table, compressed_vocab, seed, pad_id,
-                                       expected_compressed_vocab, max_rollback)
-        info = _engram._hasher_info(self._h)
-        self.compressed_vocab = info["compressed_vocab"]
-        self.vocab_size = info["vocab_size"]
-        self.compressed_pad_id = info["compressed_pad_id"]
-        self.multipliers = info["multipliers"]  # [n_layers][max_ngram] int64
-
-    def hash(self, tokens, layer_index=0, global_ids=True):
-        """Ids of a whole sequence starting at tokens[0] for one Engram layer.
-
-        tokens: 1-D integer array of raw token ids (< vocab_size). Returns int64 [T, heads]: global row ids
-        (head_offsets[h] + hash mod p_h) or, with global_ids=False, per-head ids in [0, p_h); a torch tensor
-        for torch input, else a NumPy array.
-        Errors: EngramError invalid_argument (bad layer index, token id >= vocab_size naming its position).
-        """
-        return _like_input(_engram._hash(self._h, _as_numpy(tokens, "tokens"), layer_index, global_ids), tokens)
-
-    def begin_sequence(self):
-        """A fresh Sequence (position 0) for incremental hashing with hash_chunk()."""
-        return _engram._begin_sequence(self._h)
-
-    def resume(self, prefix):
-        """The Sequence after the raw token ids ``prefix`` were consumed (a prefix-cache hit)."""
-        return _engram._resume_sequence(self._h, _as_numpy(prefix, "prefix"))
-
-    def restore(self, snapshot):
-        """The Sequence saved by Sequence.snapshot() (position, tail)."""
-        position, tail = snapshot
-        return _engram._restore_sequence(self._h, position, _np.asarray(tail, dtype=_np.int64))
-
-    def hash_chunk(self, sequence, tokens, global_ids=True):
-        """Hash the next tokens of ``sequence`` (prefill chunk or decode step) for every Engram layer and
-        advance it: int64 [n_layers, T, heads]. Chunks give exactly the ids of hashing the whole sequence.
-        On error the sequence is unchanged. A torch tensor for torch input, else a NumPy array."""
-        return _like_input(_engram._hash_chunk(sequence, _as_numpy(tokens, "tokens"), global_ids), tokens)
 
 
 class Engine:
