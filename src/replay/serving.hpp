@@ -1,4 +1,4 @@
-// Serving replay (`engram replay`, issue 7 §2): requests arrive on the real clock of the replay, a continuous-
+// Serving replay (`engram replay`): requests arrive on the real clock of the replay, a continuous-
 // batching scheduler forms token batches (decode tokens first, then chunked prefill, within a token budget),
 // and every scheduled token's Engram ids are looked up through the real backend's prefetch queue while
 // synthetic layer compute sized by a model shape runs on the main stream.
