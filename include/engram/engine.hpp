@@ -82,6 +82,7 @@ struct TableContent {
   std::string path;
   std::string tensor_names;  // kModel: "WEIGHT,SCALE" with {L} for the layer id; "" = the released names
   int reader_node = -1;      // kModel: pin the shard readers to this NUMA node's CPUs; -1 = not pinned
+  bool drop_page_cache = true;  // checkpoint and kModel: drop the files' pages from the page cache behind the readers
   int threads = 0;  // fill/load threads; 0 = all CPUs (model directories: min(16, CPUs))
   // Load progress (bytes done, bytes total, seconds); called from the loading thread about every 100 ms.
   std::function<void(int64_t, int64_t, double)> on_progress;
@@ -169,10 +170,10 @@ Status cuda_stream_wait(void* consumer, void* producer, int device);
 
 class NgramHasher;  // core/ngram_hash.hpp
 
-// One decode step hashed on the device (Engine::hash_and_prepare).
+// One step hashed on the device (Engine::hash_and_prepare, hash_chunks_and_prepare).
 struct DeviceHashStep {
   double gpu_ns = 0;                      // GPU time: token copy, look-back resets, hash of every layer, advance
-  std::vector<std::vector<int64_t>> ids;  // [layer][requests * heads] global row ids, when read back
+  std::vector<std::vector<int64_t>> ids;  // [layer][tokens * heads] global row ids, when read back
   uint64_t errors = 0;                    // ids the kernel wrote as DEAD for invalid inputs, over all steps
 };
 
@@ -249,16 +250,21 @@ class Engine {
   void* prefetch_stream() const;
   int device() const;
 
-  // CUDA: decode steps hashed on the GPU, so no id is made or copied on the host. enable_device_hashing uploads
-  // the hasher's constants (global row ids) and keeps one look-back row per request on the device, for up to
-  // max_requests requests. hash_and_prepare enqueues on the main stream one step: tokens[r] (host, raw id) is
-  // request r's new token, new_sequence[r] != 0 restarts request r before it; then every layer's ids are hashed and
-  // prepared (prepare_device) and the look-back advances. Call it between begin_step and the first consume, in
-  // place of prepare. last_device_hash: the last step's GPU time (waits for it) and, with_ids, its ids read back
-  // (synchronises). kUnsupported on the cpu backend; kInvalidArgument for a hasher of another layout or
-  // n_requests outside [1, max_requests].
-  Status enable_device_hashing(const NgramHasher& hasher, int max_requests);
+  // CUDA: steps hashed on the GPU, so no id is made or copied on the host. enable_device_hashing uploads the
+  // hasher's constants (global row ids) and keeps max_requests look-back rows on the device, with room for
+  // max_tokens tokens per step (0: max_requests, decode steps only). hash_and_prepare enqueues on the main stream
+  // one decode step: tokens[r] (host, raw id) is request r's new token (look-back row r), new_sequence[r] != 0
+  // restarts request r before it. hash_chunks_and_prepare enqueues one step of chunks (chunked prefill and decode
+  // mixed): chunk c's counts[c] tokens are next in `tokens`, its look-back row is slots[c] (distinct; null: row c),
+  // new_sequence[c] != 0 makes that row DEAD first. Both then hash and prepare (prepare_device) every layer's ids and
+  // advance the look-back. Call them between begin_step and the first consume, in place of prepare.
+  // last_device_hash: the last step's GPU time (waits for it) and, with_ids, its ids read back (synchronises).
+  // kUnsupported on the cpu backend; kInvalidArgument for a hasher of another layout, more requests, chunks or
+  // tokens than enabled, a slot out of range or repeated.
+  Status enable_device_hashing(const NgramHasher& hasher, int max_requests, int64_t max_tokens = 0);
   Status hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests);
+  Status hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
+                                 const uint8_t* new_sequence, int n_chunks);
   Result<DeviceHashStep> last_device_hash(bool with_ids) const;
 
   // Page census of every backing now, at a named point. The censuses the engine took while it was built

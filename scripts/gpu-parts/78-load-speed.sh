@@ -11,16 +11,21 @@
 #                   anon-thp  --backing anon-thp (2 MiB pages whatever shmem_enabled says; single process only)
 #                   nopf      --no-prefault (the readers' first writes allocate, under the new THP advice)
 #                 old and new run twice, alternated.
-#   3. run-*      `engram run --model DIR --backend cuda --steps 4 --json`, memfd and anon-thp: place + load +
+#                   shmem-thp shmem_enabled set to advise for the run (restored after): the memfd's MADV_HUGEPAGE
+#                             advice takes, so the shared table gets 2 MiB pages
+#                   hugetlb   --backing hugetlb from a pool of HUGETLB_PAGES 2 MiB pages (default 18500 = 36.1 GiB,
+#                             set in vm.nr_hugepages for the run, restored after): pre-zeroed pages, shareable
+#   3. run-*      `engram run --model DIR --backend cuda --steps 4 --json`, memfd, anon-thp, shmem-thp and
+#                 hugetlb: place + load +
 #                 register through the engine, which registers while the rows load; its describe's "assembly"
 #                 seconds give each step and the total (total < place + load + register by the overlap).
-# Expected run time on the H200 (16 cores): about 170 s (create 30 s, seven loads 100 s, two runs 40 s).
+# Expected run time on the H200 (16 cores): about 250 s (create 30 s, nine loads 120 s, four runs 80 s).
 # Writes $LOG_DIR/load-speed.json and load-speed.txt (a table: place, load, register, total GB/s; n/a where a
 # figure could not be read) and copies both to $OUT when set. Prints one line per step; exit 0 when all passed.
 set -uo pipefail
 # shellcheck source=common.bash
 source "$(dirname "$0")/common.bash"
-part_setup /tmp/engram-load-speed-part 240
+part_setup /tmp/engram-load-speed-part 330
 MODEL_SIZE=${MODEL_SIZE:-34GiB}
 MODEL_DIR=${MODEL_DIR:-/tmp/engram-hf-model-speed}
 bin=$engram
@@ -52,9 +57,35 @@ step load-anon-thp 20 table load "$MODEL_DIR" --json "${KEEP[@]}" --backing anon
 step load-nopf 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --no-prefault
 # Through the engine: place + load + register (registering while the rows load), then 4 lookup steps.
 step run-memfd 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu --json \
+  --keep-page-cache \
   --timeline none
 step run-anon-thp 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu \
-  --json --timeline none --backing anon-thp
+  --json --timeline none --backing anon-thp --keep-page-cache
+# 2 MiB pages for the shared table: shmem THP by advice, then a hugetlb pool.
+thp=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+thp_was=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "$thp" 2>/dev/null)
+if [ -n "$thp_was" ] && echo advise >"$thp" 2>/dev/null; then
+  echo "load-speed: $thp: $(cat "$thp") (was $thp_was)"
+  step load-shmem-thp 25 table load "$MODEL_DIR" --json "${KEEP[@]}"
+  step run-shmem-thp 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu \
+    --json --timeline none --keep-page-cache
+  echo "$thp_was" >"$thp" 2>/dev/null
+else
+  echo "load-speed: shmem-thp: cannot set $thp to advise (n/a)"
+fi
+HUGETLB_PAGES=${HUGETLB_PAGES:-18500}
+pool_was=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+echo "$HUGETLB_PAGES" >/proc/sys/vm/nr_hugepages 2>/dev/null
+pool=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+echo "load-speed: hugetlb pool $pool of $HUGETLB_PAGES 2 MiB pages asked (was $pool_was)"
+if [ "$pool" -ge "$HUGETLB_PAGES" ]; then
+  step load-hugetlb 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --backing hugetlb
+  step run-hugetlb 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu \
+    --json --timeline none --backing hugetlb --keep-page-cache
+else
+  echo "load-speed: hugetlb: the pool has $pool pages, $HUGETLB_PAGES needed (n/a)"
+fi
+echo "$pool_was" >/proc/sys/vm/nr_hugepages 2>/dev/null
 rm -rf "$MODEL_DIR"
 
 python3 - "$LOG_DIR" <<'PY' || fail=1
@@ -71,7 +102,8 @@ def gbps(b, s):
 def fmt(v, spec="%.2f"):
     return "n/a" if v is None else spec % v
 rows = []
-for name in ["load-old-1", "load-new-1", "load-old-2", "load-new-2", "load-new-4k", "load-anon-thp", "load-nopf"]:
+for name in ["load-old-1", "load-new-1", "load-old-2", "load-new-2", "load-new-4k", "load-anon-thp", "load-nopf",
+             "load-shmem-thp", "load-hugetlb"]:
     j = load(name)
     if j is None:
         rows.append({"run": name, "error": "no JSON"})
@@ -83,7 +115,7 @@ for name in ["load-old-1", "load-new-1", "load-old-2", "load-new-2", "load-new-4
                  "prefault": j.get("prefault_method"), "huge_advice": j.get("huge_advice"),
                  "huge_page_bytes": j.get("huge_page_bytes_after_load"), "mismatched_rows": j.get("mismatched_rows"),
                  "table_options": j.get("table_options"), "backing": j.get("backing")})
-for name in ["run-memfd", "run-anon-thp"]:
+for name in ["run-memfd", "run-anon-thp", "run-shmem-thp", "run-hugetlb"]:
     j = load(name)
     if j is None:
         rows.append({"run": name, "error": "no JSON"})

@@ -44,9 +44,12 @@ class Backend {
   virtual void* main_stream() const { return nullptr; }
   virtual void* prefetch_stream() const { return nullptr; }
   virtual int device() const { return -1; }
-  // Decode-step hashing on the device (Engine::enable_device_hashing); the CPU backend answers kUnsupported.
-  virtual Status enable_device_hashing(const NgramHashParams&, int) { return unsupported(); }
+  // Step hashing on the device (Engine::enable_device_hashing); the CPU backend answers kUnsupported.
+  virtual Status enable_device_hashing(const NgramHashParams&, int, int64_t) { return unsupported(); }
   virtual Status hash_and_prepare(const int64_t*, const uint8_t*, int) { return unsupported(); }
+  virtual Status hash_chunks_and_prepare(const int64_t*, const int32_t*, const int32_t*, const uint8_t*, int) {
+    return unsupported();
+  }
   virtual Result<DeviceHashStep> last_device_hash(bool) const { return unsupported(); }
   // {"backend", device, registration, grid_fraction, fast_path: [per layer], fast_path_note, compute, ...}
   virtual nlohmann::json describe() const = 0;

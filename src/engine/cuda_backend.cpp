@@ -114,8 +114,8 @@ class CudaEngineBackend final : public Backend {
   void* main_stream() const override { return be_->main_stream(); }
   void* prefetch_stream() const override { return be_->queue().prefetch_stream(); }
   int device() const override { return be_->device().ordinal; }
-  Status enable_device_hashing(const NgramHashParams& params, int max_requests) override {
-    ENGRAM_ASSIGN_OR_RETURN(hasher_, cuda::StepHasher::create(params, max_requests, be_->device().ordinal));
+  Status enable_device_hashing(const NgramHashParams& params, int max_requests, int64_t max_tokens) override {
+    ENGRAM_ASSIGN_OR_RETURN(hasher_, cuda::StepHasher::create(params, max_requests, be_->device().ordinal, max_tokens));
     return Status::ok();
   }
   Status hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n) override {
@@ -123,6 +123,15 @@ class CudaEngineBackend final : public Backend {
     cuda::ScopedDevice scope(be_->device().ordinal);
     ENGRAM_RETURN_IF_ERROR(hasher_->hash_decode_step(tokens, new_sequence, n, be_->main_stream()));
     for (int li = 0; li < layers_; ++li) ENGRAM_RETURN_IF_ERROR(be_->prepare_device(li, hasher_->ids(li), n));
+    return Status::ok();
+  }
+  Status hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
+                                 const uint8_t* new_sequence, int n_chunks) override {
+    if (!hasher_) return Status(Code::kInvalidArgument, "hash_chunks_and_prepare: device hashing is not enabled");
+    cuda::ScopedDevice scope(be_->device().ordinal);
+    ENGRAM_RETURN_IF_ERROR(hasher_->hash_step(tokens, counts, slots, new_sequence, n_chunks, be_->main_stream()));
+    const int64_t t = hasher_->last_tokens();
+    for (int li = 0; li < layers_; ++li) ENGRAM_RETURN_IF_ERROR(be_->prepare_device(li, hasher_->ids(li), t));
     return Status::ok();
   }
   Result<DeviceHashStep> last_device_hash(bool with_ids) const override {

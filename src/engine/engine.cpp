@@ -110,6 +110,7 @@ Status write_content(HostTable& table, const TableContent& c) {
       host::LoadOptions lo;
       lo.threads = c.threads;
       lo.display = host::ProgressDisplay::kOff;
+      lo.drop_page_cache = c.drop_page_cache;
       if (c.on_progress) {
         auto fn = c.on_progress;
         lo.on_progress = [fn](const host::CheckpointProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
@@ -121,6 +122,7 @@ Status write_content(HostTable& table, const TableContent& c) {
       host::ModelLoadOptions lo;
       lo.threads = c.threads;
       lo.reader_node = c.reader_node;
+      lo.drop_page_cache = c.drop_page_cache;
       if (c.on_progress) {
         auto fn = c.on_progress;
         lo.on_progress = [fn](const host::TransferProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
@@ -297,16 +299,21 @@ void* Engine::main_stream() const { return impl_->backend ? impl_->backend->main
 void* Engine::prefetch_stream() const { return impl_->backend ? impl_->backend->prefetch_stream() : nullptr; }
 int Engine::device() const { return impl_->backend ? impl_->backend->device() : -1; }
 
-Status Engine::enable_device_hashing(const NgramHasher& hasher, int max_requests) {
+Status Engine::enable_device_hashing(const NgramHasher& hasher, int max_requests, int64_t max_tokens) {
   const EngramLayout& hl = hasher.layout();
   const EngramLayout& tl = layout();
   if (hl.layer_ids != tl.layer_ids || hl.head_rows != tl.head_rows)
     return Status(Code::kInvalidArgument, "device hashing: the hasher's layout " + hl.name +
                                               " has other layers or rows than the table's " + tl.name);
-  return impl_->require_backend().enable_device_hashing(ngram_hash_params(hasher, HashIdKind::kGlobalRow), max_requests);
+  return impl_->require_backend().enable_device_hashing(ngram_hash_params(hasher, HashIdKind::kGlobalRow), max_requests,
+                                                        max_tokens);
 }
 Status Engine::hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests) {
   return impl_->require_backend().hash_and_prepare(tokens, new_sequence, n_requests);
+}
+Status Engine::hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
+                                       const uint8_t* new_sequence, int n_chunks) {
+  return impl_->require_backend().hash_chunks_and_prepare(tokens, counts, slots, new_sequence, n_chunks);
 }
 Result<DeviceHashStep> Engine::last_device_hash(bool with_ids) const {
   return impl_->require_backend().last_device_hash(with_ids);

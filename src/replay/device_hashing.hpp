@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engram/engine.hpp"
 #include "replay/decode_replay.hpp"
 #include "replay/id_source.hpp"
@@ -35,5 +37,17 @@ struct DeviceHashingReport {
 // step with kInternal naming the step, layer, position and both ids.
 Status wire_device_hashing(HashPlace requested, Engine& engine, IdSource& source, const DecodeReplayOptions& base,
                            DecodeReplayOptions& options, const std::shared_ptr<DeviceHashingReport>& report);
+
+// Why `engine` cannot hash a replay's ids on the GPU ("" when it can): not the cuda backend, ids not hashed from
+// tokens (source names them), or on-demand prefetch. The decode and the serving replay ask it alike.
+std::string device_hashing_obstacle(const Engine& engine, bool hashed_from_tokens, const std::string& source,
+                                    PrefetchMode mode);
+// Compares the step's device ids with the host's, id by id, and counts them into `report` (and the GPU time, for a
+// measured step). kInternal naming the step, layer, position and both ids at the first difference.
+Status check_device_ids(int64_t step, const DeviceHashStep& d, const std::vector<std::vector<int64_t>>& host,
+                        bool measured, DeviceHashingReport& report);
+// The report's `hash` block (docs/json.md): place, requested, note, host_source_ns, gpu_step_ns, verified_ids,
+// kernel_errors (the GPU figures null when the CPU hashed).
+nlohmann::json hash_report_json(const DeviceHashingReport& r, const std::string& requested, const Distribution& host);
 
 }  // namespace engram

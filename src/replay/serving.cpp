@@ -290,6 +290,7 @@ nlohmann::json ServingReport::to_json() const {
             {"decode_only_step_ns", dist_json(decode_step_ns)},
             {"step_with_prefill_ns", dist_json(mixed_step_ns)},
             {"main_compute_ns", dist_json(main_compute_ns)},
+            {"host_ids_ns", dist_json(host_ids_ns)},
             {"idle_wait_s", idle_wait_s}}},
           {"lookup",
            {{"rows", rows_looked_up},

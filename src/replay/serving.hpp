@@ -140,6 +140,10 @@ class ServingIdSource {
   virtual void reset() = 0;          // forget every request's state (a new replay)
   virtual int64_t text_tokens() const { return 0; }  // stream length for text offsets (0: none)
   virtual std::string describe() const = 0;
+  // Sources hashed from tokens (real text): the hasher, and out := the raw token ids of positions [pos, pos+n) of
+  // `r`, what a device hasher takes. Others: nullptr and kUnsupported.
+  virtual const NgramHasher* hasher() const { return nullptr; }
+  virtual Status raw_tokens(const ServingRequest& r, int64_t pos, int64_t n, std::vector<int64_t>& out) const;
 };
 // Real text: request r reads tokens [text_offset + pos) of the stream (wrapping), hashed with `hasher`.
 Result<std::unique_ptr<ServingIdSource>> make_text_serving_ids(NgramHasher hasher, TokenFile tokens);
@@ -159,6 +163,18 @@ struct ServingOptions {
   int warmup_steps = 2;        // steps of the first batch run before the clock starts (not measured)
   SchedulerOptions scheduler;  // live mode only
   std::function<double()> clock_ns;  // default steady_clock from the replay's origin
+  // Early mode only. prepare_step replaces the prepare of every Engram layer at the step's start (e.g. the ids
+  // hashed on the device from the chunks' tokens); host_ids are the id source's ids of the step. after_step runs
+  // after the step's end, outside the step's time (e.g. the device ids compared with host_ids); measured is false
+  // for warm-up steps (step < 0).
+  std::function<Status(const ScheduledStep& step, int64_t index, const std::vector<std::vector<int64_t>>& host_ids)>
+      prepare_step;
+  std::function<Status(const ScheduledStep& step, int64_t index, bool measured,
+                       const std::vector<std::vector<int64_t>>& host_ids)>
+      after_step;
+  // The replay's clock stands still while the id source hashes and after_step runs: when the ids the lookups use
+  // come from elsewhere (the device) and the host's serve only as a check, they must not delay the client.
+  bool host_ids_off_clock = false;
 };
 
 struct ServingReport {
@@ -177,6 +193,7 @@ struct ServingReport {
   int64_t steps = 0, scheduled_tokens = 0, prefill_tokens = 0, decode_tokens = 0;
   Distribution step_ns, decode_step_ns, mixed_step_ns;  // all steps; decode-only; steps with prefill
   Distribution main_compute_ns;        // step time minus measured consumer waits (per step)
+  Distribution host_ids_ns;            // the id source's time per step (host hashing; before the step's clock)
   Distribution lookup_ns, exposed_wait_ns, measured_wait_ns, queue_ns;  // per lookup
   double idle_wait_s = 0;              // time the engine waited for arrivals
   int64_t rows_looked_up = 0;

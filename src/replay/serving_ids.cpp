@@ -11,6 +11,10 @@
 
 namespace engram {
 
+Status ServingIdSource::raw_tokens(const ServingRequest&, int64_t, int64_t, std::vector<int64_t>&) const {
+  return Status(Code::kUnsupported, "serving ids: " + describe() + " are not hashed from tokens");
+}
+
 namespace {
 
 class TextServingIds final : public ServingIdSource {
@@ -24,9 +28,7 @@ class TextServingIds final : public ServingIdSource {
       return Status(Code::kInvalidArgument, "serving ids: request " + std::to_string(r.id) + " chunk at position " +
                                                 std::to_string(pos) + " but its sequence is at " +
                                                 std::to_string(it->second.position()) + " (chunks out of order)");
-    const auto N = static_cast<int64_t>(tokens_.ids.size());
-    tok_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) tok_[static_cast<size_t>(i)] = tokens_.ids[static_cast<size_t>((r.text_offset + pos + i) % N)];
+    ENGRAM_RETURN_IF_ERROR(raw_tokens(r, pos, n, tok_));
     const size_t heads = static_cast<size_t>(L.heads());
     buf_.resize(static_cast<size_t>(L.n_layers()) * static_cast<size_t>(n) * heads);
     ENGRAM_RETURN_IF_ERROR(hasher_.hash_chunk(it->second, tok_, buf_));
@@ -39,6 +41,14 @@ class TextServingIds final : public ServingIdSource {
   }
   void reset() override { states_.clear(); }
   int64_t text_tokens() const override { return static_cast<int64_t>(tokens_.ids.size()); }
+  const NgramHasher* hasher() const override { return &hasher_; }
+  Status raw_tokens(const ServingRequest& r, int64_t pos, int64_t n, std::vector<int64_t>& out) const override {
+    if (pos < 0 || n < 0) return Status(Code::kInvalidArgument, "serving ids: negative position or count");
+    const auto N = static_cast<int64_t>(tokens_.ids.size());
+    out.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = tokens_.ids[static_cast<size_t>((r.text_offset + pos + i) % N)];
+    return Status::ok();
+  }
   std::string describe() const override {
     return "text(" + tokens_.path + ": " + std::to_string(tokens_.ids.size()) + " tokens, " + tokens_.tokenizer +
            ", V'=" + std::to_string(hasher_.compressed_vocab()) + ")";

@@ -38,12 +38,15 @@ class Executor {
 
   Status validate() const {
     if (opt_.model.layers < 1) return Status(Code::kInvalidArgument, "serving: model shape has no layers");
+    if (opt_.prepare_step && opt_.mode != PrefetchMode::kEarly)
+      return Status(Code::kInvalidArgument, "serving: a step's own prepare needs early prefetch");
     if (!(opt_.rates.unit_us > 0) || !(opt_.rates.tflops > 0) || !(opt_.rates.weight_gbps > 0))
       return Status(Code::kInvalidArgument, "serving: compute rates and unit must be > 0");
     return Status::ok();
   }
 
   void start_clock() {
+    paused_ns_ = 0;
     if (opt_.clock_ns) {
       clock_ = opt_.clock_ns;
     } else {
@@ -51,7 +54,15 @@ class Executor {
       clock_ = [origin] { return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - origin).count(); };
     }
   }
-  double now() const { return clock_(); }
+  double now() const { return clock_() - paused_ns_; }
+  // Runs f with the replay's clock stopped (ServingOptions::host_ids_off_clock).
+  template <typename F>
+  Status off_clock(F&& f) {
+    const double t0 = clock_();
+    Status st = f();
+    paused_ns_ += clock_() - t0;
+    return st;
+  }
 
   void wait_until(double t_ns) {
     double n = now();
@@ -84,14 +95,23 @@ class Executor {
   Status run_step(const ScheduledStep& st, int64_t step, double* end_ns, bool measure = true) {
     for (auto& v : ids_buf_) v.clear();
     ids_buf_.resize(static_cast<size_t>(layout_.n_layers()));
-    for (const auto& c : st.chunks) ENGRAM_RETURN_IF_ERROR(ids_.append(reqs_[static_cast<size_t>(c.request)], c.pos, c.tokens, ids_buf_));
+    auto host_ids = [&]() -> Status {
+      for (const auto& c : st.chunks) ENGRAM_RETURN_IF_ERROR(ids_.append(reqs_[static_cast<size_t>(c.request)], c.pos, c.tokens, ids_buf_));
+      return Status::ok();
+    };
+    const double h0 = clock_();
+    ENGRAM_RETURN_IF_ERROR(opt_.host_ids_off_clock ? off_clock(host_ids) : host_ids());
+    const double host_ids_ns = clock_() - h0;
     const int64_t T = st.tokens();
     const int units = units_for_layer(opt_.model, opt_.rates, T);
     const size_t mark = queue_.timeline().rows().size();
     const double t0 = now();
     queue_.begin_step(step);
-    if (opt_.mode == PrefetchMode::kEarly)
+    if (opt_.mode == PrefetchMode::kEarly && opt_.prepare_step) {
+      ENGRAM_RETURN_IF_ERROR(opt_.prepare_step(st, step, ids_buf_));
+    } else if (opt_.mode == PrefetchMode::kEarly) {
       for (int li = 0; li < layout_.n_layers(); ++li) ENGRAM_RETURN_IF_ERROR(queue_.prepare(li, ids_buf_[static_cast<size_t>(li)].data(), T));
+    }
     for (int layer = 0; layer < model_layers_; ++layer) {
       const int li = engram_index_[static_cast<size_t>(layer)];
       if (li >= 0) {
@@ -104,6 +124,10 @@ class Executor {
     ENGRAM_RETURN_IF_ERROR(queue_.end_step());
     const double t1 = now();
     *end_ns = t1;
+    if (opt_.after_step) {
+      auto after = [&] { return opt_.after_step(st, step, measure, ids_buf_); };
+      ENGRAM_RETURN_IF_ERROR(opt_.host_ids_off_clock ? off_clock(after) : after());
+    }
     if (!measure) return Status::ok();
     const double step_ns = t1 - t0;
     double waits = 0;
@@ -119,6 +143,7 @@ class Executor {
       rows_ += t.rows;
     }
     step_samples_.push_back(step_ns);
+    host_ids_.push_back(host_ids_ns);
     main_compute_.push_back(step_ns - waits);
     bool has_prefill = false;
     for (const auto& c : st.chunks) {
@@ -200,6 +225,7 @@ class Executor {
     rep.decode_step_ns = Distribution::of(decode_steps_);
     rep.mixed_step_ns = Distribution::of(mixed_steps_);
     rep.main_compute_ns = Distribution::of(main_compute_);
+    rep.host_ids_ns = Distribution::of(host_ids_);
     rep.lookup_ns = Distribution::of(lookup_);
     rep.exposed_wait_ns = Distribution::of(exposed_);
     rep.measured_wait_ns = Distribution::of(measured_wait_);
@@ -220,10 +246,12 @@ class Executor {
   LayerCompute& compute_;
   const ServingOptions& opt_;
   std::function<double()> clock_;
+  double paused_ns_ = 0;  // clock time spent off the replay's clock
   int model_layers_ = 0;
   std::vector<int> engram_index_;
   std::vector<std::vector<int64_t>> ids_buf_;
   std::vector<ReqState> state_;
+  std::vector<double> host_ids_;  // id source time per measured step
   std::vector<double> step_samples_, decode_steps_, mixed_steps_, main_compute_, lookup_, exposed_, measured_wait_, queue_ns_;
   double lookup_busy_ns_ = 0, idle_ns_ = 0;
   int64_t rows_ = 0, steps_ = 0, prefill_tokens_ = 0, decode_tokens_ = 0;

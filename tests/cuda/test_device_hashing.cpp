@@ -1,17 +1,23 @@
-// Decode steps hashed on the GPU through the engine (Engine::enable_device_hashing / hash_and_prepare): over a
-// random token stream with short documents and sequence cuts, every step's device ids equal the CPU hasher's ids of
-// the same step (TextIdSource), and the staging the queue fills from them equals the scalar reference lookup of the
-// CPU ids, into poisoned buffers; the whole decode replay with the hashing wired in (wire_device_hashing) verifies
-// every id itself. Skips with the reason without a GPU.
+// Steps hashed on the GPU through the engine: decode steps (hash_and_prepare) over a random token stream with
+// short documents and sequence cuts give the CPU hasher's ids of the same step (TextIdSource); steps of random
+// chunks (hash_chunks_and_prepare: chunked prefill and decode mixed, random look-back slots, restarts, empty
+// chunks) give the batch reference's ids from look-back rows kept on the host; in both, the staging the queue
+// fills from the device ids equals the scalar reference lookup of the CPU ids, into poisoned buffers. The decode
+// and the serving replay with the hashing wired in verify every id themselves. Skips with the reason without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <optional>
 #include <random>
 
+#include "core/hash_batch.hpp"
 #include "core/ngram_hash.hpp"
 #include "cuda_test_support.hpp"
 #include "replay/decode_replay.hpp"
 #include "replay/device_hashing.hpp"
+#include "replay/serving_hashing.hpp"
+#include "replay/serving.hpp"
 #include "replay/text_id_source.hpp"
 #include "sched/prefetch_queue.hpp"
 #include "support/conformance.hpp"
@@ -30,6 +36,18 @@ TokenFile random_documents(std::mt19937_64& rng, int docs, int64_t vocab) {
 }
 
 using testing::to_host;
+
+// The staging of each layer (tokens x heads x d bf16, on the device) equals the scalar reference lookup of `ids`.
+void expect_staging_matches(Engine& engine, const std::vector<const uint16_t*>& staging,
+                            const std::vector<std::vector<int64_t>>& ids, int64_t tokens, const std::string& where) {
+  const EngramLayout& layout = engine.table().layout();
+  const size_t per_token = static_cast<size_t>(layout.heads() * layout.d);
+  for (int li = 0; li < layout.n_layers(); ++li) {
+    const auto got = to_host(staging[static_cast<size_t>(li)], static_cast<size_t>(tokens) * per_token);
+    EXPECT_EQ(test::first_reference_mismatch(engine.table().view(li), ids[static_cast<size_t>(li)], got.data()), -1)
+        << where << " layer " << li;
+  }
+}
 
 TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
   ENGRAM_REQUIRE_GPU();
@@ -55,7 +73,6 @@ TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
   EXPECT_EQ(engine.hash_and_prepare(nullptr, nullptr, batch + 1).code(), Code::kInvalidArgument);
 
   PrefetchQueue& q = engine.queue();
-  const size_t per_token = static_cast<size_t>(layout.heads() * layout.d);
   std::vector<std::vector<int64_t>> ids;
   for (int64_t step = 0; step < 120; ++step) {
     ASSERT_TRUE((*src)->next_step(step, batch, ids).is_ok());
@@ -74,13 +91,8 @@ TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
     EXPECT_GT(d->gpu_ns, 0);
     EXPECT_EQ(d->errors, 0u);
     ASSERT_EQ(d->ids, ids) << "seed " << seed << " step " << step << " batch " << batch;
-    if (step % 10 == 0) {
-      for (int li = 0; li < layout.n_layers(); ++li) {
-        const auto got = to_host(staging[static_cast<size_t>(li)], static_cast<size_t>(batch) * per_token);
-        EXPECT_EQ(test::first_reference_mismatch(engine.table().view(li), ids[static_cast<size_t>(li)], got.data()), -1)
-            << "seed " << seed << " step " << step << " layer " << li;
-      }
-    }
+    if (step % 10 == 0)
+      expect_staging_matches(engine, staging, ids, batch, "seed " + std::to_string(seed) + " step " + std::to_string(step));
   }
 }
 
@@ -111,6 +123,139 @@ TEST(CudaDeviceHashing, ReplayWiredOnTheGpuVerifiesEveryId) {
   EXPECT_EQ(report->verified_ids, int64_t{22} * 32 * layout.heads() * layout.n_layers());
   EXPECT_EQ(report->gpu_ns.size(), 20u);
   EXPECT_EQ(rep->rows_looked_up, int64_t{20} * 32 * layout.heads() * layout.n_layers());
+}
+
+TEST(CudaDeviceHashing, ChunkedStepsEqualTheBatchReference) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = test::conformance_seed();
+  std::mt19937_64 rng(seed);
+  const EngramLayout layout = test::conformance_layout(RowFormat::kFused);
+  const int64_t vocab = 4000;
+  auto hasher = NgramHasher::create(layout, random_table(rng, vocab, 0.6), NgramHashOptions{.seed = static_cast<int64_t>(rng() % 1000)});
+  ASSERT_TRUE(hasher.is_ok()) << hasher.status().to_string();
+  const int slots = 2 + static_cast<int>(rng() % 30);
+  const int64_t max_tokens = 64 + static_cast<int64_t>(rng() % 400);
+  test::ConformanceCase c;
+  c.backend = BackendKind::kCuda;
+  EngineOptions o = test::conformance_options(c, max_tokens);
+  o.device = 0;
+  auto e = Engine::create_local(layout, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  Engine& engine = **e;
+  test::randomize_table(engine.table(), rng);
+  ASSERT_TRUE(engine.enable_device_hashing(*hasher, slots, max_tokens).is_ok());
+  const int window = layout.max_ngram - 1;
+  const int heads = layout.heads();
+  std::vector<int64_t> lookback(static_cast<size_t>(slots * window), kDeadToken);
+  {  // refused before anything is enqueued: a slot twice, too many tokens
+    const int64_t t[2] = {1, 2};
+    const int32_t n1[2] = {1, 1}, same[2] = {0, 0}, big[1] = {static_cast<int32_t>(max_tokens + 1)};
+    EXPECT_EQ(engine.hash_chunks_and_prepare(t, n1, same, nullptr, 2).code(), Code::kInvalidArgument);
+    EXPECT_EQ(engine.hash_chunks_and_prepare(t, big, nullptr, nullptr, 1).code(), Code::kInvalidArgument);
+  }
+  PrefetchQueue& q = engine.queue();
+  std::vector<int32_t> perm(static_cast<size_t>(slots));
+  for (int64_t step = 0; step < 80; ++step) {
+    const int n = 1 + static_cast<int>(rng() % static_cast<uint64_t>(slots));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> slot(perm.begin(), perm.begin() + n), counts(static_cast<size_t>(n)), qsl(1, 0);
+    std::vector<uint8_t> fresh(static_cast<size_t>(n));
+    int64_t left = max_tokens;
+    for (int i = 0; i < n; ++i) {
+      const int64_t most = std::min<int64_t>(left, rng() % 4 == 0 ? 1 : 50);  // decode tokens, prefill chunks
+      counts[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % static_cast<uint64_t>(most + 1));
+      left -= counts[static_cast<size_t>(i)];
+      qsl.push_back(qsl.back() + counts[static_cast<size_t>(i)]);
+      fresh[static_cast<size_t>(i)] = rng() % 5 == 0;
+      if (fresh[static_cast<size_t>(i)]) std::fill_n(lookback.begin() + slot[static_cast<size_t>(i)] * window, window, kDeadToken);
+    }
+    const int64_t total = qsl.back();
+    const std::vector<int64_t> tokens = testing::random_tokens(rng, static_cast<size_t>(std::max<int64_t>(total, 1)), vocab);
+    HashBatch b;
+    b.n_requests = n;
+    b.max_tokens = max_tokens;
+    b.query_start_loc = qsl.data();
+    b.tokens = tokens.data();
+    b.lookback = lookback.data();
+    b.lookback_rows = slots;
+    b.lookback_slot = slot.data();
+    std::vector<int64_t> out(static_cast<size_t>(layout.n_layers() * max_tokens * heads), -7);
+    ASSERT_TRUE(hash_batch_reference(*hasher, b, HashIdKind::kGlobalRow, out.data()).is_ok());
+    std::vector<std::vector<int64_t>> want(static_cast<size_t>(layout.n_layers()));
+    for (int l = 0; l < layout.n_layers(); ++l)
+      want[static_cast<size_t>(l)].assign(out.begin() + l * max_tokens * heads, out.begin() + l * max_tokens * heads + total * heads);
+    ASSERT_TRUE(update_lookback_reference(window, b, nullptr, lookback.data()).is_ok());
+
+    q.begin_step(step);
+    ASSERT_TRUE(engine.hash_chunks_and_prepare(tokens.data(), counts.data(), slot.data(), fresh.data(), n).is_ok());
+    std::vector<const uint16_t*> staging;
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      auto s = q.consume(li);
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      staging.push_back(s->data);
+    }
+    ASSERT_TRUE(q.end_step().is_ok());
+    auto d = engine.last_device_hash(true);
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    EXPECT_EQ(d->errors, 0u);
+    ASSERT_EQ(d->ids, want) << "seed " << seed << " step " << step << " chunks " << n << " tokens " << total;
+    if (step % 8 == 0 && total > 0)
+      expect_staging_matches(engine, staging, want, total, "seed " + std::to_string(seed) + " step " + std::to_string(step));
+  }
+}
+
+TEST(CudaDeviceHashing, ServingReplayWiredOnTheGpuVerifiesEveryId) {
+  ENGRAM_REQUIRE_GPU();
+  std::mt19937_64 rng(test::conformance_seed());
+  const EngramLayout layout = test::conformance_layout(RowFormat::kSplit);
+  auto hasher = NgramHasher::create(layout, random_table(rng, 3000, 0.67), NgramHashOptions{.seed = 5});
+  ASSERT_TRUE(hasher.is_ok());
+  auto ids = make_text_serving_ids(*hasher, random_documents(rng, 30, 3000));
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  test::ConformanceCase c;
+  c.backend = BackendKind::kCuda;
+  EngineOptions o = test::conformance_options(c, 64);
+  o.device = 0;
+  auto e = Engine::create_local(layout, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  WorkloadOptions w;
+  w.rate_rps = 4000;
+  w.n_requests = 16;
+  w.seed = rng();
+  w.prompt = *LengthDist::parse("uniform:1-80");
+  w.output = *LengthDist::parse("uniform:1-9");
+  auto reqs = make_requests(w, (*ids)->text_tokens());
+  ASSERT_TRUE(reqs.is_ok());
+  ServingOptions base;
+  base.model = *ModelShape::preset("tiny");
+  base.rates = {400, 4000, 5};
+  base.scheduler = {64, 24, 6, 64};
+  const int64_t per_token = static_cast<int64_t>(layout.heads()) * layout.n_layers();
+  const int64_t warm = std::min<int64_t>({(*reqs)[0].prompt_tokens, 24, 64}) * base.warmup_steps;
+  ServingSchedule sched;
+  {
+    ServingOptions wired;
+    auto report = std::make_shared<DeviceHashingReport>();
+    ASSERT_TRUE(wire_serving_device_hashing(HashPlace::kAuto, **e, **ids, *reqs, 6, 64, base, wired, report).is_ok());
+    ASSERT_EQ(report->used, HashPlace::kGpu) << report->note;
+    auto rep = run_serving_live(layout, *reqs, **ids, (*e)->queue(), (*e)->compute(), wired, &sched);
+    ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+    EXPECT_EQ(rep->completed, 16);
+    EXPECT_EQ(report->verified_ids, (rep->scheduled_tokens + warm) * per_token);
+    EXPECT_EQ(report->gpu_ns.size(), static_cast<size_t>(rep->steps));
+    EXPECT_EQ(report->kernel_errors, 0u);
+  }
+  // The recorded batches again, on a fresh look-back (the engine's hasher is rebuilt for the schedule's needs).
+  (*ids)->reset();
+  ServingOptions wired;
+  auto report = std::make_shared<DeviceHashingReport>();
+  ASSERT_TRUE(wire_serving_device_hashing(HashPlace::kGpu, **e, **ids, sched.requests, serving_slots_needed(sched),
+                                          std::max<int64_t>(serving_max_step_tokens(sched), 64), base, wired, report)
+                  .is_ok());
+  auto rep = run_serving_recorded(layout, sched, **ids, (*e)->queue(), (*e)->compute(), wired);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+  EXPECT_EQ(report->verified_ids, (rep->scheduled_tokens + warm) * per_token);
 }
 
 }  // namespace

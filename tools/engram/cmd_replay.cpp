@@ -4,12 +4,14 @@
 // backend's prefetch queue; synthetic layer compute is sized by --model. Reports TTFT, ITL, goodput, rejection
 // (client side) and step time, lookup and wait (engine side, separately). --record saves the token batches;
 // --batches replays a recorded file, so that two configurations compare the same batches.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
 #include "host/conditions.hpp"
+#include "replay/serving_hashing.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
 #include "sys/process.hpp"
@@ -20,6 +22,7 @@ namespace {
 struct ReplayArgs {
   ServingArgs s;
   std::string prefetch = "early";
+  std::string hash = "auto";  // where real-text ids are hashed: auto | cpu | gpu
   std::string record, batches, timeline = "none";
   bool timeline_absolute = false;
   bool json = false;
@@ -52,11 +55,27 @@ int replay(const ReplayArgs& a) {
   auto rig = Engine::create_local(s.layout, s.engine);
   if (!rig.is_ok()) return report_failure("replay", rig.status());
   Engine& engine = **rig;
+  auto hash_place = parse_hash_place(a.hash);
+  if (!hash_place.is_ok()) return report_failure("replay", hash_place.status().with_context("--hash"));
+  // The device keeps a look-back slot per request in flight and room for the largest step (the warm-up's chunk
+  // fits the token budget).
+  const SchedulerOptions& so = s.serving.scheduler;
+  const int max_requests = from_file ? serving_slots_needed(recorded) : so.max_running;
+  const int64_t max_tokens = from_file ? std::max(serving_max_step_tokens(recorded), so.token_budget) : so.token_budget;
+  auto hashing = std::make_shared<DeviceHashingReport>();
+  ServingOptions wired;
+  if (Status st = wire_serving_device_hashing(*hash_place, engine, **ids, from_file ? recorded.requests : s.requests,
+                                              max_requests, max_tokens, s.serving, wired, hashing);
+      !st.is_ok())
+    return report_failure("replay", st.with_context("--hash"));
+  if (!hashing->note.empty() && *hash_place == HashPlace::kAuto && engine.backend() == BackendKind::kCuda)
+    say(hashing->note);
   say(std::string(from_file ? "replaying " + std::to_string(recorded.steps.size()) + " recorded steps" :
-                              "serving " + std::to_string(s.requests.size()) + " requests live") + " ...");
+                              "serving " + std::to_string(s.requests.size()) + " requests live") +
+      (hashing->used == HashPlace::kGpu ? ", ids hashed on the GPU and verified against the CPU hasher" : "") + " ...");
   Result<ServingReport> rep = from_file
-      ? run_serving_recorded(s.layout, recorded, **ids, engine.queue(), engine.compute(), s.serving)
-      : run_serving_live(s.layout, s.requests, **ids, engine.queue(), engine.compute(), s.serving, &recorded);
+      ? run_serving_recorded(s.layout, recorded, **ids, engine.queue(), engine.compute(), wired)
+      : run_serving_live(s.layout, s.requests, **ids, engine.queue(), engine.compute(), wired, &recorded);
   if (!rep.is_ok()) return report_failure("replay", rep.status());
   if (!a.record.empty()) {
     Status st = recorded.save(a.record);
@@ -102,6 +121,7 @@ int replay(const ReplayArgs& a) {
                  {"prefill_chunk", a.s.prefill_chunk},
                  {"slo_ttft_ms", a.s.slo_ttft_ms},
                  {"slo_itl_ms", a.s.slo_itl_ms}};
+  j["hash"] = hash_report_json(*hashing, a.hash, r.host_ids_ns);
   j["record"] = a.record.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.record);
   j["timeline"] = a.timeline == "none" ? nlohmann::json(nullptr) : nlohmann::json(a.timeline);
   if (a.json) {
@@ -139,6 +159,18 @@ int replay(const ReplayArgs& a) {
   std::printf("Lookup    %lld rows, %s rows/s; L %s us; queue %s us; exposed wait E %s us (p50/p95/p99)\n",
               static_cast<long long>(r.rows_looked_up), fmt_num(r.rows_per_s / 1e6, "%.2f M").c_str(), us3(r.lookup_ns).c_str(),
               us3(r.queue_ns).c_str(), us3(r.exposed_wait_ns).c_str());
+  if (hashing->used == HashPlace::kGpu) {
+    const Distribution g = Distribution::of(hashing->gpu_ns);
+    std::printf("Hash      GPU %s us/step median (p95 %s; staging copy, hash, look-back), %lld ids verified against the "
+                "CPU hasher; host hash for the check %s us/step, off the replay's clock\n",
+                fmt_num(g.median / 1e3, "%.1f").c_str(), fmt_num(g.p95 / 1e3, "%.1f").c_str(),
+                static_cast<long long>(hashing->verified_ids), fmt_num(r.host_ids_ns.median / 1e3, "%.1f").c_str());
+  } else {
+    std::printf("Hash      host %s us/step median (id source, before each step: on the client clock, not in the step "
+                "time)%s\n",
+                fmt_num(r.host_ids_ns.median / 1e3, "%.1f").c_str(),
+                hashing->note.empty() || engine.backend() != BackendKind::kCuda ? "" : ("; " + hashing->note).c_str());
+  }
   if (!a.record.empty()) std::printf("Recorded  token batches in %s (replay them with --batches)\n", a.record.c_str());
   if (a.timeline != "none") std::printf("Timeline  %s (engram trace analyze %s)\n", a.timeline.c_str(), a.timeline.c_str());
   return 0;
@@ -149,6 +181,11 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   add_serving_options(sub, a->s);
   sub.add_option("--prefetch", a->prefetch, "early (default: submit at step start) or on_demand (at the consuming layer)")
       ->check(CLI::IsMember({"early", "on_demand"}));
+  sub.add_option("--hash", a->hash,
+                 "Where real-text ids are hashed: auto (default: the GPU on the cuda backend with early prefetch, else "
+                 "the CPU), cpu, or gpu (each step's chunks hashed on the device; every id is checked against the CPU "
+                 "hasher after its step, off the replay's clock)")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   sub.add_option("--record", a->record, "Write the token batches the scheduler formed to this JSON file");
   sub.add_option("--batches", a->batches, "Replay a recorded batches file instead of scheduling live (same batches for A/B)");
   sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze");

@@ -49,6 +49,7 @@ struct RunArgs {
   std::string checkpoint;    // load the table from this safetensors file instead of synthesising it
   std::string model;         // ... or from this Hugging Face model directory
   std::string tensor_names;  // model: "WEIGHT,SCALE" ("" = the released names)
+  bool keep_page_cache = false;  // --checkpoint / --model: leave the files' pages in the page cache
   std::string hash = "auto";  // where real-text ids are hashed: auto | cpu | gpu
   double zipf_alpha = 1.0;
   std::string timeline = default_output_path("engram-run.trace.json");
@@ -118,6 +119,10 @@ int run(const RunArgs& a) {
   if (Status st = check_table_size_applies(a); !st.is_ok()) return report_failure("run", st);
   if (a.ranks > 1 && !a.switch_tokens.empty())
     return report_failure("run", Status(Code::kInvalidArgument, "--switch-tokens: the ranks of --ranks replay one text"));
+  if (a.keep_page_cache && a.model.empty() && a.checkpoint.empty())
+    return report_failure("run", Status(Code::kInvalidArgument, "--keep-page-cache: needs --checkpoint or --model"));
+  if (a.keep_page_cache && a.ranks > 1)
+    return report_failure("run", Status(Code::kInvalidArgument, "--keep-page-cache: the shared group's leader loads for --ranks"));
   if (a.ranks > 1 && a.hash == "gpu")
     return report_failure("run", Status(Code::kInvalidArgument, "--hash gpu: the ranks of --ranks hash on the CPU"));
   if (a.ranks > 1) {
@@ -130,8 +135,9 @@ int run(const RunArgs& a) {
   }
   auto fmt = parse_row_format(a.row_layout);
   if (!fmt.is_ok()) return report_failure("run", fmt.status().with_context("--row-layout"));
-  const TableContent content = !a.model.empty() ? TableContent::model(a.model, a.tensor_names)
-                                                 : TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
+  TableContent content = !a.model.empty() ? TableContent::model(a.model, a.tensor_names)
+                                           : TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
+  content.drop_page_cache = !a.keep_page_cache;
   Result<EngramLayout> layout = Status(Code::kInternal, "layout not set");
   if (content.kind != TableContent::Kind::kSynthetic) {
     layout = content_layout(content, *fmt);
@@ -266,13 +272,7 @@ int run(const RunArgs& a) {
                    {"cache_note", details.contains("cache_note") ? details["cache_note"] : nlohmann::json(nullptr)}};
   add_replay_json(r, j);
   const Distribution gpu_hash = Distribution::of(hashing->gpu_ns);
-  j["hash"] = {{"place", hash_place_name(hashing->used)},
-               {"requested", a.hash},
-               {"note", hashing->note.empty() ? nlohmann::json(nullptr) : nlohmann::json(hashing->note)},
-               {"host_source_ns", dist_json(r.host_ids_ns)},
-               {"gpu_step_ns", hashing->used == HashPlace::kGpu ? dist_json(gpu_hash) : nlohmann::json(nullptr)},
-               {"verified_ids", hashing->used == HashPlace::kGpu ? nlohmann::json(hashing->verified_ids) : nlohmann::json(nullptr)},
-               {"kernel_errors", hashing->used == HashPlace::kGpu ? nlohmann::json(hashing->kernel_errors) : nlohmann::json(nullptr)}};
+  j["hash"] = hash_report_json(*hashing, a.hash, r.host_ids_ns);
   // N-gram statistics of real-text ids (per layer and order, averaged over the order's heads).
   if (auto* text = dynamic_cast<TextIdSource*>(source.get())) {
     const NgramStats st = text->stats(10);
@@ -419,7 +419,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
                  "layers.{L}.engram.embed.weight,layers.{L}.engram.embed.scale)")
       ->needs(model);
-  add_table_memory_options(sub, a->engine);
+  sub.add_flag("--keep-page-cache", a->keep_page_cache,
+               "With --checkpoint or --model: leave the files' pages in the page cache (by default the readers "
+               "drop them behind them, so loading does not evict the rest of memory)");
   add_tp_options(sub, a->engine.tp);
   sub.add_option("--ranks", a->ranks,
                  "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "

@@ -46,7 +46,13 @@ TEST(ReplayCli, LiveRunReportsClientAndEngineMetricsAndRecordsBatches) {
   EXPECT_NEAR(c["output_throughput"].get<double>(), 3 * c["request_throughput"].get<double>(),
               1e-9 * c["output_throughput"].get<double>());
   EXPECT_TRUE(j["engine"]["step_ns"]["median"].is_number());
+  EXPECT_TRUE(j["engine"]["host_ids_ns"]["median"].is_number());
   EXPECT_GT(j["lookup"]["rows"].get<int64_t>(), 0);
+  // The cpu backend hashes on the host: auto says so, the GPU figures are null.
+  EXPECT_EQ(j["hash"]["place"], "cpu");
+  EXPECT_EQ(j["hash"]["requested"], "auto");
+  EXPECT_TRUE(j["hash"]["gpu_step_ns"].is_null());
+  EXPECT_TRUE(j["hash"]["verified_ids"].is_null());
   ASSERT_TRUE(std::filesystem::exists(rec));
   auto again = engram::testing::run_engram("replay" + kTiny + " --batches " + rec + " --prefetch on_demand --json");
   ASSERT_EQ(again.code, 0) << again.out;
@@ -96,6 +102,15 @@ TEST(ReplayCli, ExperimentWhoseArmsDoNotDifferHereIsRefusedWithTheReason) {
 TEST(ReplayCli, BadLengthIsABadArgument) {
   auto r = engram::testing::run_engram("replay" + kTiny + " --prompt gamma:3", engram::testing::CliStderr::kMerge);
   EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST(ReplayCli, GpuHashingThatCannotApplyIsABadArgument) {
+  // Zipf ids are not hashed from tokens, and the cpu backend hashes on the host: --hash gpu names why, exit 2.
+  auto r = engram::testing::run_engram("replay" + kTiny + " --hash gpu", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("GPU hashing: the cpu backend hashes on the host"), std::string::npos) << r.out;
+  auto bad = engram::testing::run_engram("replay" + kTiny + " --hash tpu", engram::testing::CliStderr::kMerge);
+  EXPECT_EQ(bad.code, 2) << bad.out;
 }
 
 }  // namespace
