@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU part: DP ranks sharing ONE host table on the GPU machine (issue #4's CUDA ranks; what issue #11 can
-# do with one GPU). `engram topo` of the machine, then `engram run --ranks N --backend cuda` for N = 1, 2, 4
+# GPU part: DP ranks sharing ONE host table on the GPU machine (the CUDA ranks on one GPU; the multi-GPU
+# part is 60). `engram topo` of the machine, then `engram run --ranks N --backend cuda` for N = 1, 2, 4
 # ranks on the one GPU (rank r on device r % visible GPUs), same per-rank batch, on an 8 GiB shared table
 # with real-text ids: per-rank lookup rows/s and step time vs the aggregate as ranks are added.
 # Env from scripts/gpu-check: BUILD, LOG_DIR, PART_BUDGET_S.

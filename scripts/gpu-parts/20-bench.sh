@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU part "bench" (called by scripts/gpu-check on the H200 machine with BUILD, LOG_DIR, PART_BUDGET_S): the
-# `engram bench` suite of issue 6 at real sizes, each step with --json-out and --plot into $LOG_DIR:
+# `engram bench` suite at real sizes, each step with --json-out and --plot into $LOG_DIR:
 #   1. copy      1 GiB H2D/D2H: pinned, pageable, registered shm; CE vs SM; overlap; single vs double staging
 #   2. lookup    headline: 32 GiB table, fused and split, uniform/zipf/text ids, decode 1..512 and prefill
 #                2048..16384 tokens, cuda lookup (grid 1.0 and 0.5) vs plain gather, host-dma

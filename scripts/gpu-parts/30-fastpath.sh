@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU part "fastpath" (issue #8): the fast-path CUDA tests (dedup, cache, host gather, hybrid, planner hook: bit for
+# GPU part "fastpath": the fast-path CUDA tests (dedup, cache, host gather, hybrid, planner hook: bit for
 # bit vs the reference) and the technique sections of `engram bench lookup` on a 32 GiB V4.1-Flash-row table (d = 256,
 # fused) with real-text ids, Zipf(1) and uniform ids. Real text: held-out when the corpus of scripts/tokenize-corpus
 # was carried (CORPUS_DIR, default build/data/corpus: corpus-{train,test}.tokens; cache profile of train, measured

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU part 35 (issue #8, engine side): the engine's GPU hot-row cache in `engram run` and `engram replay`.
+# GPU part 35: the engine's GPU hot-row cache in `engram run` and `engram replay`.
 #  1. cuda_test_engine_cache: cache on (warm-up window, profile; fp8 and bf16; online updates and a map rebuild)
 #     is bit-identical to the fast path off and to the CPU reference, staging poisoned between steps.
 #  2. engram run on real text (v41-flash-mini, 8 GiB, memfd, fused; batch 64 decode, 8 warm-up + 64 steps) four

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU part 50 (issue 7): B1 and B2 experiments for a V4.1-Flash-shaped serving replay on the cuda backend, in two
+# GPU part 50: B1 and B2 experiments for a V4.1-Flash-shaped serving replay on the cuda backend, in two
 # mixes (decode-heavy, prefill-heavy), plus `engram trace analyze` (with the lanes PNG) of one replay.
 #
 # Table: v41-flash-mini at 1 GiB (memfd, fused rows): each arm re-creates, fills and registers it, 25 times per

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU part for issue #11 (several GPUs of one host; run on the nvidia-h200-x2 kind or larger): one rank per GPU
+# GPU part "multigpu" (several GPUs of one host; run on the nvidia-h200-x2 kind or larger): one rank per GPU
 # sharing ONE host table of V4.1-Flash rows (64 GiB), real-text ids. `engram topo` of the machine; aggregate and
 # per-rank lookup rows/s as ranks go 1 -> all GPUs (same per-rank batch); with all ranks: early vs on-demand
 # prefetch and the background grid cap 0.25 vs 1.0. With >= 2 NUMA nodes: the table bound to node 0 vs node 1.

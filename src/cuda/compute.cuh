@@ -1,4 +1,4 @@
-// CudaLayerCompute: synthetic decoder-layer compute on the consumer's main stream (issue 5 §5).
+// CudaLayerCompute: synthetic decoder-layer compute on the consumer's main stream.
 //
 // Each layer is `gemms_per_layer` bf16 GEMMs (cuBLAS, fp32 accumulation) of one square size n, chosen at creation
 // so that a layer takes about `layer_us` on an otherwise idle GPU: the largest n in {256, ..., 8192} whose single
