@@ -422,6 +422,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_flag("--keep-page-cache", a->keep_page_cache,
                "With --checkpoint or --model: leave the files' pages in the page cache (by default the readers "
                "drop them behind them, so loading does not evict the rest of memory)");
+  add_table_memory_options(sub, a->engine);
   add_tp_options(sub, a->engine.tp);
   sub.add_option("--ranks", a->ranks,
                  "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "

@@ -57,6 +57,16 @@ TEST(InputGaps, NegativeSeedIsRefused) {
   EXPECT_EQ(d.entries(), 0u);
 }
 
+TEST(InputGaps, KeepPageCacheNeedsFilesToRead) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  Dir d;
+  // Synthetic rows read no file: the switch cannot apply; and the table options beside it still parse.
+  auto r = run_engram_split("run --layout tiny --backend cpu --keep-page-cache --backing memfd", d.path);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--keep-page-cache: needs --checkpoint or --model"), std::string::npos) << r.err;
+  EXPECT_EQ(d.entries(), 0u);
+}
+
 TEST(InputGaps, TableLoadOrInfoOfADirectoryIsBadInput) {
   if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   Dir d;
