@@ -19,6 +19,7 @@
 #                 hugetlb: place + load +
 #                 register through the engine, which registers while the rows load; its describe's "assembly"
 #                 seconds give each step and the total (total < place + load + register by the overlap).
+# LOAD_SPEED_RUNS_ONLY=1: the first load (it fills the page cache) and the run-* steps only.
 # Expected run time on the H200 (16 cores): about 250 s (create 30 s, nine loads 120 s, four runs 80 s).
 # Writes $LOG_DIR/load-speed.json and load-speed.txt (a table: place, load, register, total GB/s; n/a where a
 # figure could not be read) and copies both to $OUT when set. Prints one line per step; exit 0 when all passed.
@@ -49,12 +50,14 @@ step model-create 90 table create --format hf-model --layout v41-flash-mini --ta
 OLD=(--table-option prefault_fallocate=true --table-option prefault_threads=8 --table-option shmem_huge_pages=false)
 KEEP=(--cache as-is --keep-page-cache)
 step load-old-1 45 table load "$MODEL_DIR" --json --cache warm "${OLD[@]}"
-step load-new-1 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --verify
-step load-old-2 30 table load "$MODEL_DIR" --json "${KEEP[@]}" "${OLD[@]}"
-step load-new-2 20 table load "$MODEL_DIR" --json "${KEEP[@]}"
-step load-new-4k 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --table-option shmem_huge_pages=false
-step load-anon-thp 20 table load "$MODEL_DIR" --json "${KEEP[@]}" --backing anon-thp
-step load-nopf 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --no-prefault
+runs_only=${LOAD_SPEED_RUNS_ONLY:-0}
+load() { [ "$runs_only" = 1 ] || step "$@"; }
+load load-new-1 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --verify
+load load-old-2 30 table load "$MODEL_DIR" --json "${KEEP[@]}" "${OLD[@]}"
+load load-new-2 20 table load "$MODEL_DIR" --json "${KEEP[@]}"
+load load-new-4k 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --table-option shmem_huge_pages=false
+load load-anon-thp 20 table load "$MODEL_DIR" --json "${KEEP[@]}" --backing anon-thp
+load load-nopf 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --no-prefault
 # Through the engine: place + load + register (registering while the rows load), then 4 lookup steps.
 step run-memfd 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu --json \
   --keep-page-cache \
@@ -66,7 +69,7 @@ thp=/sys/kernel/mm/transparent_hugepage/shmem_enabled
 thp_was=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "$thp" 2>/dev/null)
 if [ -n "$thp_was" ] && echo advise >"$thp" 2>/dev/null; then
   echo "load-speed: $thp: $(cat "$thp") (was $thp_was)"
-  step load-shmem-thp 25 table load "$MODEL_DIR" --json "${KEEP[@]}"
+  load load-shmem-thp 25 table load "$MODEL_DIR" --json "${KEEP[@]}"
   step run-shmem-thp 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu \
     --json --timeline none --keep-page-cache
   echo "$thp_was" >"$thp" 2>/dev/null
@@ -79,7 +82,7 @@ echo "$HUGETLB_PAGES" >/proc/sys/vm/nr_hugepages 2>/dev/null
 pool=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
 echo "load-speed: hugetlb pool $pool of $HUGETLB_PAGES 2 MiB pages asked (was $pool_was)"
 if [ "$pool" -ge "$HUGETLB_PAGES" ]; then
-  step load-hugetlb 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --backing hugetlb
+  load load-hugetlb 25 table load "$MODEL_DIR" --json "${KEEP[@]}" --backing hugetlb
   step run-hugetlb 40 run --model "$MODEL_DIR" --backend cuda --batch 64 --steps 4 --cache-size off --hash cpu \
     --json --timeline none --backing hugetlb --keep-page-cache
 else
@@ -125,7 +128,7 @@ for name in ["run-memfd", "run-anon-thp", "run-shmem-thp", "run-hugetlb"]:
     reg = det.get("registration") or {}
     rows.append({"run": name, "bytes": (j.get("table") or {}).get("bytes"), "place_s": a.get("place_s"),
                  "load_s": a.get("load_s"), "register_s": a.get("register_s"), "total_s": a.get("total_s"),
-                 "register_during_load": a.get("register_during_load"),
+                 "register_during_load": a.get("register_during_load"), "load_census_s": a.get("load_census_s"),
                  "cuda_register_s": reg.get("register_s"), "registration_prefault_s": reg.get("prefault_s")})
 for r in rows:
     b = r.get("bytes")
@@ -145,6 +148,9 @@ for r in rows:
         fmt(r["register_s"]), fmt(r["total_s"]), fmt(r["place_gbps"]), fmt(r["load_gbps"]), fmt(r["register_gbps"]),
         fmt(r["total_gbps"]), "n/a" if hp is None else "%.1f GiB" % (hp / 2**30),
         r.get("prefault") or ("registered during load" if r.get("register_during_load") else "n/a")))
+for r in rows:
+    if r["run"].startswith("run-") and "error" not in r:
+        lines.append(f"census after load ({r['run']}): {fmt(r.get('load_census_s'))} s")
 text = "\n".join(lines)
 open(os.path.join(d, "load-speed.txt"), "w").write(out["machine"] + "\n" + text + "\n")
 print("\n".join("load-speed: " + x for x in text.splitlines()))

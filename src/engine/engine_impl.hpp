@@ -25,8 +25,9 @@ struct Engine::Impl {
   std::unique_ptr<engine::Backend> backend;
   std::vector<host::PageCensus> censuses;
   // Seconds of create_local's steps (-1: the step did not run here); register and load overlap when
-  // EngineOptions::register_during_load, so `assembly_s` (place to the end of both) is the figure to compare.
-  double place_s = -1, register_s = -1, load_s = -1, assembly_s = -1;
+  // EngineOptions::register_during_load, so `assembly_s` (place to the end of both) is the figure to compare. The
+  // census after load follows it (load_census_s).
+  double place_s = -1, register_s = -1, load_s = -1, assembly_s = -1, load_census_s = -1;
   bool registered_during_load = false;
 
   engine::Backend& require_backend() const;
