@@ -60,7 +60,6 @@ struct RunArgs {
   EngineArgs engine;         // backend, table memory, fast path, GPU hot-row cache (warm-up default: --warmup steps)
 };
 
-nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
 // The hit rate of every step over all layers' caches (sum of hits / sum of probes; null where nothing probed) from
 // the backend's per-step counters (CacheOptions::step_series).
