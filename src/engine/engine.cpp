@@ -109,7 +109,6 @@ Status write_content(HostTable& table, const TableContent& c) {
     case TableContent::Kind::kCheckpoint: {
       host::LoadOptions lo;
       lo.threads = c.threads;
-      lo.display = host::ProgressDisplay::kOff;
       if (c.on_progress) {
         auto fn = c.on_progress;
         lo.on_progress = [fn](const host::CheckpointProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
