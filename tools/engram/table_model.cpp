@@ -21,10 +21,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <vector>
 
 #include "command.hpp"
+#include "core/parallel.hpp"
 #include "core/units.hpp"
 #include "host/json_text.hpp"
 #include "host/model_io.hpp"
@@ -149,23 +149,16 @@ int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int thread
   std::atomic<int64_t> mismatched{0};
   for (int li = 0; li < t.n_layers(); ++li) {
     const TableView v = t.view(li);
-    std::vector<std::thread> pool;
-    const int64_t per = (v.rows + threads - 1) / threads;
-    for (int k = 0; k < threads; ++k) {
-      const int64_t lo = k * per, hi = std::min(v.rows, lo + per);
-      if (lo >= hi) break;
-      pool.emplace_back([&, li, v, lo, hi] {
-        std::vector<uint8_t> p(static_cast<size_t>(v.d)), s(static_cast<size_t>(v.d / 32));
-        int64_t n = 0;
-        for (int64_t r = lo; r < hi; ++r) {
-          synth_row(seed, li, r, v.d, p.data(), s.data());
-          n += std::memcmp(v.payload_of(r), p.data(), p.size()) != 0 ||
-               std::memcmp(v.scales_of(r), s.data(), s.size()) != 0;
-        }
-        mismatched += n;
-      });
-    }
-    for (auto& th : pool) th.join();
+    parallel_ranges(v.rows, threads, [&, li, v](int64_t lo, int64_t hi) {
+      std::vector<uint8_t> p(static_cast<size_t>(v.d)), s(static_cast<size_t>(v.d / 32));
+      int64_t n = 0;
+      for (int64_t r = lo; r < hi; ++r) {
+        synth_row(seed, li, r, v.d, p.data(), s.data());
+        n += std::memcmp(v.payload_of(r), p.data(), p.size()) != 0 ||
+             std::memcmp(v.scales_of(r), s.data(), s.size()) != 0;
+      }
+      mismatched += n;
+    });
   }
   return mismatched.load();
 }
