@@ -29,9 +29,7 @@
 namespace engram::host {
 namespace {
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace model_io_test;
+using namespace model_io_test;  // with its fs (std::filesystem) and json
 
 // ---- round trips ---------------------------------------------------------------------------------
 

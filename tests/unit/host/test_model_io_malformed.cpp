@@ -18,9 +18,7 @@
 namespace engram::host {
 namespace {
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace model_io_test;
+using namespace model_io_test;  // with its fs (std::filesystem) and json
 
 TEST(ModelTensorNamesParse, RejectsMalformedText) {
   for (const char* bad : {"", "a", "a{L},b{L},c{L}", "a,b{L}", "a{L}{L},b{L}", "x{L},x{L}"}) {
