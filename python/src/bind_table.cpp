@@ -16,7 +16,7 @@
 #include "host/checkpoint.hpp"
 #include "host/group.hpp"
 #include "host/placement.hpp"
-#include "host/progress_line.hpp"
+#include "report/progress_line.hpp"
 
 namespace engram::py_bind {
 namespace {
@@ -139,7 +139,6 @@ void bind_table(py::module_& m) {
             t.check_writable("load");
             host::LoadOptions o;
             o.threads = threads;
-            o.display = progress ? host::ProgressDisplay::kOn : host::ProgressDisplay::kOff;
             if (on_progress) {
               auto fn = *on_progress;
               o.on_progress = [fn](const host::CheckpointProgress& p) {
@@ -147,6 +146,8 @@ void bind_table(py::module_& m) {
                 fn(p.done_bytes, p.total_bytes, p.elapsed_s);
               };
             }
+            o.on_progress = report::with_progress_line(path, progress ? report::ProgressDisplay::kOn : report::ProgressDisplay::kOff,
+                                                       std::move(o.on_progress));
             Status s;
             {
               py::gil_scoped_release release;
@@ -166,8 +167,8 @@ void bind_table(py::module_& m) {
             TableContent c = TableContent::model(dir, tensor_names);
             c.threads = threads;
             c.reader_node = reader_node;
-            auto line = std::make_shared<host::ProgressLine>(c.to_string(),
-                                                             progress ? host::ProgressDisplay::kOn : host::ProgressDisplay::kOff);
+            auto line = std::make_shared<report::ProgressLine>(c.to_string(),
+                                                             progress ? report::ProgressDisplay::kOn : report::ProgressDisplay::kOff);
             if (line->enabled() || on_progress) {
               auto fn = on_progress.value_or(nullptr);
               c.on_progress = [line, fn](int64_t done, int64_t total, double elapsed) {
@@ -198,7 +199,6 @@ void bind_table(py::module_& m) {
           [](PyTable& t, const std::string& path, bool overwrite) {
             host::WriteOptions o;
             o.overwrite = overwrite;
-            o.display = host::ProgressDisplay::kOff;
             Status s;
             {
               py::gil_scoped_release release;

@@ -1,5 +1,5 @@
 // One-shot parallel loops over row ranges: [0, n) cut into contiguous ranges, one std::thread each, the
-// caller waiting for all of them. For bulk work that runs once (a table's synthetic fill, a bench's table,
+// caller waiting for all of them; and the bare form, n threads each given its index. For bulk work that runs once (a table's synthetic fill, a bench's table,
 // a check of every row); a lookup's repeated loops use a persistent pool (cpu/thread_pool.hpp) instead.
 #pragma once
 
@@ -15,8 +15,20 @@ inline int resolve_thread_count(int requested) {
   return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// Calls fn(t) for every t in [0, n), each on a new thread of its own, never on the calling thread (so
+// per-thread state a worker sets, CPU affinity or a memory policy, stays off the caller); waits for all.
+// Nothing for n <= 0. For workers that take their items themselves (an atomic counter) or need a thread
+// each whatever the count.
+template <typename Fn>
+void parallel_items(int n, const Fn& fn) {
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(std::max(n, 0)));
+  for (int t = 0; t < n; ++t) pool.emplace_back([&fn, t] { fn(t); });
+  for (auto& th : pool) th.join();
+}
+
 // Calls fn(lo, hi) on ranges of ceil(n / threads) rows covering [0, n), each on its own thread
-// (threads <= 0: resolve_thread_count); one range runs on the calling thread. Nothing for n <= 0.
+// (threads <= 0: resolve_thread_count); a single range runs on the calling thread. Nothing for n <= 0.
 // fn must be safe to call concurrently on disjoint ranges.
 template <typename Fn>
 void parallel_ranges(int64_t n, int threads, const Fn& fn) {
@@ -27,13 +39,11 @@ void parallel_ranges(int64_t n, int threads, const Fn& fn) {
     fn(int64_t{0}, n);
     return;
   }
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    const int64_t lo = t * per, hi = std::min(n, lo + per);
-    if (lo >= hi) break;
-    pool.emplace_back([&fn, lo, hi] { fn(lo, hi); });
-  }
-  for (auto& th : pool) th.join();
+  const int ranges = static_cast<int>((n + per - 1) / per);
+  parallel_items(ranges, [&fn, n, per](int t) {
+    const int64_t lo = t * per;
+    fn(lo, std::min(n, lo + per));
+  });
 }
 
 }  // namespace engram

@@ -40,6 +40,10 @@ struct UvaSegment {
   int64_t delta = 0;
 };
 
+// The checks of a view that UvaTable::make (and can_launch) apply: kInvalidArgument "UVA table: ..." for null data,
+// rows <= 0 (except a TP slice without heads), d % 32 != 0, a bad stride or a slice that does not describe the rows.
+Status check_uva_view(const TableView& v);
+
 // One Engram layer's table as a kernel reads it: the host TableView plus the device addresses of the
 // registered chunks that hold it. When every chunk has the same host->device offset (always on devices with
 // cudaDevAttrCanUseHostPointerForRegisteredMem, where it is 0) the kernel adds one offset; otherwise it

@@ -19,6 +19,7 @@
 #include "sys/fault.hpp"
 #include "cuda/cuda_status.cuh"
 #include "cuda/registration.cuh"
+#include "core/parallel.hpp"
 #include "sys/memory.hpp"
 
 namespace engram::cuda {
@@ -85,18 +86,7 @@ double prefault_pages(const void* ptr, int64_t bytes, bool read_only, int thread
     std::atomic_signal_fence(std::memory_order_seq_cst);
     (void)sink;
   };
-  if (threads == 1) {
-    body(0, n_pages);
-  } else {
-    std::vector<std::thread> pool;
-    const int64_t per = (n_pages + threads - 1) / threads;
-    for (int t = 0; t < threads; ++t) {
-      const int64_t lo = t * per, hi = std::min(n_pages, lo + per);
-      if (lo >= hi) break;
-      pool.emplace_back(body, lo, hi);
-    }
-    for (auto& th : pool) th.join();
-  }
+  parallel_ranges(n_pages, threads, body);  // threads == 1: on the calling thread
   return now_ns() - t0;
 }
 

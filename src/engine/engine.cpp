@@ -111,7 +111,6 @@ Status write_content(HostTable& table, const TableContent& c) {
     case TableContent::Kind::kCheckpoint: {
       host::LoadOptions lo;
       lo.threads = c.threads;
-      lo.display = host::ProgressDisplay::kOff;
       lo.drop_page_cache = c.drop_page_cache;
       if (c.on_progress) {
         auto fn = c.on_progress;

@@ -5,13 +5,13 @@
 // (layout metadata, tensor names, dtypes and shapes). Every offset is checked against the file size
 // before any read, so a malformed file can cause an error but never a read past the end of a buffer.
 // Rows are streamed by host/row_load and written by host/safetensors_write; this file only says which
-// tensors hold which layer, and keeps the progress line and the temporary-name-then-rename protocol.
+// tensors hold which layer, and keeps the temporary-name-then-rename protocol. Progress goes to the caller's
+// on_progress only; the terminal line is report/progress_line's.
 #include "host/checkpoint.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
 
@@ -166,18 +166,6 @@ std::map<std::string, std::string> layout_metadata(const EngramLayout& l) {
   return m;
 }
 
-// ---- progress ----------------------------------------------------------------------------------
-
-// The caller's callback, then the progress line when `display` asks for one.
-TransferProgressFn progress_fn(const std::string& label, ProgressDisplay display, const CheckpointProgressFn& fn) {
-  auto line = std::make_shared<ProgressLine>(label, display);
-  if (!line->enabled()) return fn;
-  return [line, fn](const TransferProgress& p) {
-    if (fn) fn(p);
-    line->update(p);
-  };
-}
-
 // ---- load --------------------------------------------------------------------------------------
 
 Result<CheckpointInfo> read_info_from(const sys::File& f) {
@@ -206,7 +194,7 @@ Status load_impl(const std::string& path, const EngramLayout& layout, std::span<
   ro.threads = opt.threads;
   ro.chunk_bytes = opt.chunk_bytes;
   ro.drop_page_cache = opt.drop_page_cache;
-  ro.on_progress = progress_fn(path, opt.display, opt.on_progress);
+  ro.on_progress = opt.on_progress;
   return load_rows(layout, sources, spans, ro);
 }
 
@@ -239,7 +227,7 @@ Status write_impl(const std::string& path, const EngramLayout& layout, std::map<
   wo.threads = opt.threads;
   wo.chunk_bytes = opt.chunk_bytes;
   wo.drop_page_cache = opt.drop_page_cache;
-  wo.on_progress = progress_fn(path, opt.display, opt.on_progress);
+  wo.on_progress = opt.on_progress;
 
   wo.cancelled = opt.cancelled;
 

@@ -32,7 +32,6 @@
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
-#include "host/progress_line.hpp"
 #include "host/row_load.hpp"
 #include "host/safetensors.hpp"
 #include "host/transfer.hpp"
@@ -85,8 +84,8 @@ struct LoadOptions {
   int threads = 0;                                   // reader threads; 0 = min(8, hardware threads)
   int64_t chunk_bytes = kCheckpointDefaultChunkBytes;  // bytes per pread (rounded to whole rows)
   bool drop_page_cache = true;                       // posix_fadvise DONTNEED on what has been read
-  ProgressDisplay display = ProgressDisplay::kAuto;
-  // Called on the calling thread about every 100 ms and once at the end (done == total).
+  // Called on the calling thread about every 100 ms and once at the end (done == total). The loader prints
+  // nothing; a caller that wants the terminal line passes report::with_progress_line here.
   CheckpointProgressFn on_progress;
 };
 
@@ -95,7 +94,6 @@ struct WriteOptions {
   int threads = 0;                                   // row generator/writer threads; 0 = min(8, hw)
   int64_t chunk_bytes = kCheckpointDefaultChunkBytes;  // bytes per pwrite (rounded to whole rows)
   bool drop_page_cache = true;                       // write back and drop each chunk as it goes
-  ProgressDisplay display = ProgressDisplay::kAuto;
   CheckpointProgressFn on_progress;                  // as in LoadOptions
   // Polled before each chunk (from the writer threads): true stops the write, removes the temp file
   // and returns kIo "... cancelled ..." (sys_error EINTR). The CLI passes sys::stop_requested.

@@ -147,7 +147,7 @@ struct ModelLoadOptions {
 // Streams the first layout.rows(i) rows of every Engram layer i from the shards into spans[i] (fused
 // or split, as the spans are; a TP slice's span: only its rows [row_begin, row_end) of each tensor;
 // host/row_load.hpp): bounded buffers, parallel readers, page cache
-// dropped behind them. The library prints nothing; the progress line is the caller's (progress_line.hpp).
+// dropped behind them. The library prints nothing; the progress line is the caller's (report/progress_line.hpp).
 // `layout` must describe the same tables as info.layout (check_layout_matches); rows past the primes
 // (ModelLayer::unused_rows) are not read. Errors: kInvalidArgument (layout, spans, a shard that
 // shrank since read_model_dir, reader CPUs outside the process's affinity), kNotFound (a shard gone,

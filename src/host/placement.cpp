@@ -23,8 +23,8 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <thread>
 
+#include "core/parallel.hpp"
 #include "core/units.hpp"
 #include "host/census.hpp"
 #include "sys/affinity.hpp"
@@ -297,9 +297,7 @@ Status prefault_backing(const Backing& backing, const PlacementPolicy& resolved,
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
-  for (auto& th : pool) th.join();
+  parallel_items(threads, worker);  // new threads even for one: the worker pins itself and sets a thread policy
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report) {

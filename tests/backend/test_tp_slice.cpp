@@ -119,7 +119,6 @@ TEST_P(TpSliceLookup, EveryShardEqualsTheWholeTableRestrictedToItsHeads) {
       auto t = test::tp_table(l, tp);
       ASSERT_TRUE(t);
       host::LoadOptions lo;
-      lo.display = host::ProgressDisplay::kOff;
       ASSERT_TRUE(host::load_checkpoint(ckpt, *t, lo).is_ok());
       EXPECT_EQ(t->tp(), tp);
       EXPECT_EQ(t->staging_heads(), size == 1 ? H : (H + size - 1) / size);

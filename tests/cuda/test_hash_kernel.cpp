@@ -8,7 +8,7 @@
 // their token files are absent); at the benchmark's shapes (decode 64 / 512, prefill 8192); inside a captured CUDA
 // graph replayed with new steps; and invalid contents (ids >= vocab, bad slots, offsets beyond max_tokens, bad
 // accept counts) must give kDeadId ids and exact error counts. The scenarios are those tests/unit/core/
-// test_hash_step.cpp runs on the kernels' per-thread code on the CPU (tests/support/hash_support.hpp); here they
+// test_hash_step.cpp runs on the kernels' per-thread code on the CPU (tests/support/hash_runner.hpp); here they
 // go through the real launches. Skips without a GPU (the int32 refusal runs everywhere).
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@
 #include "core/ngram_hash.hpp"
 #include "cuda/hash_kernel.cuh"
 #include "cuda_test_support.hpp"
-#include "support/hash_support.hpp"
+#include "support/hash_runner.hpp"
 
 namespace engram {
 namespace {

@@ -149,7 +149,6 @@ inline std::unique_ptr<HostTable> alloc(const EngramLayout& l) {
 
 inline WriteOptions quiet_write(int64_t chunk = kCheckpointDefaultChunkBytes, int threads = 0) {
   WriteOptions o;
-  o.display = ProgressDisplay::kOff;
   o.chunk_bytes = chunk;
   o.threads = threads;
   return o;
@@ -157,7 +156,6 @@ inline WriteOptions quiet_write(int64_t chunk = kCheckpointDefaultChunkBytes, in
 
 inline LoadOptions quiet_load(int64_t chunk = kCheckpointDefaultChunkBytes, int threads = 0) {
   LoadOptions o;
-  o.display = ProgressDisplay::kOff;
   o.chunk_bytes = chunk;
   o.threads = threads;
   return o;

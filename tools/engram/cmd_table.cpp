@@ -31,6 +31,7 @@
 #include "host/checkpoint.hpp"
 #include "host/json_text.hpp"
 #include "host/sweep.hpp"
+#include "report/progress_line.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
 #include "sys/process.hpp"
@@ -85,6 +86,7 @@ int create(const ModelCreateArgs& a) {
   opt.overwrite = a.force;
   opt.threads = sys::threads_or_auto(a.threads);
   opt.cancelled = [] { return sys::stop_requested(); };
+  opt.on_progress = report::with_progress_line(a.out, report::ProgressDisplay::kAuto, nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::write_synthetic_checkpoint(a.out, *layout, *seed, opt);
   if (!s.is_ok() && sys::stop_requested()) {
@@ -188,7 +190,7 @@ int load(const LoadArgs& a) {
   host::LoadOptions opt;
   opt.threads = sys::threads_or_auto(a.threads);
   opt.drop_page_cache = !a.keep_cache;
-  if (a.json) opt.display = host::ProgressDisplay::kOff;
+  opt.on_progress = report::with_progress_line(a.path, a.json ? report::ProgressDisplay::kOff : report::ProgressDisplay::kAuto, nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::load_checkpoint(a.path, **table, opt);
   if (!s.is_ok()) return report_failure(cmd, s);

@@ -10,7 +10,7 @@
 
 #include "command.hpp"
 #include "engram/engine.hpp"
-#include "host/progress_line.hpp"
+#include "report/progress_line.hpp"
 
 namespace engram::cli {
 
@@ -133,7 +133,7 @@ inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout,
 // (bytes, GB/s, ETA) on stderr when it is a terminal; piped or redirected output stays free of it.
 inline void show_load_progress(TableContent& c) {
   if (c.kind == TableContent::Kind::kZero) return;
-  auto line = std::make_shared<host::ProgressLine>(c.to_string(), host::ProgressDisplay::kAuto);
+  auto line = std::make_shared<report::ProgressLine>(c.to_string(), report::ProgressDisplay::kAuto);
   if (!line->enabled()) return;
   const char* phase = c.kind == TableContent::Kind::kSynthetic ? "fill" : "load";
   c.on_progress = [line, phase](int64_t done, int64_t total, double elapsed) {

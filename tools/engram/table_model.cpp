@@ -21,15 +21,15 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <vector>
 
 #include "command.hpp"
+#include "core/parallel.hpp"
 #include "core/units.hpp"
 #include "host/json_text.hpp"
 #include "host/model_io.hpp"
 #include "host/placement.hpp"
-#include "host/progress_line.hpp"
+#include "report/progress_line.hpp"
 #include "host/token_io.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
@@ -149,23 +149,16 @@ int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int thread
   std::atomic<int64_t> mismatched{0};
   for (int li = 0; li < t.n_layers(); ++li) {
     const TableView v = t.view(li);
-    std::vector<std::thread> pool;
-    const int64_t per = (v.rows + threads - 1) / threads;
-    for (int k = 0; k < threads; ++k) {
-      const int64_t lo = k * per, hi = std::min(v.rows, lo + per);
-      if (lo >= hi) break;
-      pool.emplace_back([&, li, v, lo, hi] {
-        std::vector<uint8_t> p(static_cast<size_t>(v.d)), s(static_cast<size_t>(v.d / 32));
-        int64_t n = 0;
-        for (int64_t r = lo; r < hi; ++r) {
-          synth_row(seed, li, r, v.d, p.data(), s.data());
-          n += std::memcmp(v.payload_of(r), p.data(), p.size()) != 0 ||
-               std::memcmp(v.scales_of(r), s.data(), s.size()) != 0;
-        }
-        mismatched += n;
-      });
-    }
-    for (auto& th : pool) th.join();
+    parallel_ranges(v.rows, threads, [&, li, v](int64_t lo, int64_t hi) {
+      std::vector<uint8_t> p(static_cast<size_t>(v.d)), s(static_cast<size_t>(v.d / 32));
+      int64_t n = 0;
+      for (int64_t r = lo; r < hi; ++r) {
+        synth_row(seed, li, r, v.d, p.data(), s.data());
+        n += std::memcmp(v.payload_of(r), p.data(), p.size()) != 0 ||
+             std::memcmp(v.scales_of(r), s.data(), s.size()) != 0;
+      }
+      mismatched += n;
+    });
   }
   return mismatched.load();
 }
@@ -207,7 +200,7 @@ int create_model_dir(const ModelCreateArgs& a) {
   if (a.compression_table == "auto") opt.compression_table = default_compression_table_path();
   else if (a.compression_table != "none") opt.compression_table = a.compression_table;
 
-  host::ProgressLine line("write " + a.out, host::ProgressDisplay::kAuto);
+  report::ProgressLine line("write " + a.out, report::ProgressDisplay::kAuto);
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
   const auto t0 = Clock::now();
   const Status s = host::write_synthetic_model_dir(a.out, *layout, opt);
@@ -430,7 +423,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   opt.threads = sys::threads_or_auto(a.threads);
   opt.drop_page_cache = !keep_cache;
   opt.reader_node = a.reader_node;
-  host::ProgressLine line("load " + a.dir, a.json ? host::ProgressDisplay::kOff : host::ProgressDisplay::kAuto);
+  report::ProgressLine line("load " + a.dir, a.json ? report::ProgressDisplay::kOff : report::ProgressDisplay::kAuto);
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
   const auto t_load = Clock::now();
   const Status s = host::load_model(*info, *layout, spans, opt);

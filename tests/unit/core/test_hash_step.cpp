@@ -15,7 +15,7 @@
 #include "core/hash_batch.hpp"
 #include "core/hash_step.hpp"
 #include "core/ngram_hash.hpp"
-#include "support/hash_support.hpp"
+#include "support/hash_runner.hpp"
 
 namespace engram {
 namespace {

@@ -20,6 +20,7 @@
 #include "support/cli.hpp"
 #include "engram/table.hpp"
 #include "host/checkpoint.hpp"
+#include "report/progress_line.hpp"
 #include "support/checkpoint_support.hpp"
 #include "sys/file.hpp"
 
@@ -225,9 +226,10 @@ TEST_F(Checkpoint, ProgressLineOnlyWhenAsked) {
   const EngramLayout l = tiny_layout();
   const std::string p = path("line.safetensors");
   ASSERT_TRUE(write_synthetic_checkpoint(p, l, 4, quiet_write()).is_ok());
+  using report::ProgressDisplay;
   for (ProgressDisplay mode : {ProgressDisplay::kOn, ProgressDisplay::kOff, ProgressDisplay::kAuto}) {
     LoadOptions o = quiet_load();
-    o.display = mode;
+    o.on_progress = report::with_progress_line(p, mode, nullptr);
     auto t = alloc(l);
     ::testing::internal::CaptureStderr();
     const Status s = load_checkpoint(p, *t, o);

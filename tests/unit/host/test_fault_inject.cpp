@@ -211,12 +211,10 @@ struct CheckpointFixture {
     layout = *l;
     path = dir.path + "/ck.safetensors";
     host::WriteOptions w;
-    w.display = host::ProgressDisplay::kOff;
     ASSERT_TRUE(host::write_synthetic_checkpoint(path, layout, seed, w).is_ok());
   }
   host::LoadOptions quiet() const {
     host::LoadOptions o;
-    o.display = host::ProgressDisplay::kOff;
     o.threads = 2;
     o.chunk_bytes = 64 << 10;
     return o;

@@ -1,10 +1,8 @@
 // Hugging Face model directories: generator -> read_model_dir -> load_model into fused and split spans
 // (bytes against synth_row on fresh seeds, poisoned buffers), the V4.1-Flash layout from its config.json
-// (sparse shards with the released tensor shapes: the reference's primes to the row), every malformed
-// directory (config, index, shards: dangling and misplaced entries, shapes and dtypes against config,
-// packed FP4, truncation, num_embeddings below the primes) as kInvalidArgument / kNotFound naming the
-// tensor and shard, the compression-table checks (V', pad id, tokenizer.json SHA-256), and the
-// generator's atomicity (nothing left behind on failure, only synthetic directories replaced).
+// (sparse shards with the released tensor shapes: the reference's primes to the row), the compression-table
+// checks (V', pad id, tokenizer.json SHA-256), and the generator's atomicity (nothing left behind on
+// failure, only synthetic directories replaced). Malformed input is test_model_io_malformed.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,143 +22,14 @@
 #include "host/safetensors.hpp"
 #include "host/safetensors_write.hpp"
 #include "host/token_io.hpp"
+#include "support/model_io_support.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
 
 namespace engram::host {
 namespace {
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-
-uint64_t fresh_seed() {
-  static std::mt19937_64 rng(std::random_device{}());
-  return rng();
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_text(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << s;
-}
-
-void edit_json(const fs::path& p, const std::function<void(json&)>& fn) {
-  json j = json::parse(read_text(p));
-  fn(j);
-  write_text(p, j.dump(2));
-}
-
-// Rewrites a shard's header through `fn`, keeping its data section byte for byte.
-void edit_shard_header(const fs::path& p, const std::function<void(json&)>& fn) {
-  const std::string bytes = read_text(p);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
-  json h = json::parse(bytes.substr(8, n));
-  fn(h);
-  auto head = encode_safetensors_header(h.dump());
-  ASSERT_TRUE(head.is_ok()) << head.status().to_string();
-  std::string out(head->begin(), head->end());
-  out += bytes.substr(8 + n);
-  write_text(p, out);
-}
-
-// Two Engram layers (1 and 3), orders 2..3 x 2 heads, d = 64: a few hundred rows per layer.
-EngramLayout small_layout() {
-  EngramLayout l;
-  l.name = "test";
-  l.layer_ids = {1, 3};
-  l.max_ngram = 3;
-  l.heads_per_order = 2;
-  l.vocab_size_per_order = {97, 97};
-  l.d = 64;
-  l.format = RowFormat::kSplit;
-  EXPECT_TRUE(l.finalize().is_ok());
-  return l;
-}
-
-class ModelIo : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("engram_model_" + std::to_string(getpid()) + "_" + std::to_string(fresh_seed() % 1000000007));
-    fs::create_directories(root_);
-    dir_ = (root_ / "model").string();
-    seed_ = fresh_seed();
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  SyntheticModelOptions options() const {
-    SyntheticModelOptions o;
-    o.seed = seed_;
-    o.extra_rows = 5;
-    o.compression_table = default_compression_table_path();
-    o.chunk_bytes = 4096;  // many chunks even at these sizes
-    return o;
-  }
-  void make(const SyntheticModelOptions& o, const EngramLayout& l = small_layout()) {
-    const Status s = write_synthetic_model_dir(dir_, l, o);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
-  }
-  void make() { make(options()); }
-  std::vector<std::string> root_entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(root_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  fs::path file(const std::string& name) const { return fs::path(dir_) / name; }
- public:
-  const std::string& dir() const { return dir_; }
-
- protected:
-  std::string engram_shard(int layer_index) const {
-    auto info = read_model_dir(dir_);
-    EXPECT_TRUE(info.is_ok()) << info.status().to_string();
-    return info->layers.at(static_cast<size_t>(layer_index)).weight.shard;
-  }
-
-  fs::path root_;
-  std::string dir_;
-  uint64_t seed_ = 0;
-};
-
-// Private memory for every layer of `layout`, filled with `poison`, and its spans.
-struct Tables {
-  Tables(const EngramLayout& layout, uint8_t poison) {
-    for (int i = 0; i < layout.n_layers(); ++i) {
-      mem.emplace_back(static_cast<size_t>(layout.table_bytes(i)), poison);
-      spans.push_back(layer_span(mem.back().data(), layout, i));
-    }
-  }
-  std::vector<std::vector<uint8_t>> mem;
-  std::vector<TableSpan> spans;
-};
-
-// Loads `info` into freshly poisoned buffers of `format` and checks every row against synth_row.
-void expect_loads_synth_rows(const ModelInfo& info, RowFormat format, uint64_t seed, ModelLoadOptions opt = {}) {
-  auto layout = model_layout(info, format);
-  ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
-  Tables tables(*layout, 0xA5);
-  const std::vector<TableSpan>& spans = tables.spans;
-  const Status s = load_model(info, *layout, spans, opt);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  const int d = layout->d;
-  std::vector<uint8_t> p(static_cast<size_t>(d)), sc(static_cast<size_t>(d / 32));
-  for (int i = 0; i < layout->n_layers(); ++i) {
-    const TableSpan& sp = spans[static_cast<size_t>(i)];
-    for (int64_t r = 0; r < sp.rows; ++r) {
-      synth_row(seed, i, r, d, p.data(), sc.data());
-      ASSERT_EQ(std::memcmp(sp.payload_of(r), p.data(), p.size()), 0) << "layer " << i << " row " << r;
-      ASSERT_EQ(std::memcmp(sp.scales_of(r), sc.data(), sc.size()), 0) << "layer " << i << " row " << r;
-      if (format == RowFormat::kFused) {
-        for (int64_t b = d + d / 32; b < sp.stride_bytes; ++b) ASSERT_EQ(sp.payload_of(r)[b], 0) << "padding, row " << r;
-      }
-    }
-  }
-}
+using namespace model_io_test;  // with its fs (std::filesystem) and json
 
 // ---- round trips ---------------------------------------------------------------------------------
 
@@ -258,19 +127,6 @@ TEST_F(ModelIo, CustomTensorNames) {
   expect_loads_synth_rows(*info, RowFormat::kFused, seed_);
 }
 
-TEST(ModelTensorNamesParse, RejectsMalformedText) {
-  for (const char* bad : {"", "a", "a{L},b{L},c{L}", "a,b{L}", "a{L}{L},b{L}", "x{L},x{L}"}) {
-    auto r = parse_model_tensor_names(bad);
-    EXPECT_FALSE(r.is_ok()) << bad;
-    if (!r.is_ok()) {
-      EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-    }
-  }
-  const ModelTensorNames n;
-  EXPECT_EQ(n.weight_of(14), "layers.14.engram.embed.weight");
-  EXPECT_EQ(n.scale_of(1), "layers.1.engram.embed.scale");
-}
-
 TEST_F(ModelIo, SingleSafetensorsFileWithoutIndex) {
   make();
   // A one-file model: the two tables of both layers in model.safetensors, no index.
@@ -338,155 +194,6 @@ TEST_F(ModelIo, V41FlashConfigGivesTheReferencePrimes) {
   EXPECT_EQ(info->layout.head_rows[0][1], 16000079);
   EXPECT_EQ(info->layers[1].weight.shard, "model-00048-of-00048.safetensors");
   EXPECT_EQ(info->table_bytes(), (384006168LL + 384016682LL) * 264);
-}
-
-// ---- malformed directories -------------------------------------------------------------------------
-
-class ModelIoMalformed : public ModelIo {
- public:
-  using ModelIo::dir_;
-  using ModelIo::engram_shard;
-  using ModelIo::file;
-};
-
-TEST_F(ModelIoMalformed, EachIsAnErrorNamingTheFault) {
-  const EngramLayout l = small_layout();
-  const int64_t rows1 = l.rows(0) + 5;
-  auto engram_header = [](ModelIoMalformed& t, int layer_index, const std::function<void(json&)>& fn) {
-    edit_shard_header(t.file(t.engram_shard(layer_index)), fn);
-  };
-  struct Case {
-    const char* what;
-    std::function<void(ModelIoMalformed&)> apply;
-    Code code;
-    std::vector<std::string> message;
-  };
-  const std::vector<Case> cases = {
-      {"no config.json", [](ModelIoMalformed& t) { fs::remove(t.file(kModelConfigFile)); }, Code::kNotFound,
-       {"config.json"}},
-      {"no index", [](ModelIoMalformed& t) { fs::remove(t.file(kModelIndexFile)); }, Code::kNotFound,
-       {"model.safetensors.index.json", "model.safetensors"}},
-      {"config not JSON", [](ModelIoMalformed& t) { write_text(t.file(kModelConfigFile), "{\"text_config\": "); },
-       Code::kInvalidArgument, {"config.json", "not valid JSON"}},
-      {"index not JSON", [](ModelIoMalformed& t) { write_text(t.file(kModelIndexFile), "[1, 2"); },
-       Code::kInvalidArgument, {"model.safetensors.index.json", "not valid JSON"}},
-      {"index without weight_map", [](ModelIoMalformed& t) { write_text(t.file(kModelIndexFile), "{\"metadata\": {}}"); },
-       Code::kInvalidArgument, {"weight_map is missing"}},
-      {"config field of the wrong type",
-       [](ModelIoMalformed& t) { edit_json(t.file(kModelConfigFile), [](json& j) { j["text_config"]["engram_head_dim"] = "64"; }); },
-       Code::kInvalidArgument, {"text_config.engram_head_dim", "expected an integer"}},
-      {"config without the Engram fields",
-       [](ModelIoMalformed& t) { edit_json(t.file(kModelConfigFile), [](json& j) { j.erase("text_config"); }); },
-       Code::kInvalidArgument, {"no engram_layer_ids"}},
-      {"num_embeddings below the sum of the primes",
-       [&](ModelIoMalformed& t) {
-         edit_json(t.file(kModelConfigFile), [&](json& j) { j["text_config"]["engram_num_embeddings"][0] = l.rows(0) - 1; });
-       },
-       Code::kInvalidArgument, {"engram_num_embeddings[0] = " + std::to_string(l.rows(0) - 1), "is below", std::to_string(l.rows(0))}},
-      {"tensor shape disagreeing with config.json (rows)",
-       [&](ModelIoMalformed& t) {
-         edit_json(t.file(kModelConfigFile), [&](json& j) { j["text_config"]["engram_num_embeddings"][0] = rows1 + 1; });
-       },
-       Code::kInvalidArgument,
-       {"tensor layers.1.engram.embed.weight in shard model-00003-of-00004.safetensors", "F8_E4M3 [" + std::to_string(rows1) + ", 64]",
-        "expected F8_E4M3 [" + std::to_string(rows1 + 1) + ", 64]"}},
-      {"tensor shape disagreeing with config.json (head_dim)",
-       [](ModelIoMalformed& t) { edit_json(t.file(kModelConfigFile), [](json& j) { j["text_config"]["engram_head_dim"] = 128; }); },
-       Code::kInvalidArgument, {"layers.1.engram.embed.weight", "expected F8_E4M3"}},
-      {"dangling weight_map entry (shard without the tensor)",
-       [](ModelIoMalformed& t) {
-         edit_json(t.file(kModelIndexFile),
-                   [](json& j) { j["weight_map"]["layers.1.engram.embed.scale"] = "model-00001-of-00004.safetensors"; });
-       },
-       Code::kInvalidArgument,
-       {"tensor layers.1.engram.embed.scale", "maps it to shard model-00001-of-00004.safetensors", "no such tensor"}},
-      {"misplaced weight_map entry (the other Engram shard)",
-       [](ModelIoMalformed& t) {
-         edit_json(t.file(kModelIndexFile),
-                   [](json& j) { j["weight_map"]["layers.3.engram.embed.weight"] = "model-00003-of-00004.safetensors"; });
-       },
-       Code::kInvalidArgument, {"layers.3.engram.embed.weight", "model-00003-of-00004.safetensors", "no such tensor"}},
-      {"weight_map entry naming a missing shard",
-       [](ModelIoMalformed& t) { edit_json(t.file(kModelIndexFile), [](json& j) { j["weight_map"]["norm.weight"] = "model-00009-of-00009.safetensors"; }); },
-       Code::kNotFound, {"model-00009-of-00009.safetensors", "norm.weight"}},
-      {"weight_map entry outside the directory",
-       [](ModelIoMalformed& t) { edit_json(t.file(kModelIndexFile), [](json& j) { j["weight_map"]["norm.weight"] = "../x.safetensors"; }); },
-       Code::kInvalidArgument, {"not a file name inside the model directory"}},
-      {"Engram tensor missing from the index",
-       [](ModelIoMalformed& t) { edit_json(t.file(kModelIndexFile), [](json& j) { j["weight_map"].erase("layers.3.engram.embed.scale"); }); },
-       Code::kInvalidArgument, {"layers.3.engram.embed.scale is not in model.safetensors.index.json"}},
-      {"Engram tensor missing from its shard",
-       [&](ModelIoMalformed& t) { engram_header(t, 1, [](json& h) { h.erase("layers.3.engram.embed.weight"); }); },
-       Code::kInvalidArgument, {"layers.3.engram.embed.weight", "no such tensor"}},
-      {"packed FP4 weight (U8 [N, d/2])",
-       [&](ModelIoMalformed& t) {
-         engram_header(t, 0, [&](json& h) {
-           json& w = h["layers.1.engram.embed.weight"];
-           const int64_t b = w["data_offsets"][0].get<int64_t>();
-           w = {{"dtype", "U8"}, {"shape", {rows1, 32}}, {"data_offsets", {b, b + rows1 * 32}}};
-         });
-       },
-       Code::kInvalidArgument, {"layers.1.engram.embed.weight", "U8 [" + std::to_string(rows1) + ", 32]", "packed FP4"}},
-      {"scale dtype U8 instead of F8_E8M0",
-       [&](ModelIoMalformed& t) { engram_header(t, 0, [](json& h) { h["layers.1.engram.embed.scale"]["dtype"] = "U8"; }); },
-       Code::kInvalidArgument, {"layers.1.engram.embed.scale", "expected F8_E8M0"}},
-      {"truncated Engram shard",
-       [](ModelIoMalformed& t) {
-         const fs::path p = t.file(t.engram_shard(1));
-         fs::resize_file(p, fs::file_size(p) - 100);
-       },
-       Code::kInvalidArgument, {"shard model-00004-of-00004.safetensors", "truncated"}},
-      {"Engram shard not a safetensors file",
-       [](ModelIoMalformed& t) { write_text(t.file(t.engram_shard(0)), "not safetensors"); }, Code::kInvalidArgument,
-       {"shard model-00003-of-00004.safetensors", "header length"}},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.what);
-    fs::remove_all(dir_);
-    make();
-    c.apply(*this);
-    auto r = read_model_dir(dir_);
-    ASSERT_FALSE(r.is_ok());
-    EXPECT_EQ(r.status().code(), c.code) << r.status().to_string();
-    EXPECT_EQ(r.status().message().rfind("model " + dir_ + ": ", 0), 0u) << r.status().to_string();
-    for (const std::string& m : c.message) EXPECT_NE(r.status().message().find(m), std::string::npos) << r.status().to_string();
-  }
-}
-
-TEST(ModelConfigParse, FieldsAliasesAndRanges) {
-  const std::string flat =
-      R"({"engram_layer_ids":[2],"engram_num_embeddings":[500],"engram_vocab_size":50,"engram_max_ngram_size":2,)"
-      R"("engram_n_heads":3,"engram_head_dim":32,"engram_compressed_vocab_size":9,"engram_pad_id":4})";
-  auto c = parse_model_config(flat, "config.json");
-  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  EXPECT_EQ(c->section, "");
-  EXPECT_EQ(c->pad_token_id, 4);
-  EXPECT_TRUE(c->pad_token_id_given);
-  EXPECT_FALSE(c->synthetic_seed);
-  json j = json::parse(flat);
-  j.erase("engram_pad_id");
-  c = parse_model_config(j.dump(), "config.json");
-  ASSERT_TRUE(c.is_ok());
-  EXPECT_EQ(c->pad_token_id, kDefaultPadId);
-  EXPECT_FALSE(c->pad_token_id_given);
-  const std::vector<std::pair<std::function<void(json&)>, std::string>> bad = {
-      {[](json& x) { x["engram_num_embeddings"] = {500, 600}; }, "has 2 entries for 1 engram_layer_ids"},
-      {[](json& x) { x["engram_head_dim"] = 48; }, "not a multiple of 32"},
-      {[](json& x) { x["engram_max_ngram_size"] = 1; }, "engram_max_ngram_size = 1 is not in [2, 16]"},
-      {[](json& x) { x["engram_layer_ids"] = json::array(); }, "engram_layer_ids is empty"},
-      {[](json& x) { x.erase("engram_vocab_size"); }, "engram_vocab_size is missing"},
-      {[](json& x) { x["engram_num_embeddings"] = {-1}; }, "engram_num_embeddings[0] = -1"},
-      {[](json& x) { x["engram_offload_synthetic"] = {{"generator", "synth_row"}}; }, "engram_offload_synthetic.seed"},
-  };
-  for (const auto& [fn, msg] : bad) {
-    json x = json::parse(flat);
-    fn(x);
-    auto r = parse_model_config(x.dump(), "config.json");
-    ASSERT_FALSE(r.is_ok()) << msg;
-    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(r.status().message().find(msg), std::string::npos) << r.status().to_string();
-  }
-  EXPECT_FALSE(parse_model_config(std::string(100, '[') + std::string(100, ']'), "config.json").is_ok());
 }
 
 // ---- loading -----------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // The progress line of long transfers on a terminal: "load DIR: 12.3 GiB / 189.1 GiB (6%), 9.81 GB/s,
-// ETA 19 s", rewritten in place on stderr, and a last line with the total time. The library's model
-// loader never prints; its callers (the CLI) feed this from the loader's progress callback. The
-// checkpoint loader uses it for its ProgressDisplay option.
+// ETA 19 s", rewritten in place on stderr, and a last line with the total time. The library (host/,
+// engine/) never prints: it only calls on_progress callbacks; the CLI, the benches and the Python
+// binding feed this from those callbacks.
 #pragma once
 
 #include <chrono>
@@ -10,7 +10,10 @@
 
 #include "host/transfer.hpp"
 
-namespace engram::host {
+namespace engram::report {
+
+using host::TransferProgress;
+using host::TransferProgressFn;
 
 // "12 s", "3m05s", "1h02m"; "n/a" for a negative, non-finite or absurd (> 10^7 s) duration.
 std::string duration_text(double seconds);
@@ -37,4 +40,8 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_print_{};
 };
 
-}  // namespace engram::host
+// `fn` (may be empty), then the progress line labelled `label` when `display` asks for one: the
+// on_progress of a checkpoint load or write that should show it. `fn` itself when no line is drawn.
+TransferProgressFn with_progress_line(const std::string& label, ProgressDisplay display, TransferProgressFn fn);
+
+}  // namespace engram::report

@@ -1,13 +1,14 @@
 // Progress lines (see progress_line.hpp): formatting is a pure function of the report, so it is
 // tested without a terminal; ProgressLine only rate-limits and writes.
-#include "host/progress_line.hpp"
+#include "report/progress_line.hpp"
 
 #include <cstdio>
+#include <memory>
 
 #include "core/units.hpp"
 #include "sys/file.hpp"
 
-namespace engram::host {
+namespace engram::report {
 
 std::string duration_text(double s) {
   char buf[32];
@@ -44,4 +45,13 @@ void ProgressLine::update(const TransferProgress& p) {
   std::fflush(stderr);
 }
 
-}  // namespace engram::host
+TransferProgressFn with_progress_line(const std::string& label, ProgressDisplay display, TransferProgressFn fn) {
+  auto line = std::make_shared<ProgressLine>(label, display);
+  if (!line->enabled()) return fn;
+  return [line, fn = std::move(fn)](const TransferProgress& p) {
+    if (fn) fn(p);
+    line->update(p);
+  };
+}
+
+}  // namespace engram::report

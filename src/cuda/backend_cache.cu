@@ -1,0 +1,356 @@
+// The hot-row cache's engine side of CudaBackend (see backend.cuh): id counting during the warm-up window,
+// cache creation from counts or a profile, online updates (span enqueue and collection) and the per-layer
+// cache report. Kept apart from backend.cu, which builds and tears down the backend: they share the class.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "cuda/backend.cuh"
+#include "cuda/cuda_status.cuh"
+
+namespace engram::cuda {
+
+bool CudaBackend::counting_now() const {
+  if (!counts_ || step_ < 0) return false;  // no counting, or a harness warm-up step (numbered < 0): not traffic
+  return !caches_created_ || cache_opt_.update_every > 0;
+}
+
+void CudaBackend::on_prepare(int li, const int64_t* ids, int64_t tokens) {
+  if (counting_now()) counts_->submit(li, ids, tokens * heads_);
+}
+
+Status CudaBackend::prepare_device(int li, const int64_t* ids_device, int64_t tokens) {
+  ENGRAM_RETURN_IF_ERROR(queue_->prepare_device(li, ids_device, tokens));
+  if (!counting_now() || tokens <= 0) return Status::ok();
+  auto ps = static_cast<cudaStream_t>(queue_->prefetch_stream());
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ps, &capture), "cache counting: capture status");
+  if (capture != cudaStreamCaptureStatusNone) return Status::ok();  // a captured step is replayed without the host
+  if (device_ids_.empty()) device_ids_.resize(tables_.size());
+  DeviceIdCopy& c = device_ids_.at(static_cast<size_t>(li));
+  const int64_t n = tokens * heads_;
+  if (c.n > 0) ENGRAM_RETURN_IF_ERROR(submit_device_counts());  // a second prepare of the layer in one step
+  if (n > c.capacity) {
+    if (c.host) ENGRAM_CUDA_RETURN_IF_ERROR(cudaFreeHost(c.host), "cache counting: free pinned ids");
+    c.host = nullptr;
+    c.capacity = 0;
+    void* p = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, static_cast<size_t>(n) * sizeof(int64_t)),
+                                "cache counting: pinned ids buffer");
+    c.host = static_cast<int64_t*>(p);
+    c.capacity = n;
+  }
+  if (!c.done) {
+    cudaEvent_t ev = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cache counting: event");
+    c.done = ev;
+  }
+  // From the queue's copy of the ids, on the prefetch stream after the lookup that reads them: the copy never
+  // delays that lookup, and the caller may reuse ids_device at once.
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.host, queue_->ids_buffer(li), static_cast<size_t>(n) * sizeof(int64_t),
+                                              cudaMemcpyDeviceToHost, ps),
+                              "cache counting: copy device ids");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(c.done), ps), "cache counting: record");
+  c.n = n;
+  return Status::ok();
+}
+
+Status CudaBackend::submit_device_counts() {
+  for (size_t li = 0; li < device_ids_.size(); ++li) {
+    DeviceIdCopy& c = device_ids_[li];
+    if (c.n <= 0) continue;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(c.done)), "cache counting: wait copy");
+    counts_->submit(static_cast<int>(li), c.host, c.n);  // submit() copies the ids
+    c.n = 0;
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::on_end_step() {
+  if (!device_ids_.empty() && counts_) ENGRAM_RETURN_IF_ERROR(submit_device_counts());
+  if (!cache_wanted_ || step_ < 0) return Status::ok();
+  ++counted_steps_;
+  if (cache_opt_.step_series) ENGRAM_RETURN_IF_ERROR(record_step_series());
+  if (!caches_created_) {
+    if (counted_steps_ >= cache_opt_.warmup_steps) return create_caches(/*from_profile=*/false);
+    return Status::ok();
+  }
+  collect_spans(/*all=*/false);
+  if (cache_opt_.update_every > 0 && ++since_update_ >= cache_opt_.update_every) {
+    since_update_ = 0;
+    for (auto& st : cache_) st.update_due = true;
+  }
+  return maintain_caches();
+}
+
+// The step's probes and hits per layer: the device totals now minus those at the previous step's end.
+Status CudaBackend::record_step_series() {
+  for (size_t li = 0; li < cache_.size(); ++li) {
+    CacheState& st = cache_[li];
+    FastLookup* f = fast_[li].get();
+    int64_t probes = 0, hits = 0;
+    if (f && f->cache()) {
+      ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
+      probes = fs.cache_probes - st.series_probes;
+      hits = fs.cache_hits - st.series_hits;
+      st.series_probes = fs.cache_probes;
+      st.series_hits = fs.cache_hits;
+    }
+    st.rep.step_probes.push_back(probes);
+    st.rep.step_hits.push_back(hits);
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::create_caches(bool from_profile) {
+  using clock = std::chrono::steady_clock;
+  caches_created_ = true;
+  if (!from_profile && counts_) counts_->drain();  // the whole warm-up window is counted
+  // Cap: all budgets together within hbm_fraction of the free HBM now.
+  size_t free_b = 0, total_b = 0;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b), "hot cache: cudaMemGetInfo");
+  int64_t sum = 0;
+  for (const auto& c : cache_) sum += c.budget;
+  const double cap = cache_opt_.hbm_fraction * static_cast<double>(free_b);
+  const double scale = sum > 0 && static_cast<double>(sum) > cap ? cap / static_cast<double>(sum) : 1.0;
+  for (size_t li = 0; li < cache_.size(); ++li) {
+    CacheState& st = cache_[li];
+    if (st.budget <= 0) continue;
+    const auto t0 = clock::now();
+    const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(st.budget) * scale));
+    const TableView& v = tables_[li].host_view();
+    HotCacheOptions ho;
+    ho.budget_bytes = budget;
+    ho.format = cache_opt_.format;
+    // Slots this budget holds (as HotRowCache::create computes them): ask the counts for that many ids.
+    const int64_t row_b = cache_opt_.format == CacheFormat::kFp8 ? (v.d + v.d / 32 + 15) / 16 * 16 : 2 * int64_t{v.d};
+    const int64_t want = std::max<int64_t>(1, budget / (row_b + 24));
+    std::vector<int64_t> hot;
+    std::vector<std::pair<int64_t, int64_t>> counts_pairs;
+    double coverage = std::numeric_limits<double>::quiet_NaN();
+    if (from_profile) {
+      const auto& p = cache_opt_.profile[li];
+      hot.reserve(std::min<size_t>(p.size(), static_cast<size_t>(want)));
+      for (const auto& [id, n] : p) {
+        if (static_cast<int64_t>(hot.size()) >= want) break;
+        hot.push_back(id);
+      }
+      st.rep.source = cache_opt_.profile_source.empty() ? "profile" : cache_opt_.profile_source;
+    } else {
+      double total = 0, held = 0;
+      counts_->with(static_cast<int>(li), [&](plan::HotCounts& c) {
+        total = c.total();
+        for (const auto& [id, n] : c.hottest(want)) {
+          hot.push_back(id);
+          held += n;
+        }
+      });
+      if (total > 0) coverage = held / total;
+      st.rep.source = "warm-up window (counted steps 0.." + std::to_string(cache_opt_.warmup_steps - 1) +
+                      ", run without the cache)";
+    }
+    auto c = HotRowCache::create(v, hot, ho);
+    if (!c.is_ok()) {
+      if (c.status().code() == Code::kInvalidArgument) {  // budget too small for one row: say so, run without
+        st.rep.note = c.status().message();
+        st.rep.state = "off";
+        continue;
+      }
+      return c.status().with_context("hot-row cache of Engram layer " + std::to_string(li));
+    }
+    if (from_profile) coverage = (*c)->coverage_of(cache_opt_.profile[li]);
+    (*c)->set_profile_coverage(coverage);
+    st.rep.state = "on";
+    st.rep.budget_bytes = budget;
+    st.rep.slots = (*c)->slots();
+    st.rep.filled = (*c)->filled();
+    st.rep.hbm_bytes = (*c)->hbm_bytes();
+    st.rep.profile_coverage = coverage;
+    st.rep.created_after_step = from_profile ? -1 : step_;
+    if (scale < 1.0)
+      st.rep.note = "budget capped to " + std::to_string(static_cast<int>(100 * cache_opt_.hbm_fraction)) +
+                    "% of the free HBM (" + std::to_string(free_b >> 20) + " MiB free)";
+    if (counts_) {
+      const std::vector<int64_t> slot_ids = (*c)->slot_ids();
+      counts_->with(static_cast<int>(li), [&](plan::HotCounts& h) { h.set_slots(slot_ids); });
+    }
+    FastLookup* f = fast_[li].get();
+    f->set_cache(std::move(*c));
+    ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
+    st.rows_at_create = fs.rows;
+    st.hits_at_create = fs.cache_hits;
+    st.probes_at_create = fs.cache_probes;
+    st.series_probes = fs.cache_probes;
+    st.series_hits = fs.cache_hits;
+    st.rep.create_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::enqueue_span(int li, const char* what, void* stream, const std::function<Result<int64_t>()>& enqueue,
+                                 int64_t* rows, double* host_us) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool timed = queue_->record_timeline() && queue_->time_origin_event() != nullptr;
+  PendingSpan p;
+  if (timed) {
+    cudaEvent_t b = nullptr, e = nullptr;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&b), "cache maintenance: span event");
+    if (cudaEventCreate(&e) != cudaSuccess) {
+      (void)cudaEventDestroy(b);
+      (void)cudaGetLastError();
+      return Status(Code::kCuda, "cache maintenance: span event");
+    }
+    p.ev_begin = b;
+    p.ev_end = e;
+    (void)cudaEventRecord(b, s);
+  }
+  auto r = enqueue();
+  if (timed) (void)cudaEventRecord(static_cast<cudaEvent_t>(p.ev_end), s);
+  *host_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+  *rows = r.is_ok() ? *r : 0;
+  if (timed) {
+    p.span.rank = queue_rank_;
+    p.span.step = step_;
+    p.span.layer_index = li;
+    p.span.layer_id = li < static_cast<int>(layer_ids_.size()) ? layer_ids_[static_cast<size_t>(li)] : li;
+    p.span.what = what;
+    p.span.rows = *rows;
+    p.span.host_us = *host_us;
+    spans_.push_back(std::move(p));
+  }
+  return r.is_ok() ? Status::ok() : r.status();
+}
+
+void CudaBackend::collect_spans(bool all) {
+  const auto origin = static_cast<cudaEvent_t>(queue_ ? queue_->time_origin_event() : nullptr);
+  auto ns_of = [&](void* ev) {
+    float ms = 0;
+    if (!origin || cudaEventElapsedTime(&ms, origin, static_cast<cudaEvent_t>(ev)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return kNotRecorded;
+    }
+    return static_cast<double>(ms) * 1e6;
+  };
+  size_t kept = 0;
+  for (size_t i = 0; i < spans_.size(); ++i) {
+    PendingSpan& p = spans_[i];
+    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(p.ev_end));
+    if (q == cudaErrorNotReady && !all) {
+      spans_[kept++] = std::move(p);
+      continue;
+    }
+    if (q == cudaSuccess && queue_) {
+      p.span.start_ns = ns_of(p.ev_begin);
+      p.span.end_ns = ns_of(p.ev_end);
+      queue_->add_maintenance(p.span);
+    }
+    (void)cudaGetLastError();
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(p.ev_begin));
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(p.ev_end));
+  }
+  spans_.resize(kept);
+}
+
+Status CudaBackend::maintain_caches() {
+  for (size_t li = 0; li < cache_.size(); ++li) {
+    CacheState& st = cache_[li];
+    HotRowCache* c = fast_[li] ? fast_[li]->cache() : nullptr;
+    if (!c || !counts_ || !maint_stream_) continue;
+    const int layer = static_cast<int>(li);
+    auto context = [&](const Status& s) {
+      return s.with_context("online update of the hot-row cache of Engram layer " + std::to_string(li));
+    };
+    double host_us = 0;
+    bool worked = false;
+    // Commit the slice staged at an earlier step once its copy is done; never wait for it.
+    if (c->has_staged() && c->stage_ready()) {
+      int64_t rows = 0;
+      double us = 0;
+      const Status s = enqueue_span(layer, "commit", queue_->prefetch_stream(), [&] { return c->commit(queue_->prefetch_stream()); },
+                                    &rows, &us);
+      if (!s.is_ok()) return context(s);
+      st.rep.rows_swapped += rows;
+      ++st.rep.slices;
+      host_us += us;
+      worked = true;
+    }
+    // Stage the next slice of the planned swaps (at most update_slice_rows rows of host fill and copy).
+    if (!c->has_staged()) {
+      const std::vector<plan::CacheSwap> swaps = counts_->take_planned(layer, st.update_budget.slice());
+      if (!swaps.empty()) {
+        std::vector<std::pair<int64_t, int64_t>> v;
+        v.reserve(swaps.size());
+        for (const auto& sw : swaps) v.emplace_back(sw.slot, sw.new_id);
+        int64_t rows = 0;
+        double us = 0;
+        const Status s = enqueue_span(layer, "stage", maint_stream_, [&] { return c->stage(v, maint_stream_); }, &rows, &us);
+        if (!s.is_ok()) return context(s);
+        host_us += us;
+        worked = true;
+      }
+    }
+    if (st.update_due) {
+      if (c->has_staged() || counts_->update_in_progress(layer)) {
+        ++st.rep.updates_deferred;  // the previous update is still being applied
+      } else {
+        if (st.rep.updates > 0) st.update_budget.on_plan(counts_->last_plan_rows(layer));
+        if (counts_->request_plan(layer, st.update_budget.rows())) {
+          st.update_due = false;
+          ++st.rep.updates;
+          if (st.update_budget.scale() > 1) ++st.rep.burst_updates;
+          st.rep.update_scale_max = std::max(st.rep.update_scale_max, st.update_budget.scale());
+        }
+      }
+    }
+    if (worked) {
+      ++st.host_timed;
+      st.update_host_us_sum += host_us;
+      st.rep.update_host_us_max =
+          std::isfinite(st.rep.update_host_us_max) ? std::max(st.rep.update_host_us_max, host_us) : host_us;
+    }
+  }
+  return Status::ok();
+}
+
+Result<EngineCacheReport> CudaBackend::cache_report(int li) {
+  if (li < 0 || li >= static_cast<int>(cache_.size()))
+    return Status(Code::kInvalidArgument, "cache report: layer index " + std::to_string(li) + " out of range");
+  CacheState& st = cache_[static_cast<size_t>(li)];
+  EngineCacheReport r = st.rep;
+  if (counts_) {
+    r.counted_batches = counts_->counted_batches();
+    r.dropped_batches = counts_->dropped_batches();
+  }
+  if (st.host_timed > 0) r.update_host_us_mean = st.update_host_us_sum / static_cast<double>(st.host_timed);
+  if (counts_) {
+    const plan::HotCountsWorker::PlanTimes pt = counts_->plan_times();
+    if (pt.plans > 0) {
+      r.plan_us_mean = pt.sum_us / static_cast<double>(pt.plans);
+      r.plan_us_max = pt.max_us;
+    }
+  }
+  FastLookup* f = fast_lookup(li);
+  HotRowCache* c = f ? f->cache() : nullptr;
+  if (!c) return r;
+  ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
+  r.filled = c->filled();
+  r.hbm_bytes = c->hbm_bytes();
+  r.map_rebuilds = c->map_rebuilds();
+  r.probes = fs.cache_probes - st.probes_at_create;
+  r.hits = fs.cache_hits - st.hits_at_create;
+  r.rows_since_create = fs.rows - st.rows_at_create;
+  if (r.probes > 0) r.hit_rate = static_cast<double>(r.hits) / static_cast<double>(r.probes);
+  r.link_bytes_avoided = r.hits * c->source_bytes_per_row();
+  const int heads = heads_;
+  if (r.rows_since_create > 0 && heads > 0)
+    r.link_bytes_avoided_per_token = static_cast<double>(r.link_bytes_avoided) /
+                                     (static_cast<double>(r.rows_since_create) / heads);
+  return r;
+}
+
+}  // namespace engram::cuda
