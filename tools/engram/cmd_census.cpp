@@ -108,8 +108,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--layout", a->layout, "Without --pid: layout preset (v41-flash-mini, tiny)");
   sub.add_option("--backing", a->backing, "Without --pid: memfd | shm | hugetlb | hugetlb-1g | anon-thp");
   sub.add_option("--placement", a->placement,
-                 "Without --pid: none | local | bind:N | preferred:N | interleave:N,M|all | weighted-interleave:N=w,... "
-                 "| replica-per-node");
+                 "Without --pid: none | local | bind:NODES | preferred:N | interleave:NODES | "
+                 "weighted-interleave:N=w,... | replica-per-node; NODES as numactl writes them (0,2, 0-3, all, "
+                 "!LIST, +LIST)");
   sub.add_flag("--allow-fallback", a->allow_fallback, "Placement refused: keep the default policy and report it");
   sub.add_option("--head-shards", a->head_shards,
                  "Without --pid: shard each layer by head ranges (tensor parallelism), each its own backing: "

@@ -85,7 +85,8 @@ inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--placement", a.placement,
                  "NUMA placement applied before first touch: none (default), local, bind:NODES|all, preferred:N, "
                  "interleave:NODES|all, weighted-interleave:N=w,..., replica-per-node; NODES as numactl writes "
-                 "them (0,2 or 0-3)");
+                 "them: 0,2 or 0-3, !LIST (every node but LIST), +LIST (positions among the nodes this process may "
+                 "use: +0 is the first)");
 }
 
 inline void add_tp_options(CLI::App& sub, TpArgs& t) {
