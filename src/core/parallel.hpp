@@ -10,18 +10,14 @@
 
 namespace engram {
 
-// `requested` when > 0, else one per hardware thread.
-inline int resolve_thread_count(int requested) {
-  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Calls fn(lo, hi) on ranges of ceil(n / threads) rows covering [0, n), each on its own thread
-// (threads <= 0: resolve_thread_count); one range runs on the calling thread. Nothing for n <= 0.
+// Calls fn(lo, hi) on ranges of ceil(n / threads) rows covering [0, n), each on its own thread; one range runs on
+// the calling thread. Nothing for n <= 0. `threads` is the caller's resolved count (sys::threads_or_auto gives
+// --threads 0 its one meaning: the CPUs of the affinity mask); < 1 counts as 1, never as "all hardware threads".
 // fn must be safe to call concurrently on disjoint ranges.
 template <typename Fn>
 void parallel_ranges(int64_t n, int threads, const Fn& fn) {
   if (n <= 0) return;
-  threads = resolve_thread_count(threads);
+  threads = std::max(1, threads);
   const int64_t per = (n + threads - 1) / threads;
   if (per >= n) {
     fn(int64_t{0}, n);

@@ -82,7 +82,7 @@ using CheckpointProgress = TransferProgress;
 using CheckpointProgressFn = TransferProgressFn;
 
 struct LoadOptions {
-  int threads = 0;                                   // reader threads; 0 = min(8, hardware threads)
+  int threads = 0;                                   // reader threads; 0 = min(8, CPUs this process may run on)
   int64_t chunk_bytes = kCheckpointDefaultChunkBytes;  // bytes per pread (rounded to whole rows)
   bool drop_page_cache = true;                       // posix_fadvise DONTNEED on what has been read
   ProgressDisplay display = ProgressDisplay::kAuto;
@@ -92,7 +92,7 @@ struct LoadOptions {
 
 struct WriteOptions {
   bool overwrite = false;                            // replace an existing file at the target path
-  int threads = 0;                                   // row generator/writer threads; 0 = min(8, hw)
+  int threads = 0;                                   // row generator/writer threads; 0 = min(8, usable CPUs)
   int64_t chunk_bytes = kCheckpointDefaultChunkBytes;  // bytes per pwrite (rounded to whole rows)
   bool drop_page_cache = true;                       // write back and drop each chunk as it goes
   ProgressDisplay display = ProgressDisplay::kAuto;
