@@ -113,6 +113,7 @@ int run_ranks(const RunArgs& a) {
   r.options.backing = a.engine.backing;
   r.options.placement = a.engine.placement;
   r.json = a.json;
+  r.progress = progress_display(a.progress);
   return run_ranks_cli(r);
 }
 

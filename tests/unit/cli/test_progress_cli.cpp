@@ -1,7 +1,8 @@
 // Progress lines and --threads 0 as a user sees them: `--progress always` prints the progress of long steps on a
-// pipe too (plain lines, no carriage returns or escapes), `never` silences them on a terminal, every command with
-// long steps takes the switch, and `engram soak --threads 0` shares the CPUs this process may run on among its
-// ranks.
+// pipe too (plain lines, no carriage returns or escapes; run --ranks too), `never` silences them on a terminal,
+// every command with
+// long steps takes the switch, and `engram soak --threads 0` shares the CPUs this process may run on among
+// its ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -49,6 +50,12 @@ TEST_F(ProgressCli, AlwaysPrintsTheFillOnAPipeAndAutoDoesNot) {
   EXPECT_NE(always.err.find("(100%)"), std::string::npos) << always.err;
   expect_plain_lines(always.err);
   EXPECT_TRUE(nlohmann::json::accept(always.out)) << "stdout stays one JSON document";
+
+  // run --ranks: the leader's fill of the shared table.
+  auto ranks = run_engram_split(std::string(kRun) + " --ranks 2 --progress always", dir_);
+  ASSERT_EQ(ranks.code, 0) << ranks.err;
+  EXPECT_NE(ranks.err.find("fill synthetic(seed=1): "), std::string::npos) << ranks.err;
+  EXPECT_TRUE(nlohmann::json::accept(ranks.out));
 
   auto piped = run_engram_split(kRun, dir_);  // auto: stderr is a file here
   ASSERT_EQ(piped.code, 0) << piped.err;
