@@ -1,8 +1,7 @@
 // Progress lines and --threads 0 as a user sees them: `--progress always` prints the progress of long steps on a
 // pipe too (plain lines, no carriage returns or escapes; run --ranks too), `never` silences them on a terminal,
-// every command with
-// long steps takes the switch, and `engram soak --threads 0` shares the CPUs this process may run on among
-// its ranks.
+// every command with long steps takes the switch, and `engram soak --threads 0` shares the CPUs this process may
+// run on among its ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
