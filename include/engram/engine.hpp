@@ -83,7 +83,9 @@ struct TableContent {
   std::string tensor_names;  // kModel: "WEIGHT,SCALE" with {L} for the layer id; "" = the released names
   int reader_node = -1;      // kModel: pin the shard readers to this NUMA node's CPUs; -1 = not pinned
   bool drop_page_cache = true;  // checkpoint and kModel: drop the files' pages from the page cache behind the readers
-  int threads = 0;  // fill/load threads; 0 = all CPUs (model directories: min(16, CPUs))
+  // Fill/load threads; 0 = one per CPU this process may run on (its affinity mask) for the synthetic fill, at most
+  // 8 of them for a checkpoint and 16 for a model directory (readers past those add no bandwidth).
+  int threads = 0;
   // Load progress (bytes done, bytes total, seconds); called from the loading thread about every 100 ms.
   std::function<void(int64_t, int64_t, double)> on_progress;
   std::string to_string() const;  // "synthetic(seed=1)", "checkpoint FILE", "model DIR", "zero"
@@ -122,6 +124,10 @@ struct EngineOptions {
   // create_local: register the table while its content is written (registration pins the pages placement
   // allocated and reads no row); false: register, then write. Either way both censuses follow both steps.
   bool register_during_load = true;
+  // Registration progress (bytes of the table registered with the GPU, bytes in all, seconds): called from the
+  // registering thread (with register_during_load, not the loading thread) after each registered chunk and once
+  // at the end (done == total). Backends that register nothing never call it.
+  std::function<void(int64_t, int64_t, double)> on_register_progress;
   void* main_stream = nullptr;      // CUDA: adopt this cudaStream_t as the consumer's stream; null: create one
   std::function<double()> clock_ns; // CPU queue's clock (tests); default steady clock
   // Shared groups.

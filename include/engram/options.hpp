@@ -56,8 +56,13 @@ struct BackingSpec {
 Result<BackingSpec> parse_backing(const std::string& text);
 
 // Placement policies (host/placement.hpp applies them; mbind(2), numa_memory_policy.rst). Text forms:
-//   none | local | bind:N[,M...] | preferred:N | interleave:N,M,...|all | weighted-interleave:N=w,... |
-//   replica-per-node[:N,M...]
+//   none | local | bind:NODES | preferred:N | interleave:NODES | weighted-interleave:N=w,... |
+//   replica-per-node[:NODES]
+// NODES is numactl's node list: 0,2 or 0-3 (mixed: 0-1,4), all (every node with memory this process may use),
+// !LIST (all of those but LIST) and +LIST (LIST counts the nodes this process may use: +0 is the first of
+// them, whatever its number, as numactl's cpuset-relative lists), also !+LIST. `!` and `+` are resolved when the
+// policy is applied (host/placement.hpp resolve_placement), against the machine's nodes; weighted-interleave
+// names each node with its weight and takes neither.
 enum class PlacementKind { kNone, kLocal, kBind, kPreferred, kInterleave, kWeightedInterleave, kReplicaPerNode };
 const char* placement_kind_name(PlacementKind kind) noexcept;  // "none", "local", "bind", ...
 
@@ -66,10 +71,18 @@ struct PlacementPolicy {
   std::vector<int> nodes;    // sorted; empty with all_nodes for "interleave:all" / "replica-per-node"
   std::vector<int> weights;  // weighted-interleave: weights[i] of nodes[i], 1..255
   bool all_nodes = false;    // resolve to every allowed node with memory when applied
-  // Canonical text ("bind:1", "interleave:0,1", "interleave:all", "weighted-interleave:0=3,1=1").
+  // numactl's "!LIST": the policy's nodes are every allowed node with memory except `nodes` (resolved when
+  // applied).
+  bool invert_nodes = false;
+  // numactl's "+LIST": `nodes` are positions in the sorted list of allowed nodes with memory (resolved when
+  // applied).
+  bool relative_nodes = false;
+  // Canonical text ("bind:1", "interleave:0,1", "interleave:all", "bind:!0", "interleave:+0-1",
+  // "weighted-interleave:0=3,1=1").
   std::string to_string() const;
   bool operator==(const PlacementPolicy& o) const {
-    return kind == o.kind && nodes == o.nodes && weights == o.weights && all_nodes == o.all_nodes;
+    return kind == o.kind && nodes == o.nodes && weights == o.weights && all_nodes == o.all_nodes &&
+           invert_nodes == o.invert_nodes && relative_nodes == o.relative_nodes;
   }
 };
 // kInvalidArgument naming the problem for an unknown kind, a missing/extra node list, a negative or non-numeric

@@ -190,9 +190,12 @@ class HostTable {
   bool read_only() const { return read_only_; }
   TableView view(int layer_index) const { return spans_.at(layer_index).view(); }
   TableSpan span(int layer_index) const { return spans_.at(layer_index); }
-  // Fills every row with synth_row(seed, ...) using `threads` threads (0 = hardware concurrency);
+  // Fills every row with synth_row(seed, ...) using `threads` threads (0 = one per CPU this process may run on);
   // with replicas, every replica.
   void fill_synthetic(uint64_t seed, int threads = 0);
+  // The same rows, reporting progress(bytes written, bytes in all, seconds) on the calling thread after each chunk
+  // of about 1/64 of the table, and once at the end (written == all).
+  void fill_synthetic(uint64_t seed, int threads, const std::function<void(int64_t, int64_t, double)>& progress);
 
   // Replicas (replica-per-node): 1 otherwise. view(layer) reads the home replica.
   int n_replicas() const;

@@ -20,7 +20,8 @@ Status bad_placement(const std::string& text, const std::string& why) {
   return Status(Code::kInvalidArgument,
                 "placement '" + text + "': " + why +
                     " (expected none, local, bind:NODES|all, preferred:N, interleave:NODES|all, "
-                    "weighted-interleave:N=w,..., replica-per-node[:NODES]; NODES as numactl writes them: 0,2 or 0-3)");
+                    "weighted-interleave:N=w,..., replica-per-node[:NODES]; NODES as numactl writes them: 0,2, 0-3, !LIST "
+                    "(all but LIST), +LIST (relative to the nodes this process may use))");
 }
 
 Result<int> parse_node(const std::string& text, const std::string& item) {
@@ -65,6 +66,22 @@ Result<std::vector<int>> parse_nodes(const std::string& text, const std::string&
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
     return bad_placement(text, "a node is listed twice");
   return sorted;
+}
+
+// NODES with numactl's prefixes: "!" (every allowed node but these), then "+" (positions among the allowed nodes).
+Status parse_node_list(const std::string& text, std::string list, PlacementPolicy& p) {
+  if (!list.empty() && list[0] == '!') {
+    p.invert_nodes = true;
+    list.erase(0, 1);
+  }
+  if (!list.empty() && list[0] == '+') {
+    p.relative_nodes = true;
+    list.erase(0, 1);
+  }
+  if (list == "all" && (p.invert_nodes || p.relative_nodes))
+    return bad_placement(text, "'all' takes no '!' or '+'");
+  ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, list));
+  return Status::ok();
 }
 
 Status bad_word(const char* what, std::string_view text, const char* expected) {
@@ -148,6 +165,8 @@ std::string PlacementPolicy::to_string() const {
   if (all_nodes) return kind == PlacementKind::kReplicaPerNode ? s : s + ":all";
   if (nodes.empty()) return s;
   s += ":";
+  if (invert_nodes) s += "!";
+  if (relative_nodes) s += "+";
   if (kind == PlacementKind::kWeightedInterleave) {
     for (size_t i = 0; i < nodes.size(); ++i)
       s += (i ? "," : "") + std::to_string(nodes[i]) + "=" + std::to_string(i < weights.size() ? weights[i] : 1);
@@ -177,12 +196,16 @@ Result<PlacementPolicy> parse_placement(const std::string& text) {
       p.all_nodes = true;
       return p;
     }
-    ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, arg));
-    if (p.kind == PlacementKind::kPreferred && p.nodes.size() != 1) return bad_placement(text, "preferred takes one node");
+    ENGRAM_RETURN_IF_ERROR(parse_node_list(text, arg, p));
+    // preferred:!LIST is checked when resolved (it must leave one node).
+    if (p.kind == PlacementKind::kPreferred && !p.invert_nodes && p.nodes.size() != 1)
+      return bad_placement(text, "preferred takes one node");
     return p;
   }
   if (kind == "weighted-interleave") {
     if (!has_arg || arg.empty()) return bad_placement(text, "weighted-interleave needs N=w pairs");
+    if (arg[0] == '!' || arg[0] == '+')
+      return bad_placement(text, "weighted-interleave names each node with its weight; '!' and '+' do not apply");
     p.kind = PlacementKind::kWeightedInterleave;
     std::vector<std::pair<int, int>> pairs;
     for (const std::string& item : split(arg, ',')) {
@@ -211,7 +234,7 @@ Result<PlacementPolicy> parse_placement(const std::string& text) {
       p.all_nodes = true;
       return p;
     }
-    ENGRAM_ASSIGN_OR_RETURN(p.nodes, parse_nodes(text, arg));
+    ENGRAM_RETURN_IF_ERROR(parse_node_list(text, arg, p));
     return p;
   }
   return bad_placement(text, "unknown policy '" + kind + "'");

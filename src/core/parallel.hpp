@@ -10,11 +10,6 @@
 
 namespace engram {
 
-// `requested` when > 0, else one per hardware thread.
-inline int resolve_thread_count(int requested) {
-  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 // Calls fn(t) for every t in [0, n), each on a new thread of its own, never on the calling thread (so
 // per-thread state a worker sets, CPU affinity or a memory policy, stays off the caller); waits for all.
 // Nothing for n <= 0. For workers that take their items themselves (an atomic counter) or need a thread
@@ -27,13 +22,14 @@ void parallel_items(int n, const Fn& fn) {
   for (auto& th : pool) th.join();
 }
 
-// Calls fn(lo, hi) on ranges of ceil(n / threads) rows covering [0, n), each on its own thread
-// (threads <= 0: resolve_thread_count); a single range runs on the calling thread. Nothing for n <= 0.
+// Calls fn(lo, hi) on ranges of ceil(n / threads) rows covering [0, n), each on its own thread; one range runs on
+// the calling thread. Nothing for n <= 0. `threads` is the caller's resolved count (sys::threads_or_auto gives
+// --threads 0 its one meaning: the CPUs of the affinity mask); < 1 counts as 1, never as "all hardware threads".
 // fn must be safe to call concurrently on disjoint ranges.
 template <typename Fn>
 void parallel_ranges(int64_t n, int threads, const Fn& fn) {
   if (n <= 0) return;
-  threads = resolve_thread_count(threads);
+  threads = std::max(1, threads);
   const int64_t per = (n + threads - 1) / threads;
   if (per >= n) {
     fn(int64_t{0}, n);

@@ -20,6 +20,7 @@
 #include "cuda/cuda_status.cuh"
 #include "cuda/registration.cuh"
 #include "core/parallel.hpp"
+#include "sys/affinity.hpp"
 #include "sys/memory.hpp"
 
 namespace engram::cuda {
@@ -71,7 +72,7 @@ double prefault_pages(const void* ptr, int64_t bytes, bool read_only, int thread
   const uintptr_t first = reinterpret_cast<uintptr_t>(ptr) / page * page;
   const uintptr_t end = reinterpret_cast<uintptr_t>(ptr) + static_cast<uintptr_t>(bytes);
   const int64_t n_pages = static_cast<int64_t>((end - first + page - 1) / page);
-  if (threads <= 0) threads = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+  if (threads <= 0) threads = std::min(16, sys::usable_cpu_count());
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, n_pages / 256)));
   auto body = [=](int64_t lo, int64_t hi) {
     uint8_t sink = 0;
@@ -158,6 +159,10 @@ Result<HostRegistration> HostRegistration::register_range(const void* ptr, int64
     c.register_ns = now_ns() - t0;
     reg.register_ns_ += c.register_ns;
     reg.chunks_.push_back(c);
+    if (opt.on_progress) {  // offsets are from the page-aligned begin; report bytes of the range as asked
+      const int64_t lead = static_cast<int64_t>(p - begin);
+      opt.on_progress(std::clamp<int64_t>(plan[i].offset + plan[i].bytes - lead, 0, bytes), bytes);
+    }
   }
   nvtxRangePop();
   return std::move(reg);  // C++17: no implicit move into Result<T>(T)

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engram/status.hpp"
@@ -28,9 +29,12 @@ struct RegistrationOptions {
   // table whose scale array follows its payload array, d). 1 = page boundaries only.
   int64_t boundary_bytes = 1;
   bool prefault = true;       // touch every page before registering
-  int prefault_threads = 0;   // 0 = min(16, hardware threads)
+  int prefault_threads = 0;   // 0 = min(16, CPUs this process may run on)
   // Prefault by reading only (for read-only mappings) and register with cudaHostRegisterReadOnly.
   bool read_only = false;
+  // Progress of this range: bytes of [ptr, ptr + bytes) registered so far and `bytes`, on the calling thread after
+  // each chunk's cudaHostRegister (the last call has done == bytes). Not called when registration fails.
+  std::function<void(int64_t done, int64_t total)> on_progress;
   // Test hook: make the registration of chunk `inject_failure_at_chunk` fail with a real CUDA error
   // (cudaHostRegister with invalid flags -> cudaErrorInvalidValue). -1 = off.
   int inject_failure_at_chunk = -1;
@@ -94,7 +98,7 @@ class HostRegistration {
   double register_ns_ = 0;
 };
 
-// Touches every page of [ptr, ptr + bytes) with `threads` threads (0 = min(16, hardware threads)): an atomic
+// Touches every page of [ptr, ptr + bytes) with `threads` threads (0 = min(16, CPUs this process may run on)): an atomic
 // add of 0 to one byte per page (allocates the page, never changes its content; safe against concurrent
 // writers), or a plain read when read_only. Returns the elapsed nanoseconds.
 double prefault_pages(const void* ptr, int64_t bytes, bool read_only, int threads);

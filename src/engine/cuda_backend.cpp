@@ -7,6 +7,7 @@
 
 #if defined(ENGRAM_HAVE_CUDA)
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "cuda/backend.cuh"
@@ -247,7 +248,31 @@ Result<std::shared_ptr<Registration>> cuda_register(const EngramLayout& layout, 
                                                     const EngineOptions& o, bool read_only) {
   cuda::RegistrationOptions ro;
   ro.read_only = read_only;
+  // Progress over the whole table: the registration reports each host range's bytes; ranges follow one another,
+  // so a range that reaches its end adds its bytes to those before it.
+  struct Tally {
+    int64_t total = 0, before = 0;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  };
+  auto tally = std::make_shared<Tally>();
+  if (o.on_register_progress) {
+    std::vector<const void*> seen;
+    for (const TableView& v : views)
+      for (const cuda::HostRange& r : cuda::host_ranges_of(v))
+        if (std::find(seen.begin(), seen.end(), r.ptr) == seen.end()) {
+          seen.push_back(r.ptr);
+          tally->total += r.bytes;
+        }
+    auto fn = o.on_register_progress;
+    ro.on_progress = [tally, fn](int64_t done, int64_t range_bytes) {
+      const int64_t now = std::min(tally->total, tally->before + done);
+      if (done >= range_bytes) tally->before = now;
+      if (now < tally->total) fn(now, tally->total, tally->elapsed());
+    };
+  }
   ENGRAM_ASSIGN_OR_RETURN(auto reg, cuda::TableRegistration::create(device_of(o), views, layout.layer_ids, ro));
+  if (o.on_register_progress) o.on_register_progress(tally->total, tally->total, tally->elapsed());
   return std::shared_ptr<Registration>(std::make_shared<CudaRegistrationHold>(std::move(reg)));
 }
 

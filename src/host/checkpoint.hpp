@@ -81,7 +81,7 @@ using CheckpointProgress = TransferProgress;
 using CheckpointProgressFn = TransferProgressFn;
 
 struct LoadOptions {
-  int threads = 0;                                   // reader threads; 0 = min(8, hardware threads)
+  int threads = 0;                                   // reader threads; 0 = min(8, CPUs this process may run on)
   int64_t chunk_bytes = kCheckpointDefaultChunkBytes;  // bytes per pread (rounded to whole rows)
   bool drop_page_cache = true;                       // posix_fadvise DONTNEED on what has been read
   // Called on the calling thread about every 100 ms and once at the end (done == total). The loader prints
@@ -91,7 +91,7 @@ struct LoadOptions {
 
 struct WriteOptions {
   bool overwrite = false;                            // replace an existing file at the target path
-  int threads = 0;                                   // row generator/writer threads; 0 = min(8, hw)
+  int threads = 0;                                   // row generator/writer threads; 0 = min(8, usable CPUs)
   int64_t chunk_bytes = kCheckpointDefaultChunkBytes;  // bytes per pwrite (rounded to whole rows)
   bool drop_page_cache = true;                       // write back and drop each chunk as it goes
   CheckpointProgressFn on_progress;                  // as in LoadOptions

@@ -110,6 +110,39 @@ Result<PlacementPolicy> resolve_placement(const PlacementPolicy& policy, std::ve
   }
   PlacementPolicy r = policy;
   const std::string text = policy.to_string();
+  if (r.invert_nodes || r.relative_nodes) {  // numactl's !LIST / +LIST: over the allowed nodes with memory
+    std::vector<int> usable;
+    std::set_intersection(memory_nodes.begin(), memory_nodes.end(), allowed.begin(), allowed.end(),
+                          std::back_inserter(usable));
+    const std::string where = " (nodes with memory in Mems_allowed: " + sys::format_int_list(usable) + ")";
+    if (r.relative_nodes) {
+      for (int& n : r.nodes) {
+        if (n >= static_cast<int>(usable.size()))
+          return Status(Code::kInvalidArgument, "placement " + text + ": relative node +" + std::to_string(n) +
+                                                    " is past the last of the " + std::to_string(usable.size()) +
+                                                    " nodes this process may use" + where);
+        n = usable[static_cast<size_t>(n)];
+      }
+      r.relative_nodes = false;
+    }
+    if (r.invert_nodes) {
+      for (int n : r.nodes)  // a typo must not turn "all but 3" into "all"
+        if (!std::binary_search(memory_nodes.begin(), memory_nodes.end(), n))
+          return Status(Code::kInvalidArgument, "placement " + text + ": node " + std::to_string(n) +
+                                                    " does not exist or has no memory (nodes with memory: " +
+                                                    sys::format_int_list(memory_nodes) + ")");
+      std::vector<int> rest;
+      std::set_difference(usable.begin(), usable.end(), r.nodes.begin(), r.nodes.end(), std::back_inserter(rest));
+      if (rest.empty())
+        return Status(Code::kInvalidArgument, "placement " + text + ": no node is left" + where);
+      r.nodes = std::move(rest);
+      r.invert_nodes = false;
+    }
+    if (r.kind == PlacementKind::kPreferred && r.nodes.size() != 1)
+      return Status(Code::kInvalidArgument, "placement " + text + ": preferred takes one node, this leaves " +
+                                                sys::format_int_list(r.nodes) + where);
+    return r;
+  }
   if (r.all_nodes) {
     r.nodes.clear();
     std::set_intersection(memory_nodes.begin(), memory_nodes.end(), allowed.begin(), allowed.end(),
@@ -177,7 +210,8 @@ Status apply_placement(void* addr, uint64_t len_bytes, const PlacementPolicy& re
     r.obtained = got.is_ok() ? mem_policy_text(*got) : "unknown (" + got.status().message() + ")";
     return got;
   };
-  if (resolved.kind == PlacementKind::kReplicaPerNode || resolved.all_nodes) {
+  if (resolved.kind == PlacementKind::kReplicaPerNode || resolved.all_nodes || resolved.invert_nodes ||
+      resolved.relative_nodes) {
     r.status = Status(Code::kInternal, "apply_placement: " + r.resolved + " must be resolved first");
     return r.status;
   }

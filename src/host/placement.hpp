@@ -43,7 +43,9 @@ using engram::placement_kind_name;
 using engram::PlacementKind;
 using engram::PlacementPolicy;
 
-// Replaces all_nodes with the machine's nodes that have memory and are in Mems_allowed, and checks that
+// Replaces all_nodes with the machine's nodes that have memory and are in Mems_allowed (numactl's "all"), maps
+// relative_nodes ("+LIST") to those nodes by position and inverts invert_nodes ("!LIST": all of them but LIST;
+// a listed node that does not exist is refused, and so is an empty result), and checks that
 // every named node exists (kInvalidArgument "node 3 does not exist (nodes with memory: 0-1)") and is
 // allowed (kInvalidArgument "... outside Mems_allowed=0"). `memory_nodes` / `allowed` default to the
 // machine's when empty (sys::memory_nodes(), sys::mems_allowed()).

@@ -15,6 +15,7 @@
 #include "engram/table.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -575,6 +576,41 @@ HostTable::~HostTable() {
 void HostTable::fill_synthetic(uint64_t seed, int threads) {
   for (int rl = 0; rl < n_layers() * n_replicas(); ++rl)
     fill_synthetic_span(span(rl % n_layers(), rl / n_layers()), rl % n_layers(), seed, threads);
+}
+
+// In chunks of 1/64 of the table's bytes (64 KiB to 256 MiB of rows), reporting the bytes written after each chunk.
+// A chunk's rows keep their index in the layer, so the rows equal the plain fill's.
+void HostTable::fill_synthetic(uint64_t seed, int threads,
+                               const std::function<void(int64_t, int64_t, double)>& progress) {
+  const auto row_bytes = [](const TableSpan& s) {
+    return s.format == RowFormat::kFused ? s.stride_bytes : static_cast<int64_t>(s.d + s.d / 32);
+  };
+  std::vector<std::pair<TableSpan, int>> spans;  // (span, layer index)
+  int64_t total = 0;
+  for (int rl = 0; rl < n_layers() * n_replicas(); ++rl) {
+    const int li = rl % n_layers();
+    spans.emplace_back(span(li, rl / n_layers()), li);
+    total += spans.back().first.rows * row_bytes(spans.back().first);
+  }
+  const int64_t chunk_bytes = std::clamp<int64_t>(total / 64, int64_t{64} << 10, int64_t{256} << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  int64_t done = 0;
+  for (const auto& [s, li] : spans) {
+    const int64_t rb = row_bytes(s);
+    const int64_t chunk_rows = std::max<int64_t>(1, chunk_bytes / std::max<int64_t>(1, rb));
+    for (int64_t lo = 0; lo < s.rows; lo += chunk_rows) {
+      TableSpan part = s;
+      part.rows = std::min(chunk_rows, s.rows - lo);
+      part.data = s.payload_of(lo);
+      if (s.format == RowFormat::kSplit) part.scales = s.scales_of(lo);
+      part.slice.row_begin += lo;
+      fill_synthetic_span(part, li, seed, threads);
+      done += part.rows * rb;
+      if (done < total) progress(done, total, elapsed());
+    }
+  }
+  progress(total, total, elapsed());
 }
 
 }  // namespace engram

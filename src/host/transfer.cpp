@@ -19,8 +19,8 @@
 namespace engram::host {
 
 int resolve_threads(int requested, size_t items, int cap) {
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const int t = requested > 0 ? requested : static_cast<int>(std::min(static_cast<unsigned>(std::max(cap, 1)), hw));
+  // The CPUs this process may run on (its affinity mask), as sys::threads_or_auto counts them, capped.
+  const int t = requested > 0 ? requested : std::min(std::max(cap, 1), sys::usable_cpu_count());
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(t), items)));
 }
 

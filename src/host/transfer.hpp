@@ -25,8 +25,8 @@ struct TransferProgress {
 };
 using TransferProgressFn = std::function<void(const TransferProgress&)>;
 
-// Worker count: `requested` when > 0, else min(`cap`, hardware threads); never more than `items`, at
-// least 1.
+// Worker count: `requested` when > 0, else min(`cap`, CPUs this process may run on: sys::usable_cpu_count);
+// never more than `items`, at least 1.
 int resolve_threads(int requested, size_t items, int cap = 8);
 
 struct ChunkedRunOptions {

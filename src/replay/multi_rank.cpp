@@ -301,6 +301,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   ENGRAM_RETURN_IF_ERROR(set_engine_option(table_opts, "--placement", o.placement));
   table_opts.table.shm_dir = o.shm_dir;
   table_opts.content = job.content();
+  table_opts.content.on_progress = o.on_load_progress;
   table_opts.step_timeout_ms = o.timeouts.step.count();
   table_opts.load_timeout_ms = o.timeouts.load.count();
   if (table_opts.table.backing.kind == BackingKind::kAnonThp)

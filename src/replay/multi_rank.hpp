@@ -94,6 +94,8 @@ struct MultiRankOptions {
   host::Millis join_timeout{60000};     // all ranks started and connected
   host::Millis replay_timeout{3600000}; // a rank's whole replay
   std::function<void(const std::string&)> progress;  // one line per phase (the CLI prints to stderr)
+  // The leader's fill or load of the shared table (TableContent::on_progress): bytes done, bytes in all, seconds.
+  std::function<void(int64_t, int64_t, double)> on_load_progress;
 };
 
 // Parent side (see the file comment). The JSON: command, mode "multi-rank", ranks, conditions, table,

@@ -33,14 +33,16 @@ std::string progress_line_text(const std::string& label, const TransferProgress&
 ProgressLine::ProgressLine(std::string label, ProgressDisplay display)
     : label_(std::move(label)),
       enabled_(display == ProgressDisplay::kOn || (display == ProgressDisplay::kAuto && sys::is_terminal(2))),
+      terminal_(sys::is_terminal(2)),
       last_print_(std::chrono::steady_clock::now()) {}
 
 void ProgressLine::update(const TransferProgress& p) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (!p.final && now - last_print_ < std::chrono::milliseconds(200)) return;
+  if (!p.final && now - last_print_ < std::chrono::milliseconds(terminal_ ? 200 : 1000)) return;
   last_print_ = now;
-  const std::string line = "\r" + progress_line_text(label_, p) + (p.final ? "\x1b[K\n" : "\x1b[K");
+  const std::string line = terminal_ ? "\r" + progress_line_text(label_, p) + (p.final ? "\x1b[K\n" : "\x1b[K")
+                                     : progress_line_text(label_, p) + "\n";
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
 }

@@ -23,11 +23,14 @@ std::string duration_text(double seconds);
 // instead of the ETA.
 std::string progress_line_text(const std::string& label, const TransferProgress& p);
 
-// kAuto: print when stderr is a terminal, nothing otherwise. kOn / kOff force it.
+// kAuto: print when stderr is a terminal, nothing otherwise. kOn / kOff force it (the CLI's --progress
+// always / never).
 enum class ProgressDisplay { kAuto, kOn, kOff };
 
-// Prints progress_line_text to stderr at most every 200 ms (every final report), "\r"-rewritten.
-// Not thread-safe: call it from one thread (transfers report on the caller's thread).
+// Prints progress_line_text to stderr: on a terminal at most every 200 ms, "\r"-rewritten in place; elsewhere (kOn
+// on a pipe or a file) one plain line at most every second, so a log holds no carriage returns or escapes. The
+// final report is always printed. Not thread-safe: call it from one thread (transfers report on the caller's
+// thread); two lines on two threads each print whole lines.
 class ProgressLine {
  public:
   ProgressLine(std::string label, ProgressDisplay display);
@@ -37,6 +40,7 @@ class ProgressLine {
  private:
   std::string label_;
   bool enabled_;
+  bool terminal_;
   std::chrono::steady_clock::time_point last_print_{};
 };
 

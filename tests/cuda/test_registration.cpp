@@ -9,6 +9,8 @@
 
 #include "cuda/backend.cuh"
 #include "cuda/registration.cuh"
+#include "engram/engine.hpp"
+#include "engram/layout.hpp"
 #include "cuda_test_support.hpp"
 #include "sys/fault.hpp"
 #include "sys/memory.hpp"
@@ -103,6 +105,52 @@ TEST(HostRegistration, RegistersInChunksWithDevicePointers) {
   cudaPointerAttributes attr{};
   ASSERT_CUDA_OK(cudaPointerGetAttributes(&attr, m.p));
   EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);
+}
+
+// Progress: one report per chunk, in order, bytes of the range as asked (not the page-widened length), the last
+// one the whole range; and the engine's on_register_progress ends at the table's registered bytes.
+TEST(HostRegistration, ReportsProgressAfterEveryChunk) {
+  ENGRAM_REQUIRE_GPU();
+  const size_t bytes = 69632 * 20 + 777;
+  Mapping m(bytes);
+  ASSERT_NE(m.p, nullptr);
+  cuda::RegistrationOptions o;
+  o.max_chunk_bytes = 69632 * 7;
+  o.boundary_bytes = 272;
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  o.on_progress = [&seen](int64_t done, int64_t total) { seen.emplace_back(done, total); };
+  auto reg = cuda::HostRegistration::register_range(m.p, static_cast<int64_t>(bytes), o);
+  ASSERT_TRUE(reg.is_ok()) << reg.status().to_string();
+  ASSERT_EQ(seen.size(), reg->chunks().size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].second, static_cast<int64_t>(bytes));
+    if (i > 0) {
+      EXPECT_GT(seen[i].first, seen[i - 1].first);
+    }
+  }
+  EXPECT_EQ(seen.back().first, static_cast<int64_t>(bytes));
+}
+
+TEST(HostRegistration, EngineReportsRegistrationProgressToTheEnd) {
+  ENGRAM_REQUIRE_GPU();
+  auto layout = make_preset_layout("tiny");
+  ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+  EngineOptions o;
+  o.backend = BackendKind::kCuda;
+  o.device = 0;
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  o.on_register_progress = [&seen](int64_t done, int64_t total, double elapsed) {
+    EXPECT_GE(elapsed, 0);
+    seen.emplace_back(done, total);
+  };
+  auto e = Engine::create_local(*layout, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_FALSE(seen.empty());
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GE(seen[i].first, seen[i - 1].first);
+  }
+  EXPECT_EQ(seen.back().first, seen.back().second);
+  EXPECT_GT(seen.back().second, 0);
 }
 
 // After a failed registration, no chunk of the range may stay registered and no CUDA error may stay pending.

@@ -16,6 +16,7 @@
 
 #include "command.hpp"
 #include "engine_args.hpp"
+#include "progress_args.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
 #include "engram/table.hpp"
@@ -39,6 +40,7 @@ struct CensusArgs {
   std::string head_shards;
   std::string shard_placements;
   TpArgs tp;
+  std::string progress = "auto";
 };
 
 int census_pid(const CensusArgs& a) {
@@ -93,7 +95,13 @@ int census_here(const CensusArgs& a) {
     }
   };
   print(host::CensusPoint::kAfterPlacement);
-  (*table)->fill_synthetic(a.seed);
+  report::ProgressLine line("synthetic(seed=" + std::to_string(a.seed) + ")", progress_display(a.progress));
+  if (line.enabled())
+    (*table)->fill_synthetic(a.seed, 0, [&line](int64_t done, int64_t total, double elapsed) {
+      line.update({"fill", done, total, elapsed, done == total});
+    });
+  else
+    (*table)->fill_synthetic(a.seed);
   print(host::CensusPoint::kAfterLoad);
   if (a.json) std::printf("%s\n", j.dump(2).c_str());
   return 0;
@@ -104,12 +112,14 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--pid", a->pid, "Census of a running process's tables (numa_maps + smaps)");
   sub.add_option("--prefix", a->prefix, "Backing-name prefix that marks a table mapping (default engram:)");
   sub.add_flag("--json", a->json, "Print JSON");
+  add_progress_option(sub, a->progress);
   sub.add_option("--table-size", a->table_size, "Without --pid: size of the synthetic table to build (e.g. 64MiB)");
   sub.add_option("--layout", a->layout, "Without --pid: layout preset (v41-flash-mini, tiny)");
   sub.add_option("--backing", a->backing, "Without --pid: memfd | shm | hugetlb | hugetlb-1g | anon-thp");
   sub.add_option("--placement", a->placement,
-                 "Without --pid: none | local | bind:N | preferred:N | interleave:N,M|all | weighted-interleave:N=w,... "
-                 "| replica-per-node");
+                 "Without --pid: none | local | bind:NODES | preferred:N | interleave:NODES | "
+                 "weighted-interleave:N=w,... | replica-per-node; NODES as numactl writes them (0,2, 0-3, all, "
+                 "!LIST, +LIST)");
   sub.add_flag("--allow-fallback", a->allow_fallback, "Placement refused: keep the default policy and report it");
   sub.add_option("--head-shards", a->head_shards,
                  "Without --pid: shard each layer by head ranges (tensor parallelism), each its own backing: "

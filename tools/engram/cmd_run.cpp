@@ -13,6 +13,7 @@
 #include "default_paths.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
+#include "progress_args.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/checkpoint.hpp"
@@ -55,6 +56,7 @@ struct RunArgs {
   std::string timeline = default_output_path("engram-run.trace.json");
   bool timeline_absolute = false;  // trace timestamps since the Unix epoch
   bool json = false;
+  std::string progress = "auto";   // --progress (progress_args.hpp)
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
   EngineArgs engine;         // backend, table memory, fast path, GPU hot-row cache (warm-up default: --warmup steps)
@@ -111,6 +113,7 @@ int run_ranks(const RunArgs& a) {
   r.options.backing = a.engine.backing;
   r.options.placement = a.engine.placement;
   r.json = a.json;
+  r.progress = progress_display(a.progress);
   return run_ranks_cli(r);
 }
 
@@ -161,7 +164,7 @@ int run(const RunArgs& a) {
   eo.layer_us = a.layer_us;
   eo.prefetch = mode;
   eo.content = content;
-  show_load_progress(eo.content);
+  show_load_progress(eo, progress_display(a.progress));
   if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
 
   // Ids first: a missing token file should fail before minutes of table building.
@@ -435,6 +438,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                "trace of the same run in Perfetto (default: from the run's start)");
   add_backend_options(sub, a->engine);
   add_cache_options(sub, a->engine.cache, "the --warmup steps");
+  add_progress_option(sub, a->progress);
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
-#include "engine_args.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
+#include "progress_args.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
@@ -46,6 +46,7 @@ struct ServeArgs {
   int64_t step_timeout_ms = 30000;
   int64_t join_timeout_ms = 0;
   bool json = false;
+  std::string progress = "auto";  // --progress (progress_args.hpp)
 };
 
 // The table's backings as the protocol describes them to peers (layer, replica, head range, placement).
@@ -112,7 +113,7 @@ int serve(const ServeArgs& a) {
   eo.table.shm_dir = a.shm_dir;
   eo.step_timeout_ms = a.step_timeout_ms;
   eo.content = job.content();
-  show_load_progress(eo.content);
+  show_load_progress(eo, progress_display(a.progress));
 
   auto guard = sys::FileGuardian::start();
   if (!guard.is_ok()) return report_failure("serve-table", guard.status());
@@ -237,6 +238,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Give up on a round whose peers did not all arrive in this time (default 0: wait)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub.add_flag("--json", a->json, "One JSON object per line: ready (socket, census), round, stopped");
+  add_progress_option(sub, a->progress);
   sub.footer(
       "Example: engram serve-table --layout tiny --backing memfd --placement interleave:all\n"
       "A peer joins with UnixGroupChannel::connect(socket, {group}) and Engine::join_group (C++), or\n"

@@ -39,6 +39,7 @@
 #include "engram/table.hpp"
 #include "host/group.hpp"
 #include "replay/multi_rank.hpp"
+#include "sys/affinity.hpp"
 #include "sys/numa.hpp"
 #include "sys/process.hpp"
 
@@ -315,7 +316,8 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
     auto pid = sys::spawn_process({exe, "soak-worker", "--socket", listener->socket_path(), "--group", group_name,
                                    "--round-ms", std::to_string(round_ms.count()), "--max-batch",
                                    std::to_string(a.max_batch), "--sample-every", std::to_string(a.sample_every),
-                                   "--threads", std::to_string(a.threads), "--seed", std::to_string(job.seed)});
+                                   "--threads", std::to_string(sys::threads_or_auto(a.threads, a.ranks)), "--seed",
+                                   std::to_string(job.seed)});
     if (!pid.is_ok()) return pid.status().with_context("starting soak rank " + std::to_string(r + 1));
     ranks.pids.push_back(*pid);
   }
@@ -427,6 +429,7 @@ int run_soak(const SoakArgs& a) {
               {"command", "soak"},
               {"duration_s", wall_s},
               {"ranks", a.ranks},
+              {"threads_per_rank", sys::threads_or_auto(a.threads, a.ranks)},
               {"rounds", rounds},
               {"lookups", lookups},
               {"rows", rows},
@@ -500,7 +503,9 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--sample-every", a->sample_every, "Check one output position in this many")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  sub.add_option("--threads", a->threads, "Lookup threads per rank")->check(CLI::Range(1, 256))->capture_default_str();
+  sub.add_option("--threads", a->threads,
+                 std::string("Lookup threads per rank (default 1; ") + kAutoThreadsHelp + ", shared by the ranks)")
+      ->check(CLI::Range(0, 256));
   sub.add_option("--seed", a->seed, "Seed of placements, batches, ids and table content")->check(unsigned_integer())->capture_default_str();
   sub.add_option("--placement", a->placements,
                  "Placements to draw from (repeatable; default: none, local, interleave:all, bind and preferred "
@@ -518,7 +523,7 @@ auto setup_worker(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--round-ms", a->round_ms);
   sub.add_option("--max-batch", a->max_batch)->check(CLI::Range(1, 1 << 16));
   sub.add_option("--sample-every", a->sample_every)->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--threads", a->threads)->check(CLI::Range(1, 256));
+  sub.add_option("--threads", a->threads)->check(CLI::Range(1, 256));  // resolved by the leader
   sub.add_option("--seed", a->seed)->check(unsigned_integer());
   return [a] {
     Status s = run_soak_worker(*a);

@@ -35,6 +35,7 @@
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
 #include "sys/process.hpp"
+#include "progress_args.hpp"
 
 namespace engram::cli {
 namespace {
@@ -48,6 +49,7 @@ struct LoadArgs {
   bool keep_cache = false;
   bool verify = false;
   bool json = false;
+  std::string progress = "auto";
 };
 
 struct InfoArgs {
@@ -86,7 +88,7 @@ int create(const ModelCreateArgs& a) {
   opt.overwrite = a.force;
   opt.threads = sys::threads_or_auto(a.threads);
   opt.cancelled = [] { return sys::stop_requested(); };
-  opt.on_progress = report::with_progress_line(a.out, report::ProgressDisplay::kAuto, nullptr);
+  opt.on_progress = report::with_progress_line(a.out, progress_display(a.progress), nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::write_synthetic_checkpoint(a.out, *layout, *seed, opt);
   if (!s.is_ok() && sys::stop_requested()) {
@@ -190,7 +192,7 @@ int load(const LoadArgs& a) {
   host::LoadOptions opt;
   opt.threads = sys::threads_or_auto(a.threads);
   opt.drop_page_cache = !a.keep_cache;
-  opt.on_progress = report::with_progress_line(a.path, a.json ? report::ProgressDisplay::kOff : report::ProgressDisplay::kAuto, nullptr);
+  opt.on_progress = report::with_progress_line(a.path, progress_display(a.progress), nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const Status s = host::load_checkpoint(a.path, **table, opt);
   if (!s.is_ok()) return report_failure(cmd, s);
@@ -267,6 +269,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");
   c->add_option("--threads", create_args->threads, std::string("Writer threads (default 0; ") + kAutoThreadsHelp + ")");
+  add_progress_option(*c, create_args->progress);
   c->add_option("--extra-rows", create_args->extra_rows,
                 "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)");
   c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)");
@@ -289,6 +292,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   ld->add_flag("--keep-page-cache", load_args->keep_cache, "Do not drop the file's pages from the page cache");
   ld->add_flag("--verify", load_args->verify, "Check every row against synth_row (synthetic checkpoints)");
   ld->add_flag("--json", load_args->json, "Print JSON");
+  add_progress_option(*ld, load_args->progress);
   ld->add_option("--tensor-names", load_args->tensor_names, "DIR: " + names_help);
   ld->add_option("--backing", load_args->backing, "DIR: backing of the table (memfd, shm, hugetlb, anon-thp; default memfd)");
   ld->add_option("--placement", load_args->placement, "DIR: placement of the table (none, bind:N, interleave:all, ...)");
@@ -330,7 +334,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                                        "--compare-sequential", "--no-prefault", "--table-option"}, "a model directory");
       if (!s.is_ok()) return report_failure("table load", s);
       return load({load_args->dir, load_args->row_layout, load_args->threads, load_args->keep_cache, load_args->verify,
-                   load_args->json});
+                   load_args->json, load_args->progress});
     }
     if (i->parsed()) {
       if (sys::is_directory(info_args->dir)) return info_model_dir(*info_args);

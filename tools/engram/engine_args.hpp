@@ -85,7 +85,8 @@ inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--placement", a.placement,
                  "NUMA placement applied before first touch: none (default), local, bind:NODES|all, preferred:N, "
                  "interleave:NODES|all, weighted-interleave:N=w,..., replica-per-node; NODES as numactl writes "
-                 "them (0,2 or 0-3)");
+                 "them: 0,2 or 0-3, !LIST (every node but LIST), +LIST (positions among the nodes this process may "
+                 "use: +0 is the first)");
 }
 
 inline void add_tp_options(CLI::App& sub, TpArgs& t) {
@@ -129,16 +130,25 @@ inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout,
   return Status::ok();
 }
 
-// Writing the table's content (synthetic fill, checkpoint or model directory load) shows the progress line
-// (bytes, GB/s, ETA) on stderr when it is a terminal; piped or redirected output stays free of it.
-inline void show_load_progress(TableContent& c) {
-  if (c.kind == TableContent::Kind::kZero) return;
-  auto line = std::make_shared<report::ProgressLine>(c.to_string(), report::ProgressDisplay::kAuto);
-  if (!line->enabled()) return;
-  const char* phase = c.kind == TableContent::Kind::kSynthetic ? "fill" : "load";
-  c.on_progress = [line, phase](int64_t done, int64_t total, double elapsed) {
-    line->update({phase, done, total, elapsed, done == total});
-  };
+// Writing the table's content (synthetic fill, checkpoint or model directory load) and registering it with the
+// GPU show their progress lines (bytes, GB/s, ETA) on stderr as --progress says (progress_args.hpp: by default
+// when stderr is a terminal, so piped or redirected output stays free of them).
+inline void show_load_progress(EngineOptions& o, report::ProgressDisplay display) {
+  TableContent& c = o.content;
+  if (c.kind != TableContent::Kind::kZero) {
+    auto line = std::make_shared<report::ProgressLine>(c.to_string(), display);
+    if (line->enabled()) {
+      const char* phase = c.kind == TableContent::Kind::kSynthetic ? "fill" : "load";
+      c.on_progress = [line, phase](int64_t done, int64_t total, double elapsed) {
+        line->update({phase, done, total, elapsed, done == total});
+      };
+    }
+  }
+  auto reg = std::make_shared<report::ProgressLine>("table (GPU)", display);
+  if (reg->enabled())
+    o.on_register_progress = [reg](int64_t done, int64_t total, double elapsed) {
+      reg->update({"register", done, total, elapsed, done == total});
+    };
 }
 
 // The cache options as asked for (report JSON).

@@ -2,6 +2,7 @@
 #include "run_ranks.hpp"
 
 #include <cstdio>
+#include <memory>
 
 #include "command.hpp"
 
@@ -10,6 +11,14 @@ namespace engram::cli {
 int run_ranks_cli(const RanksCliArgs& a) {
   MultiRankOptions o = a.options;
   if (!a.json) o.progress = [](const std::string& m) { std::fprintf(stderr, "engram run: %s\n", m.c_str()); };
+  const TableContent content = a.job.content();
+  auto line = std::make_shared<report::ProgressLine>(content.to_string(), a.progress);
+  if (line->enabled() && content.kind != TableContent::Kind::kZero) {
+    const char* phase = content.kind == TableContent::Kind::kSynthetic ? "fill" : "load";
+    o.on_load_progress = [line, phase](int64_t done, int64_t total, double elapsed) {
+      line->update({phase, done, total, elapsed, done == total});
+    };
+  }
   auto r = run_multi_rank(a.job, o);
   if (!r.is_ok()) return report_failure("run", r.status());
   if (a.json) {

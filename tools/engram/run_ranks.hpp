@@ -3,6 +3,7 @@
 // exit code (0, 1, 2 bad input, 77 unsupported).
 #pragma once
 
+#include "report/progress_line.hpp"
 #include "replay/multi_rank.hpp"
 
 namespace engram::cli {
@@ -11,6 +12,7 @@ struct RanksCliArgs {
   RankJob job;
   MultiRankOptions options;
   bool json = false;
+  report::ProgressDisplay progress = report::ProgressDisplay::kAuto;  // the leader's fill/load line (--progress)
 };
 
 int run_ranks_cli(const RanksCliArgs& args);

@@ -31,6 +31,7 @@
 #include "host/placement.hpp"
 #include "report/progress_line.hpp"
 #include "host/token_io.hpp"
+#include "progress_args.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
 
@@ -200,7 +201,7 @@ int create_model_dir(const ModelCreateArgs& a) {
   if (a.compression_table == "auto") opt.compression_table = default_compression_table_path();
   else if (a.compression_table != "none") opt.compression_table = a.compression_table;
 
-  report::ProgressLine line("write " + a.out, report::ProgressDisplay::kAuto);
+  report::ProgressLine line("write " + a.out, progress_display(a.progress));
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
   const auto t0 = Clock::now();
   const Status s = host::write_synthetic_model_dir(a.out, *layout, opt);
@@ -423,7 +424,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   opt.threads = sys::threads_or_auto(a.threads);
   opt.drop_page_cache = !keep_cache;
   opt.reader_node = a.reader_node;
-  report::ProgressLine line("load " + a.dir, a.json ? report::ProgressDisplay::kOff : report::ProgressDisplay::kAuto);
+  report::ProgressLine line("load " + a.dir, progress_display(a.progress));
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
   const auto t_load = Clock::now();
   const Status s = host::load_model(*info, *layout, spans, opt);

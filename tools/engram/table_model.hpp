@@ -28,6 +28,7 @@ struct ModelCreateArgs {
   int64_t compressed_vocab_size = 0;        // 0: the compression table's
   int64_t pad_id = 2;
   std::string tensor_names;
+  std::string progress = "auto";  // --progress (progress_args.hpp)
 };
 
 struct ModelInfoArgs {
@@ -52,6 +53,7 @@ struct ModelLoadArgs {
   bool keep_cache = false;
   bool verify = false;
   bool json = false;
+  std::string progress = "auto";  // --progress (progress_args.hpp)
 };
 
 // --seed text: a non-negative integer below 2^64. kInvalidArgument otherwise.
@@ -63,7 +65,8 @@ int create_model_dir(const ModelCreateArgs& a);
 int info_model_dir(const ModelInfoArgs& a);
 int load_model_dir(const ModelLoadArgs& a);
 
-// Rows of `t` that differ from synth_row(seed, ...), counted with `threads` threads (0 = all CPUs).
+// Rows of `t` that differ from synth_row(seed, ...), counted with `threads` threads (0 = one per CPU this process
+// may run on).
 int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int threads);
 
 }  // namespace engram::cli

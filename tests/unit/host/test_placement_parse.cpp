@@ -14,7 +14,8 @@ using namespace engram::host;
 
 TEST(PlacementParse, AcceptsEveryFormAndPrintsItBack) {
   for (const char* text : {"none", "local", "bind:1", "bind:0,2", "preferred:3", "interleave:0,1", "interleave:all",
-                           "bind:all", "weighted-interleave:0=3,1=1", "replica-per-node", "replica-per-node:0,1"}) {
+                           "bind:all", "weighted-interleave:0=3,1=1", "replica-per-node", "replica-per-node:0,1",
+                           "bind:!0", "interleave:+0,1", "bind:!+1", "preferred:+0", "replica-per-node:!1"}) {
     auto p = parse_placement(text);
     ASSERT_TRUE(p.is_ok()) << text << ": " << p.status().to_string();
     EXPECT_EQ(p->to_string(), text);
@@ -59,11 +60,68 @@ TEST(PlacementParse, AcceptsNumactlNodeLists) {
   EXPECT_EQ(r->nodes, (std::vector<int>{0, 2}));
 }
 
+// numactl's "!LIST" (all but) and "+LIST" (positions among the allowed nodes): kept as typed until resolved against
+// the machine's nodes with memory in Mems_allowed.
+TEST(PlacementParse, InvertedAndRelativeNodeLists) {
+  auto inv = parse_placement("interleave:!1");
+  ASSERT_TRUE(inv.is_ok()) << inv.status().to_string();
+  EXPECT_TRUE(inv->invert_nodes);
+  EXPECT_FALSE(inv->relative_nodes);
+  EXPECT_EQ(inv->nodes, (std::vector<int>{1}));
+  auto r = resolve_placement(*inv, {0, 1, 2, 3}, {0, 1, 2});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->nodes, (std::vector<int>{0, 2}));  // node 3 is outside Mems_allowed
+  EXPECT_FALSE(r->invert_nodes);
+  EXPECT_EQ(r->to_string(), "interleave:0,2");
+
+  auto rel = parse_placement("bind:+0-1");
+  ASSERT_TRUE(rel.is_ok()) << rel.status().to_string();
+  EXPECT_TRUE(rel->relative_nodes);
+  r = resolve_placement(*rel, {0, 1, 2, 3}, {2, 3});  // a cpuset of nodes 2-3: +0 is node 2
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->nodes, (std::vector<int>{2, 3}));
+  EXPECT_FALSE(r->relative_nodes);
+
+  r = resolve_placement(*parse_placement("bind:!+0"), {0, 1, 2, 3}, {1, 2, 3});  // all but the first allowed
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->nodes, (std::vector<int>{2, 3}));
+
+  r = resolve_placement(*parse_placement("preferred:!0"), {0, 1}, {0, 1});  // one node left: fine
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->nodes, (std::vector<int>{1}));
+
+  r = resolve_placement(*parse_placement("replica-per-node:!0"), {0, 1, 2}, {0, 1, 2});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->kind, PlacementKind::kReplicaPerNode);
+  EXPECT_EQ(r->nodes, (std::vector<int>{1, 2}));
+}
+
+TEST(PlacementParse, InvertedAndRelativeListsThatCannotResolveAreRefused) {
+  const std::vector<std::string> cases = {"bind:+2",         // two allowed nodes: +2 is past the last
+                                          "bind:!0,1",       // nothing left
+                                          "bind:!5",         // node 5 does not exist: no silent "all"
+                                          "preferred:!0"};   // leaves two nodes
+  for (const std::string& text : cases) {
+    auto p = parse_placement(text);
+    ASSERT_TRUE(p.is_ok()) << text << ": " << p.status().to_string();
+    const std::vector<int> memory = text == "preferred:!0" ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};
+    auto r = resolve_placement(*p, memory, memory);
+    ASSERT_FALSE(r.is_ok()) << text << " resolved to " << r->to_string();
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << text;
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().message();
+  }
+  // Applying an unresolved list is an internal error, not a policy over the typed numbers.
+  PlacementReport rep;
+  EXPECT_EQ(apply_placement(nullptr, 0, *parse_placement("bind:!0"), &rep).code(), Code::kInternal);
+}
+
 TEST(PlacementParse, RefusesMalformedText) {
   for (const char* text : {"", "bind", "bind:", "bind:x", "bind:-1", "bind:1,1", "preferred:0,1", "preferred:all",
                            "interleave:", "interleave:0,,1", "local:0", "none:1", "weighted-interleave:0",
                            "weighted-interleave:0=0", "weighted-interleave:0=256", "weighted-interleave:0=1,0=2",
-                           "interleave:3-1", "interleave:99999", "spread:0", "BIND:0"}) {
+                           "interleave:3-1", "interleave:99999", "spread:0", "BIND:0", "bind:!", "bind:+", "bind:!all",
+                           "interleave:+all", "bind:+!0", "bind:!!0", "preferred:+0,1", "weighted-interleave:!0=1",
+                           "weighted-interleave:+0=1"}) {
     auto p = parse_placement(text);
     EXPECT_FALSE(p.is_ok()) << "accepted '" << text << "'";
     if (!p.is_ok()) {
