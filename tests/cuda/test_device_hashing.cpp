@@ -37,6 +37,32 @@ TokenFile random_documents(std::mt19937_64& rng, int docs, int64_t vocab) {
 
 using testing::to_host;
 
+// A cuda engine of `layout` (the conformance options) with room for `max_tokens` tokens per step.
+Result<std::unique_ptr<Engine>> cuda_engine(const EngramLayout& layout, int64_t max_tokens) {
+  test::ConformanceCase c;
+  c.backend = BackendKind::kCuda;
+  EngineOptions o = test::conformance_options(c, max_tokens);
+  o.device = 0;
+  return Engine::create_local(layout, o);
+}
+
+// One step through the queue: `prepare` (the device hash in place of prepare) after begin_step, every layer
+// consumed into *staging, end_step, then the step's device hash with its ids read back.
+template <typename Prepare>
+Result<DeviceHashStep> run_hashed_step(Engine& engine, int64_t step, const Prepare& prepare,
+                                       std::vector<const uint16_t*>* staging) {
+  PrefetchQueue& q = engine.queue();
+  q.begin_step(step);
+  ENGRAM_RETURN_IF_ERROR(prepare());
+  staging->clear();
+  for (int li = 0; li < engine.table().layout().n_layers(); ++li) {
+    ENGRAM_ASSIGN_OR_RETURN(auto st, q.consume(li));
+    staging->push_back(st.data);
+  }
+  ENGRAM_RETURN_IF_ERROR(q.end_step());
+  return engine.last_device_hash(true);
+}
+
 // The staging of each layer (tokens x heads x d bf16, on the device) equals the scalar reference lookup of `ids`.
 void expect_staging_matches(Engine& engine, const std::vector<const uint16_t*>& staging,
                             const std::vector<std::vector<int64_t>>& ids, int64_t tokens, const std::string& where) {
@@ -60,11 +86,7 @@ TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();
 
   const int batch = 1 + static_cast<int>(rng() % 96);
-  test::ConformanceCase c;
-  c.backend = BackendKind::kCuda;
-  EngineOptions o = test::conformance_options(c, batch);
-  o.device = 0;
-  auto e = Engine::create_local(layout, o);
+  auto e = cuda_engine(layout, batch);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   Engine& engine = **e;
   ASSERT_EQ(engine.backend(), BackendKind::kCuda);
@@ -72,21 +94,14 @@ TEST(CudaDeviceHashing, StepIdsAndLookupsEqualTheCpuHasher) {
   ASSERT_TRUE(engine.enable_device_hashing(*hasher, batch).is_ok());
   EXPECT_EQ(engine.hash_and_prepare(nullptr, nullptr, batch + 1).code(), Code::kInvalidArgument);
 
-  PrefetchQueue& q = engine.queue();
   std::vector<std::vector<int64_t>> ids;
   for (int64_t step = 0; step < 120; ++step) {
     ASSERT_TRUE((*src)->next_step(step, batch, ids).is_ok());
     const auto& st = (*src)->last_step_tokens();
-    q.begin_step(step);
-    ASSERT_TRUE(engine.hash_and_prepare(st.tokens.data(), st.new_sequence.data(), batch).is_ok());
     std::vector<const uint16_t*> staging;
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      auto s = q.consume(li);
-      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-      staging.push_back(s->data);
-    }
-    ASSERT_TRUE(q.end_step().is_ok());
-    auto d = engine.last_device_hash(true);
+    auto d = run_hashed_step(engine, step, [&] {
+      return engine.hash_and_prepare(st.tokens.data(), st.new_sequence.data(), batch);
+    }, &staging);
     ASSERT_TRUE(d.is_ok()) << d.status().to_string();
     EXPECT_GT(d->gpu_ns, 0);
     EXPECT_EQ(d->errors, 0u);
@@ -104,11 +119,7 @@ TEST(CudaDeviceHashing, ReplayWiredOnTheGpuVerifiesEveryId) {
   ASSERT_TRUE(hasher.is_ok());
   auto src = TextIdSource::create(*hasher, random_documents(rng, 30, 3000), TextIdSourceOptions{.seq_len = 16});
   ASSERT_TRUE(src.is_ok());
-  test::ConformanceCase c;
-  c.backend = BackendKind::kCuda;
-  EngineOptions o = test::conformance_options(c, 32);
-  o.device = 0;
-  auto e = Engine::create_local(layout, o);
+  auto e = cuda_engine(layout, 32);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   DecodeReplayOptions base, wired;
   base.batch = 32;
@@ -135,17 +146,12 @@ TEST(CudaDeviceHashing, ChunkedStepsEqualTheBatchReference) {
   ASSERT_TRUE(hasher.is_ok()) << hasher.status().to_string();
   const int slots = 2 + static_cast<int>(rng() % 30);
   const int64_t max_tokens = 64 + static_cast<int64_t>(rng() % 400);
-  test::ConformanceCase c;
-  c.backend = BackendKind::kCuda;
-  EngineOptions o = test::conformance_options(c, max_tokens);
-  o.device = 0;
-  auto e = Engine::create_local(layout, o);
+  auto e = cuda_engine(layout, max_tokens);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   Engine& engine = **e;
   test::randomize_table(engine.table(), rng);
   ASSERT_TRUE(engine.enable_device_hashing(*hasher, slots, max_tokens).is_ok());
   const int window = layout.max_ngram - 1;
-  const int heads = layout.heads();
   std::vector<int64_t> lookback(static_cast<size_t>(slots * window), kDeadToken);
   {  // refused before anything is enqueued: a slot twice, too many tokens
     const int64_t t[2] = {1, 2};
@@ -153,7 +159,6 @@ TEST(CudaDeviceHashing, ChunkedStepsEqualTheBatchReference) {
     EXPECT_EQ(engine.hash_chunks_and_prepare(t, n1, same, nullptr, 2).code(), Code::kInvalidArgument);
     EXPECT_EQ(engine.hash_chunks_and_prepare(t, big, nullptr, nullptr, 1).code(), Code::kInvalidArgument);
   }
-  PrefetchQueue& q = engine.queue();
   std::vector<int32_t> perm(static_cast<size_t>(slots));
   for (int64_t step = 0; step < 80; ++step) {
     const int n = 1 + static_cast<int>(rng() % static_cast<uint64_t>(slots));
@@ -172,31 +177,12 @@ TEST(CudaDeviceHashing, ChunkedStepsEqualTheBatchReference) {
     }
     const int64_t total = qsl.back();
     const std::vector<int64_t> tokens = testing::random_tokens(rng, static_cast<size_t>(std::max<int64_t>(total, 1)), vocab);
-    HashBatch b;
-    b.n_requests = n;
-    b.max_tokens = max_tokens;
-    b.query_start_loc = qsl.data();
-    b.tokens = tokens.data();
-    b.lookback = lookback.data();
-    b.lookback_rows = slots;
-    b.lookback_slot = slot.data();
-    std::vector<int64_t> out(static_cast<size_t>(layout.n_layers() * max_tokens * heads), -7);
-    ASSERT_TRUE(hash_batch_reference(*hasher, b, HashIdKind::kGlobalRow, out.data()).is_ok());
-    std::vector<std::vector<int64_t>> want(static_cast<size_t>(layout.n_layers()));
-    for (int l = 0; l < layout.n_layers(); ++l)
-      want[static_cast<size_t>(l)].assign(out.begin() + l * max_tokens * heads, out.begin() + l * max_tokens * heads + total * heads);
-    ASSERT_TRUE(update_lookback_reference(window, b, nullptr, lookback.data()).is_ok());
-
-    q.begin_step(step);
-    ASSERT_TRUE(engine.hash_chunks_and_prepare(tokens.data(), counts.data(), slot.data(), fresh.data(), n).is_ok());
+    std::vector<std::vector<int64_t>> want;
+    testing::reference_chunk_step(*hasher, qsl, tokens, slot, slots, lookback, want);
     std::vector<const uint16_t*> staging;
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      auto s = q.consume(li);
-      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-      staging.push_back(s->data);
-    }
-    ASSERT_TRUE(q.end_step().is_ok());
-    auto d = engine.last_device_hash(true);
+    auto d = run_hashed_step(engine, step, [&] {
+      return engine.hash_chunks_and_prepare(tokens.data(), counts.data(), slot.data(), fresh.data(), n);
+    }, &staging);
     ASSERT_TRUE(d.is_ok()) << d.status().to_string();
     EXPECT_EQ(d->errors, 0u);
     ASSERT_EQ(d->ids, want) << "seed " << seed << " step " << step << " chunks " << n << " tokens " << total;
@@ -213,11 +199,7 @@ TEST(CudaDeviceHashing, ServingReplayWiredOnTheGpuVerifiesEveryId) {
   ASSERT_TRUE(hasher.is_ok());
   auto ids = make_text_serving_ids(*hasher, random_documents(rng, 30, 3000));
   ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
-  test::ConformanceCase c;
-  c.backend = BackendKind::kCuda;
-  EngineOptions o = test::conformance_options(c, 64);
-  o.device = 0;
-  auto e = Engine::create_local(layout, o);
+  auto e = cuda_engine(layout, 64);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   WorkloadOptions w;
   w.rate_rps = 4000;

@@ -384,4 +384,29 @@ inline std::string corpus_test_tokens_path() {
   return std::string(dir && *dir ? dir : ENGRAM_SOURCE_DIR "/build/data/corpus") + "/corpus-test.tokens";
 }
 
+// The reference ids of one step of chunks, as a device hasher with look-back slots makes them: chunk c holds the
+// tokens [qsl[c], qsl[c+1]) and reads look-back row slots[c] of `lookback` ([rows][N-1], DEAD rows for new
+// sequences already written by the caller). out[layer] gets the step's tokens x heads global row ids; `lookback`
+// then advances past every chunk. A failure of the reference fails the test.
+inline void reference_chunk_step(const NgramHasher& h, const std::vector<int32_t>& qsl, const std::vector<int64_t>& tokens,
+                                 const std::vector<int32_t>& slots, int64_t rows, std::vector<int64_t>& lookback,
+                                 std::vector<std::vector<int64_t>>& out) {
+  const int heads = h.layout().heads();
+  const int64_t total = qsl.back();
+  HashBatch b;
+  b.n_requests = static_cast<int32_t>(slots.size());
+  b.max_tokens = std::max<int64_t>(total, 1);
+  b.query_start_loc = qsl.data();
+  b.tokens = tokens.data();
+  b.lookback = lookback.data();
+  b.lookback_rows = rows;
+  b.lookback_slot = slots.data();
+  std::vector<int64_t> ids(static_cast<size_t>(h.layout().n_layers() * b.max_tokens * heads), -7);
+  ASSERT_TRUE(hash_batch_reference(h, b, HashIdKind::kGlobalRow, ids.data()).is_ok());
+  out.assign(static_cast<size_t>(h.layout().n_layers()), {});
+  for (int l = 0; l < h.layout().n_layers(); ++l)
+    out[static_cast<size_t>(l)].assign(ids.begin() + l * b.max_tokens * heads, ids.begin() + l * b.max_tokens * heads + total * heads);
+  ASSERT_TRUE(update_lookback_reference(h.layout().max_ngram - 1, b, nullptr, lookback.data()).is_ok());
+}
+
 }  // namespace engram::testing

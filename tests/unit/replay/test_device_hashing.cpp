@@ -150,8 +150,7 @@ TEST_F(DeviceHashing, ServingChunksHashedFromTheirSlotsGiveTheTextSourceIds) {
   EXPECT_LE(cap, rig.options.scheduler.max_running);
   EXPECT_LT(cap, 14) << "slots are reused by later requests";
   const int window = layout_.max_ngram - 1;
-  const int heads = layout_.heads();
-  const int64_t max_tokens = serving_max_step_tokens(rig.schedule);
+  EXPECT_LE(serving_max_step_tokens(rig.schedule), rig.options.scheduler.token_budget);
   ServingHashSlots slots(cap);
   std::vector<int64_t> lookback(static_cast<size_t>(cap * window), -5);  // garbage until a reset
   std::vector<int32_t> slot, qsl;
@@ -177,22 +176,9 @@ TEST_F(DeviceHashing, ServingChunksHashedFromTheirSlotsGiveTheTextSourceIds) {
       chunked += ch.tokens > 1;
       ASSERT_TRUE((*ids)->append(r, ch.pos, ch.tokens, host).is_ok());
     }
-    HashBatch b;
-    b.n_requests = static_cast<int32_t>(st.chunks.size());
-    b.max_tokens = max_tokens;
-    b.query_start_loc = qsl.data();
-    b.tokens = tokens.data();
-    b.lookback = lookback.data();
-    b.lookback_rows = cap;
-    b.lookback_slot = slot.data();
-    std::vector<int64_t> out(static_cast<size_t>(layout_.n_layers() * max_tokens * heads), -7);
-    ASSERT_TRUE(hash_batch_reference(*hasher_, b, HashIdKind::kGlobalRow, out.data()).is_ok()) << "step " << k;
-    const int64_t n = st.tokens() * heads;
-    for (int l = 0; l < layout_.n_layers(); ++l) {
-      const std::vector<int64_t> got(out.begin() + l * max_tokens * heads, out.begin() + l * max_tokens * heads + n);
-      ASSERT_EQ(got, host[static_cast<size_t>(l)]) << "step " << k << " layer " << l;
-    }
-    ASSERT_TRUE(update_lookback_reference(window, b, nullptr, lookback.data()).is_ok());
+    std::vector<std::vector<int64_t>> want;
+    testing::reference_chunk_step(*hasher_, qsl, tokens, slot, cap, lookback, want);
+    ASSERT_EQ(want, host) << "step " << k;
     slots.release_finished(st, rig.requests);
   }
   EXPECT_EQ(slots.live(), 0) << "every request gave its slot back";
