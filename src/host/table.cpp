@@ -1,7 +1,4 @@
-// HostTable: private anonymous memory for each Engram layer's table, and synthetic row content.
-//
-// Filling is parallel over row ranges; each row's bytes depend only on (seed, layer, row), so the
-// result does not depend on the thread count and a checkpoint writer can stream rows one at a time.
+// HostTable: each Engram layer's table in placed memory (the synthetic rows are table_fill.cpp's).
 // `create` builds each layer's table on a placed backing (host/placement.hpp): the layer's split
 // arrays (payload then scales) or fused records live in one backing, so a layer is one object with
 // one policy, one identity in /proc/<pid>/maps and one census. With head-range shards (tensor
@@ -15,13 +12,11 @@
 #include "engram/table.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/parallel.hpp"
-#include "core/splitmix.hpp"
 #include "core/units.hpp"
 #include "host/census.hpp"
 #include "host/placement.hpp"
@@ -32,24 +27,6 @@
 #include "sys/protect.hpp"
 
 namespace engram {
-
-void synth_row(uint64_t seed, int layer_index, int64_t row, int d, uint8_t* payload, uint8_t* scales) {
-  uint64_t state = mix_seed(seed, static_cast<uint64_t>(layer_index), static_cast<uint64_t>(row));
-  for (int i = 0; i < d; i += 8) {
-    uint64_t r = splitmix64(state);
-    for (int k = 0; k < 8 && i + k < d; ++k) {
-      uint8_t b = static_cast<uint8_t>(r >> (8 * k));
-      if ((b & 0x7F) == 0x7F) b ^= 0x01;  // never a NaN code
-      if ((b & 0x7F) == 0) b |= 0x08;     // non-zero data: zeros hide unwritten outputs
-      payload[i + k] = b;
-    }
-  }
-  uint64_t r = splitmix64(state);
-  for (int j = 0; j < d / 32; ++j) {
-    if (j % 8 == 0 && j > 0) r = splitmix64(state);
-    scales[j] = static_cast<uint8_t>(119 + (r >> (8 * (j % 8))) % 17);
-  }
-}
 
 struct HostTable::Storage {
   std::vector<std::vector<host::PlacedBacking>> layers;  // [layer][replica]; sharded: [layer][shard]
@@ -72,17 +49,6 @@ TableSpan layer_span(uint8_t* base, const EngramLayout& layout, int layer_index,
     s.scales = s.data ? s.data + rows * layout.d : nullptr;
   }
   return s;
-}
-
-void fill_synthetic_span(const TableSpan& s, int layer_index, uint64_t seed, int threads) {
-  threads = sys::threads_or_auto(threads);
-  const int64_t pad = s.format == RowFormat::kFused ? s.stride_bytes - s.d - s.d / 32 : 0;
-  parallel_ranges(s.rows, threads, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      synth_row(seed, layer_index, s.slice.row_begin + r, s.d, s.payload_of(r), s.scales_of(r));
-      if (pad > 0) std::memset(s.scales_of(r) + s.d / 32, 0, static_cast<size_t>(pad));
-    }
-  });
 }
 
 Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int heads) {
@@ -571,46 +537,6 @@ HostTable::~HostTable() {
   storage_.reset();  // backings first: a sharded layer's backings go back to its reservation
   for (auto& [p, n] : reservations_) (void)sys::unmap_range(p, n);
   for (auto& [p, n] : mappings_) (void)sys::unmap(p, n);
-}
-
-void HostTable::fill_synthetic(uint64_t seed, int threads) {
-  for (int rl = 0; rl < n_layers() * n_replicas(); ++rl)
-    fill_synthetic_span(span(rl % n_layers(), rl / n_layers()), rl % n_layers(), seed, threads);
-}
-
-// In chunks of 1/64 of the table's bytes (64 KiB to 256 MiB of rows), reporting the bytes written after each chunk.
-// A chunk's rows keep their index in the layer, so the rows equal the plain fill's.
-void HostTable::fill_synthetic(uint64_t seed, int threads,
-                               const std::function<void(int64_t, int64_t, double)>& progress) {
-  const auto row_bytes = [](const TableSpan& s) {
-    return s.format == RowFormat::kFused ? s.stride_bytes : static_cast<int64_t>(s.d + s.d / 32);
-  };
-  std::vector<std::pair<TableSpan, int>> spans;  // (span, layer index)
-  int64_t total = 0;
-  for (int rl = 0; rl < n_layers() * n_replicas(); ++rl) {
-    const int li = rl % n_layers();
-    spans.emplace_back(span(li, rl / n_layers()), li);
-    total += spans.back().first.rows * row_bytes(spans.back().first);
-  }
-  const int64_t chunk_bytes = std::clamp<int64_t>(total / 64, int64_t{64} << 10, int64_t{256} << 20);
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto elapsed = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  int64_t done = 0;
-  for (const auto& [s, li] : spans) {
-    const int64_t rb = row_bytes(s);
-    const int64_t chunk_rows = std::max<int64_t>(1, chunk_bytes / std::max<int64_t>(1, rb));
-    for (int64_t lo = 0; lo < s.rows; lo += chunk_rows) {
-      TableSpan part = s;
-      part.rows = std::min(chunk_rows, s.rows - lo);
-      part.data = s.payload_of(lo);
-      if (s.format == RowFormat::kSplit) part.scales = s.scales_of(lo);
-      part.slice.row_begin += lo;
-      fill_synthetic_span(part, li, seed, threads);
-      done += part.rows * rb;
-      if (done < total) progress(done, total, elapsed());
-    }
-  }
-  progress(total, total, elapsed());
 }
 
 }  // namespace engram
