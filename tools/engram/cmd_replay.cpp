@@ -11,6 +11,7 @@
 
 #include "command.hpp"
 #include "host/conditions.hpp"
+#include "progress_args.hpp"
 #include "replay/serving_hashing.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
@@ -23,6 +24,7 @@ struct ReplayArgs {
   ServingArgs s;
   std::string prefetch = "early";
   std::string hash = "auto";  // where real-text ids are hashed: auto | cpu | gpu
+  std::string progress = "auto";  // --progress (progress_args.hpp)
   std::string record, batches, timeline = "none";
   bool timeline_absolute = false;
   bool json = false;
@@ -52,6 +54,7 @@ int replay(const ReplayArgs& a) {
   say("building " + s.layout.name + " table (" + format_bytes(s.layout.total_bytes()) + ", " +
       s.engine.table.backing.to_string() + ", placement " + s.engine.table.placement.to_string() + ") and the " +
       backend_kind_name(s.engine.backend) + " backend ...");
+  show_load_progress(s.engine, progress_display(a.progress));
   auto rig = Engine::create_local(s.layout, s.engine);
   if (!rig.is_ok()) return report_failure("replay", rig.status());
   Engine& engine = **rig;
@@ -186,6 +189,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "the CPU), cpu, or gpu (each step's chunks hashed on the device; every id is checked against the CPU "
                  "hasher after its step, off the replay's clock)")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  add_progress_option(sub, a->progress);
   sub.add_option("--record", a->record, "Write the token batches the scheduler formed to this JSON file");
   sub.add_option("--batches", a->batches, "Replay a recorded batches file instead of scheduling live (same batches for A/B)");
   sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze");

@@ -1,6 +1,6 @@
 // `--progress auto|always|never`: the one switch of the progress lines (bytes, GB/s, ETA on stderr) of the long
 // steps: the synthetic fill, checkpoint and model-directory loads and writes, GPU registration. Shared by run,
-// census, table create, table load and serve-table.
+// replay, census, table create, table load and serve-table.
 #pragma once
 
 #include <CLI/CLI.hpp>

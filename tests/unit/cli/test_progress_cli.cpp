@@ -69,7 +69,7 @@ TEST_F(ProgressCli, NeverSilencesItOnATerminal) {
   EXPECT_EQ(tty.out.find("fill synthetic"), std::string::npos) << tty.out;
 }
 
-TEST_F(ProgressCli, CensusAndTableCreateAndLoadTakeTheSwitch) {
+TEST_F(ProgressCli, CensusReplayAndTableCreateAndLoadTakeTheSwitch) {
   auto census = run_engram_split("census --table-size 8MiB --progress always --json", dir_);
   ASSERT_EQ(census.code, 0) << census.err;
   EXPECT_NE(census.err.find("fill synthetic(seed=1): "), std::string::npos) << census.err;
@@ -92,7 +92,13 @@ TEST_F(ProgressCli, CensusAndTableCreateAndLoadTakeTheSwitch) {
   ASSERT_EQ(quiet.code, 0) << quiet.err;
   EXPECT_EQ(quiet.err.find("load " + ckpt + ": "), std::string::npos) << quiet.err;
 
-  for (const char* cmd : {"run", "census", "table create", "table load", "serve-table"}) {
+  auto replay = run_engram_split("replay --layout tiny --model tiny --backend cpu --ids zipf --threads 1 --unit-us 5 "
+                                 "--requests 2 --rate 2000 --prompt 8 --output 2 --progress always --json", dir_);
+  ASSERT_EQ(replay.code, 0) << replay.err;
+  EXPECT_NE(replay.err.find("fill synthetic(seed="), std::string::npos) << replay.err;
+  EXPECT_TRUE(nlohmann::json::accept(replay.out));
+
+  for (const char* cmd : {"run", "replay", "census", "table create", "table load", "serve-table"}) {
     auto help = run_engram(std::string(cmd) + " --help");
     EXPECT_EQ(help.code, 0) << cmd;
     EXPECT_NE(help.out.find("--progress"), std::string::npos) << cmd << ":\n" << help.out;
