@@ -274,7 +274,8 @@ class Engine {
   Result<DeviceHashStep> last_device_hash(bool with_ids) const;
 
   // Page census of every backing now, at a named point. The censuses the engine took while it was built
-  // (after placement, registration, load) are in censuses(), in order.
+  // (after placement, registration, load; one after load when registration ran during the load) are in
+  // censuses(), in order.
   std::vector<PageCensus> census(CensusPoint point, uint64_t max_samples = uint64_t{1} << 20) const;
   const std::vector<PageCensus>& censuses() const;
   void add_censuses(std::vector<PageCensus> more);
