@@ -58,7 +58,8 @@ Result<std::unique_ptr<GpuLookupSession>> open_gpu_lookup(const TableView& view,
 // per token, time, hit rate; the sort-threshold sweep (hash vs sort dedup on all-unique rows). Variants run
 // interleaved per repetition (time_variants), repetition k uses id set k (fresh ids), CUDA-event times.
 inline const std::vector<std::string>& fast_techniques() {
-  static const std::vector<std::string> t{"plain", "dedup-hash", "dedup-sort", "cache-fp8", "cache-bf16", "hybrid", "planner"};
+  static const std::vector<std::string> t{"plain",  "dedup-hash", "dedup-sort", "cache-fp8",
+                                          "cache-bf16", "hybrid", "planner", "planner-unsplit"};
   return t;
 }
 struct FastSectionOptions {

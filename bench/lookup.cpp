@@ -277,7 +277,8 @@ Result<Report> run_lookup(Context& ctx) {
   }
   for (const auto& t : o.techniques)
     if (std::find(fast_techniques().begin(), fast_techniques().end(), t) == fast_techniques().end())
-      return Status(Code::kInvalidArgument, "--techniques '" + t + "': expected plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid or planner");
+      return Status(Code::kInvalidArgument, "--techniques '" + t + "': expected plain, dedup-hash, dedup-sort, cache-fp8, "
+                                            "cache-bf16, hybrid, planner or planner-unsplit");
   const bool want_sweep = std::find(sections.begin(), sections.end(), "sweep") != sections.end();
   const bool want_fast = std::any_of(sections.begin(), sections.end(), [](const std::string& x) { return x != "sweep"; });
   ENGRAM_ASSIGN_OR_RETURN(const int64_t table_bytes_req, parse_size_bytes(o.table_size));
@@ -524,8 +525,9 @@ ENGRAM_BENCH(lookup, {.key = "lookup",
                             s.add_option("--sections", g_opt.sections,
                                          "sweep, fast (= calibration,prefill,decode,sort-sweep) or any of those")->delimiter(',');
                             s.add_option("--techniques", g_opt.techniques,
-                                         "Technique variants: plain,dedup-hash,dedup-sort,cache-fp8,cache-bf16,hybrid,planner "
-                                         "(default all; plain always runs)")->delimiter(',');
+                                         "Technique variants: plain,dedup-hash,dedup-sort,cache-fp8,cache-bf16,hybrid,planner,"
+                                         "planner-unsplit (the planner without host threads beside device dedup/cache; "
+                                         "prefill only) (default all; plain always runs)")->delimiter(',');
                             s.add_option("--fast-ids", g_opt.fast_ids, "Id distributions of the technique sections")->delimiter(',');
                             s.add_option("--prefill-tokens", g_opt.prefill_tokens, "Prefill batch of the technique sections (x 24 heads)");
                             s.add_option("--decode", g_opt.decode, "Decode batches of the technique sections (tokens)")->delimiter(',');

@@ -5,7 +5,7 @@
 // device), medians; and follows measure.hpp: warm-up repetitions, variants shuffled per repetition, p5/p95, n/a.
 //
 // Engines: one FastLookup with the host-gather threads and the FP8 cache (plain, dedup-hash, dedup-sort, cache-fp8,
-// hybrid, planner) and one with the BF16 cache (cache-bf16); both on the same UvaTable, costs from one calibration.
+// hybrid, planner, planner-unsplit) and one with the BF16 cache (cache-bf16); both on the same UvaTable, costs from one calibration.
 // Forced variants run through launch_plan, the planner through launch; forced batches also feed the planner's
 // statistics, as in the engine. Per call the engine's statistics are read before and after (outside the timed
 // region), so unique fraction, hit rate and link rows are those of that variant's batches only.
@@ -100,13 +100,14 @@ struct Acc {
   }
 };
 
-constexpr int kMaxFastVariants = 7;  // plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid, planner
+constexpr int kMaxFastVariants = 8;  // plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid, planner, planner-unsplit
 
 struct FastVariant {
   std::string name;       // technique name (fast_techniques())
   plan::Plan plan;
   bool planner = false;
   bool bf16 = false;      // runs on the bf16-cache engine
+  bool unsplit = false;   // the planner without splits (no host share beside device dedup/cache): their A/B
 };
 
 std::vector<FastVariant> variants(const std::vector<std::string>& techniques, const plan::Costs& k, bool with_cache,
@@ -130,6 +131,7 @@ std::vector<FastVariant> variants(const std::vector<std::string>& techniques, co
   h.host_share = plan::balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s);
   if (with_host && h.host_share > 0 && want("hybrid")) v.push_back({"hybrid", h});
   if (want("planner")) v.push_back({"planner", {}, true});
+  if (with_host && want("planner-unsplit")) v.push_back({"planner-unsplit", {}, true, false, true});
   return v;
 }
 
@@ -168,7 +170,10 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     la.counters = g.d_cnt;
                     la.grid_fraction = 1.0;
                     FAST_CK(cudaEventRecord(g.e0, g.s));
+                    const bool split_allowed = fl.planner_options().allow_split;
+                    if (v.unsplit) fl.planner_options().allow_split = false;
                     auto li = v.planner ? fl.launch(la, g.s) : fl.launch_plan(la, v.plan, g.s);
+                    fl.planner_options().allow_split = split_allowed;
                     if (!li.is_ok()) return li.status().with_context(v.name);
                     FAST_CK(cudaEventRecord(g.e1, g.s));
                     FAST_CK(cudaEventSynchronize(g.e1));
@@ -424,7 +429,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
         std::vector<std::vector<int64_t>> dsets(dall.begin() + o.warm_steps, dall.end());
         std::vector<FastVariant> dv;
         for (const auto& v : vars)
-          if (v.name != "dedup-sort" && v.name != "hybrid") dv.push_back(v);
+          if (v.name != "dedup-sort" && v.name != "hybrid" && !v.unsplit) dv.push_back(v);  // prefill-only paths
         std::vector<Acc> acc;
         ENGRAM_ASSIGN_OR_RETURN(auto times, time_fast(g, dv, dsets, tokens, heads, warmup, reps, ctx.rng, acc));
         double plain_bpt = kNaN;

@@ -13,7 +13,7 @@
 #  4. Duplicate-row cost: `engram bench lookup --sections sweep` (fused, d 256, 8 GiB table, grid 1.0) for uniform,
 #     Zipf(1.1) and text ids at 1, 64, 256, 1024 and 8192 tokens: the fused lookup's median time over the plain
 #     16-B gather's of the same ids in the same loop (goal <= 1.10), one line per distribution.
-# Env: BUILD (build dir), LOG_DIR (logs), PART_BUDGET_S (default 240), REPS (default 2). Exit 0 when all passed.
+# Env: BUILD (build dir), LOG_DIR (logs), PART_BUDGET_S (default 240), REPS (default 2), RUN_HASH (default cpu). Exit 0 when all passed.
 # Budget on an H200: test ~20 s; each run ~10-15 s (8 GiB fill, registration, calibration, 104 steps): 12 runs +
 # the trace run ~3 min.
 set -uo pipefail
@@ -29,8 +29,11 @@ if ((rc == 0)); then echo "PASS  sliced-update tests ($(grep -c '^\[       OK' "
 else echo "FAIL  sliced-update tests rc=$rc (see tests.log)"; grep -E "FAILED|Failure|seed" "$LOG_DIR/tests.log" | head -20; STATUS=1; fi
 
 part_text_ids
+# Ids hashed on the CPU (RUN_HASH, default cpu): with --hash auto the GPU hashes and the run checks every device id
+# against the CPU hasher, several ms of host work per step, longer than the step, which makes the run host-bound
+# and lets the GPU idle (and its clocks drop) between steps: that measures the check, not the cache updates.
 COMMON=(--backend cuda --layout v41-flash-mini --table-size 8GiB --warmup 8 --steps 96 --cache-size 5% --no-baseline
-        --json "${IDS[@]}")
+        --hash "${RUN_HASH:-cpu}" --json "${IDS[@]}")
 # run_one NAME TIMEOUT ARGS...: engram run --json into run-NAME.json.
 run_one() {
   local name=$1 to=$2; shift 2

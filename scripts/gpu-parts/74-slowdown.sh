@@ -11,7 +11,8 @@
 # Slowdown = step median / compute-only median of the same run (engram run measures both). Per arm: the medians
 # over repetitions of slowdown, step, compute-only and lookup time per layer; the spread of compute-only across
 # every run says how much of a difference between arms is noise.
-# Env: BUILD, LOG_DIR, PART_BUDGET_S (default 200), SLOWDOWN_REPS (default 3), SLOWDOWN_BATCHES (default "64 512").
+# Env: BUILD, LOG_DIR, PART_BUDGET_S (default 200), SLOWDOWN_REPS (default 3), SLOWDOWN_BATCHES (default "64 512"),
+# RUN_HASH (default cpu).
 source "$(dirname "$0")/common.bash"
 part_setup out/slowdown 200
 part_build slowdown engram_cli
@@ -25,7 +26,9 @@ for batch in ${SLOWDOWN_BATCHES:-64 512}; do
     for arm in "${ORDER[@]}"; do
       if (($(left) < 15)); then echo "SKIP  slowdown b$batch $arm rep $r (budget)"; continue; fi
       # shellcheck disable=SC2086
+      # --hash cpu (RUN_HASH): a GPU-hashed run checks every id on the host, which outlasts the step (see part 70).
       timeout 60 "$engram" run --backend cuda --batch "$batch" --steps 48 "${IDS[@]}" ${ARM[$arm]} --timeline none \
+        --hash "${RUN_HASH:-cpu}" \
         --json >"$LOG_DIR/b$batch-$arm-$r.json" 2>"$LOG_DIR/b$batch-$arm-$r.err" ||
         { echo "FAIL  slowdown b$batch $arm rep $r"; STATUS=1; }
     done

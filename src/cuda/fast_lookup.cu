@@ -229,7 +229,8 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   li.grid = li.cap;
 
   if (p.host_share > 0) {
-    // Split by token: the UVA kernel reads the first tokens, host threads gather the rest, both at once.
+    // Split by token: the device reads the first tokens (plain gather, or dedup/cache when the plan has them), host
+    // threads gather the rest, both at once.
     const int64_t host_tokens = std::clamp<int64_t>(std::llround(p.host_share * a.tokens), 0, a.tokens);
     const int64_t uva_tokens = a.tokens - host_tokens;
     const int64_t host_rows = host_tokens * a.heads;
@@ -239,21 +240,36 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     if (uva_tokens > 0) {
       LookupArgs u = plain;
       u.tokens = uva_tokens;
-      ENGRAM_ASSIGN_OR_RETURN(li, launch_lookup(u, stream));
+      if (p.dedup || p.cache) {
+        ENGRAM_RETURN_IF_ERROR(launch_device_path(u, p, dev_sm, stream));
+      } else {
+        ENGRAM_ASSIGN_OR_RETURN(li, launch_lookup(u, stream));
+      }
     }
     if (host_rows > 0) {
-      // Dead / invalid ids of the host share are counted on the GPU, as the plain kernel would.
+      // Dead / invalid ids of the host share are counted on the GPU, as the plain kernel would; sanitized into the
+      // buffer's own range of these rows, which the device part (rows before `off`) does not touch.
       const int64_t off = uva_tokens * a.heads;
-      ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids + off, host_rows, v.rows, sanitized_, a.counters, side_stream_));
+      ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids + off, host_rows, v.rows, sanitized_ + off, a.counters, side_stream_));
       ENGRAM_RETURN_IF_ERROR(host_->run(a.ids_host + off, host_rows, a.out + off * d, p.grid_fraction, side_stream_));
       totals_.host_rows += host_rows;
     }
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_join_), side), "fast lookup: join");
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ev_join_), 0), "fast lookup: join wait");
     li.rows = n;
+    if ((p.dedup || p.cache) && !cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
     return li;
   }
+  ENGRAM_RETURN_IF_ERROR(launch_device_path(plain, p, dev_sm, stream));
+  if (!cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
+  return li;
+}
 
+Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, int dev_sm, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t n = a.tokens * a.heads;
+  const TableView& v = table_->host_view();
+  const int d = v.d;
   const int64_t* work_ids = nullptr;
   const unsigned long long* count_dev = nullptr;
   uint16_t* work_out = a.out;
@@ -291,8 +307,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   g.sm_count = dev_sm;
   ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
   if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
-  if (!cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
-  return li;
+  return Status::ok();
 }
 
 Result<FastLookupStats> FastLookup::stats(void* stream) {

@@ -3,8 +3,9 @@
 //
 // Per batch the planner (src/plan/planner.hpp) picks, from calibrated costs and the id statistics of earlier
 // batches: the plain kernel; in-batch de-duplication (hash, or sort = unique ids in address order) with a
-// scatter; the GPU hot-row cache (hot_cache.cuh); or the hybrid that gathers a share of the batch on host threads
-// + DMA (host_gather.cuh) while the UVA kernel reads the rest. Statistics reach the host without synchronising:
+// scatter; the GPU hot-row cache (hot_cache.cuh); or the hybrid that gathers the last share of the batch's tokens on
+// host threads + DMA (host_gather.cuh) while the device reads the rest, with the plain kernel or with dedup and/or
+// the cache (a split). Statistics reach the host without synchronising:
 // the device totals are copied to pinned memory after each batch and read by a later batch once that copy's event
 // has completed; every batch run through launch_plan (forced plans included) feeds them. When a cache is attached
 // and no hit rate has been measured yet, the planner prices the cache with its profile coverage (a prior) and
@@ -89,6 +90,9 @@ class FastLookup final {
   FastLookup() = default;
   void read_snapshot();
   Status snapshot(void* stream);
+  // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part
+  // of a split): its rows go to a.out; the statistics are counted, the snapshot is the caller's.
+  Status launch_device_path(const LookupArgs& a, const plan::Plan& p, int dev_sm, void* stream);
   const UvaTable* table_ = nullptr;
   FastLookupOptions opt_;
   std::unique_ptr<DeviceDedup> dedup_;

@@ -1,8 +1,9 @@
-// Planner (see planner.hpp): enumerates the 12 combinations of {no dedup, hash dedup, sort dedup} x {cache off,
-// on} x {UVA only, hybrid at the balanced share}, predicts each one's time with the request-bound model, and keeps
-// the fastest one only if it beats the plain gather by min_gain; the figures behind every decision stay in the
-// Plan, and explain() turns them into sentences only when a report asks, so a report can say which path a batch
-// took and why without the prefetch path formatting text per batch.
+// Planner (see planner.hpp): enumerates {no dedup, hash dedup, sort dedup} x {cache off, on} on the device alone,
+// the plain hybrid at its balanced (or measured) share, and the split of a device path with dedup or the cache
+// beside host threads at host shares of 5..50%; predicts each one's time with the request-bound model, and keeps the
+// fastest one only if it beats the plain gather by min_gain. The figures behind every decision stay in the Plan, and
+// explain() turns them into sentences only when a report asks, so a report can say which path a batch took and why
+// without the prefetch path formatting text per batch.
 #include "plan/planner.hpp"
 
 #include <algorithm>
@@ -25,6 +26,11 @@ struct Candidate {
   double host_share = 0;
   double us = 0;
 };
+
+// The host-gather path alone on `rows` rows: its measured curve, else fixed + rows / rate.
+double host_part_us(double rows, const Costs& k) {
+  return k.host_curve.empty() ? k.host_fixed_us + rows / k.host_rows_per_s * 1e6 : curve_us(k.host_curve, rows);
+}
 
 double predict_us(const Candidate& c, double n, double u, double h, const Costs& k) {
   double pre = 0;
@@ -52,12 +58,30 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
       uva_us *= k.uva_rows_per_s / k.uva_sorted_rows_per_s;
   }
   if (c.host_share > 0 && !k.hybrid_curve.empty() && c.host_share == k.hybrid_share)
-    return pre + curve_us(k.hybrid_curve, misses);  // measured as a whole
-  double host_us = 0;
-  if (c.host_share > 0)
-    host_us = k.host_curve.empty() ? k.host_fixed_us + misses * c.host_share / k.host_rows_per_s * 1e6
-                                   : curve_us(k.host_curve, misses * c.host_share);
+    return pre + curve_us(k.hybrid_curve, misses);  // measured as a whole (the plain hybrid: no dedup, no cache)
+  const double host_us = c.host_share > 0 ? host_part_us(misses * c.host_share, k) : 0;
   return pre + std::max(uva_us, host_us);
+}
+
+// How much slower running the UVA and host paths at once is than the slower of the two alone, at `rows` rows: the
+// measured plain hybrid over the prediction of its parts (>= 1; 1 when the hybrid was not measured). The two
+// paths share the link and the host's memory, which neither part's curve sees.
+double split_interference(double rows, const Costs& k) {
+  if (k.hybrid_curve.empty() || !(k.hybrid_share > 0) || k.uva_curve.empty()) return 1;
+  const double parts =
+      std::max(curve_us(k.uva_curve, rows * (1 - k.hybrid_share)), host_part_us(rows * k.hybrid_share, k));
+  const double whole = curve_us(k.hybrid_curve, rows);
+  return parts > 0 && std::isfinite(whole) ? std::max(1.0, whole / parts) : 1;
+}
+
+// A device path with dedup and/or the cache on the first (1 - s) of the batch's tokens while host threads gather
+// the rest (split by position). The device part is priced with the whole batch's unique and hit fractions (a part
+// of a batch repeats a little less than the whole, so this is slightly optimistic for it), times the interference.
+double predict_split_us(const Candidate& c, double n, double u, double h, const Costs& k) {
+  Candidate device = c;
+  device.host_share = 0;
+  const double device_us = predict_us(device, n * (1 - c.host_share), u, h, k);
+  return std::max(device_us, host_part_us(n * c.host_share, k)) * split_interference(n, k);
 }
 
 }  // namespace
@@ -150,6 +174,9 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
     }
   }
   const bool can_hybrid = o.allow_hybrid && k.host_rows_per_s > 0 && share > 0;
+  const bool forced_share = std::isfinite(o.host_share_override);
+  const bool can_split = can_hybrid && o.allow_split && !k.hybrid_curve.empty() && k.hybrid_share > 0 &&
+                         b.rows >= o.split_min_rows;
   const bool can_sort = o.allow_dedup && o.allow_sort && k.sort_min_unique_rows > 0 &&
                         n * u >= static_cast<double>(k.sort_min_unique_rows);
   Candidate best = plain;
@@ -159,13 +186,26 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
     if (d == Dedup::kSort && !can_sort) continue;
     for (bool c : {false, true}) {
       if (c && !(o.cache_present && o.allow_cache)) continue;
-      for (double s : {0.0, share}) {
-        if (s > 0 && !can_hybrid) continue;
-        // The host-gather share splits the batch by position (the CUDA fast path does not combine it with
-        // device-side dedup or the cache: the host threads would need the device's unique list).
-        if (s > 0 && (d != Dedup::kOff || c)) continue;
-        Candidate cand{d, c, s, 0};
+      Candidate device{d, c, 0, 0};
+      device.us = predict_us(device, n, u, h, k);
+      if (device.us < best.us) best = device;
+      if (!can_hybrid) continue;
+      if (d == Dedup::kOff && !c) {  // the plain hybrid, at its share
+        Candidate cand{d, c, share, 0};
         cand.us = predict_us(cand, n, u, h, k);
+        if (cand.us < best.us) best = cand;
+        continue;
+      }
+      // Dedup/cache on the device beside host threads: the host gathers its tokens' rows as they are (duplicates
+      // and cached rows included), so only a small share can pay; none does when the host's smallest share alone
+      // is already slower than the best plan so far.
+      // Offered only where the start-up calibration measured the plain hybrid (its curve is the interference
+      // price: at small batches running both paths at once measured 2x the slower part alone).
+      if (!can_split || host_part_us(0.05 * n, k) >= best.us) continue;
+      for (int i = 1; i <= 10; ++i) {
+        if (forced_share && i > 1) break;
+        Candidate cand{d, c, forced_share ? share : 0.05 * i, 0};
+        cand.us = predict_split_us(cand, n, u, h, k);
         if (cand.us < best.us) best = cand;
       }
     }

@@ -14,7 +14,9 @@
 // Unknown statistics (NaN) count as the adversarial case: unique fraction 1, hit rate 0 — except that a batch of a
 // table WITH a cache may carry a prior hit estimate (the cache's coverage of the profile it was filled from), used
 // until a measured hit rate replaces it; without a cache the worst-case rule stands. The hybrid is a split by
-// position and is not combined with dedup or the cache (the CUDA fast path runs it that way).
+// position: host threads gather the last share of the batch's tokens as they are, while the device reads the rest,
+// either with the plain gather (the plain hybrid) or with dedup and/or the cache (a split: the device part keeps its
+// dedup and cache, the host part gains nothing from them; priced with the interference the plain hybrid measured).
 #pragma once
 
 #include <cmath>
@@ -73,6 +75,12 @@ struct PlannerOptions {
   bool allow_sort = true;
   bool allow_cache = true;        // only meaningful when cache_present
   bool allow_hybrid = true;       // only meaningful when costs.host_rows_per_s > 0
+  bool allow_split = true;        // a host share beside device dedup/cache (needs allow_hybrid and a measured
+                                  // hybrid curve: Costs::hybrid_curve prices the interference)
+  // Smallest batch (rows) offered a split: prefill-sized batches. Below it (decode: up to ~1,300 tokens x 24) the
+  // host share's BF16 copies double the link bytes of its rows, and on the H200 the split's price was not reliable
+  // there (a 512-token uniform batch predicted faster ran 7% slower than the plain gather).
+  int64_t split_min_rows = 32768;
   bool cache_present = false;
   double min_gain = 0.05;         // a technique must save at least this fraction of the plain time
   double background_grid_fraction = 0.5;
@@ -99,7 +107,7 @@ struct Plan {
   bool dedup = false;
   bool sort = false;           // sort-based dedup (unique ids in address order) instead of hash-based
   bool cache = false;
-  double host_share = 0;       // share of the (unique, missed) rows gathered by host threads + DMA
+  double host_share = 0;       // share of the batch's tokens (the last ones) gathered by host threads + DMA
   double plain_us = 0;         // predicted time of the plain UVA gather
   double predicted_us = 0;     // predicted time of this plan
   bool planner_enabled = true;

@@ -1,6 +1,6 @@
 // Fast lookup paths vs the CPU reference, bit for bit: hash and sort de-duplication, the hot-row cache
-// (FP8 and BF16 rows, static fill and online update), the host-gather path and the hybrid, and the planner-driven
-// planner-driven launch the prefetch queue calls; fresh random tables (every byte value) and fresh random ids with heavy repetition,
+// (FP8 and BF16 rows, static fill and online update), the host-gather path, the hybrid and the splits (dedup/cache on
+// the device beside host threads), and the planner-driven launch the prefetch queue calls; fresh random tables (every byte value) and fresh random ids with heavy repetition,
 // dead ids (-1 and other negatives) and out-of-range ids; poisoned outputs; dead/invalid counters equal to the
 // plain kernel's. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -144,6 +144,19 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
     plans.push_back({"hybrid-40%", h});
     h.host_share = 1.0;
     plans.push_back({"host-only", h});
+    // Splits: dedup and/or the cache on the first tokens, host threads on the rest (the last 30% / 50% / 5%).
+    plan::Plan split;
+    split.dedup = split.sort = split.cache = true;
+    split.host_share = 0.3;
+    plans.push_back({"dedup-sort+cache+hybrid-30%", split});
+    split.sort = false;
+    split.cache = false;
+    split.host_share = 0.5;
+    plans.push_back({"dedup-hash+hybrid-50%", split});
+    split.dedup = false;
+    split.cache = true;
+    split.host_share = 0.05;
+    plans.push_back({"cache+hybrid-5%", split});
     for (const auto& [name, pl] : plans) {
       SCOPED_TRACE(std::string(name) + " cache " + cuda::cache_format_name(cf));
       const Out o = run(**fl, x->table, ids, heads, &pl);
@@ -154,12 +167,19 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
   }
   auto st = (*fl)->stats(nullptr);
   ASSERT_TRUE(st.is_ok());
-  std::set<int64_t> distinct;
-  for (int64_t id : ids)
-    if (id >= 0 && id < x->layout.rows(0)) distinct.insert(id);
-  // 4 dedup batches per cache variant, each with the same distinct count.
-  EXPECT_EQ(st->dedup_batches, 8);
-  EXPECT_EQ(st->unique_rows, 8 * static_cast<int64_t>(distinct.size()));
+  // Distinct valid ids of the first `tokens` tokens: what a dedup of that part counts.
+  auto distinct_of = [&](int64_t tokens) {
+    std::set<int64_t> distinct;
+    for (int64_t i = 0; i < tokens * heads; ++i)
+      if (ids[i] >= 0 && ids[i] < x->layout.rows(0)) distinct.insert(ids[i]);
+    return static_cast<int64_t>(distinct.size());
+  };
+  const int64_t tokens = static_cast<int64_t>(ids.size()) / heads;
+  const int64_t device_tokens_30 = tokens - std::llround(0.3 * tokens), device_tokens_50 = tokens - std::llround(0.5 * tokens);
+  // Per cache variant: 4 whole-batch dedup batches and 2 splits with dedup (their device part only).
+  EXPECT_EQ(st->dedup_batches, 12);
+  EXPECT_EQ(st->dedup_rows, 2 * (4 * tokens + device_tokens_30 + device_tokens_50) * heads);
+  EXPECT_EQ(st->unique_rows, 2 * (4 * distinct_of(tokens) + distinct_of(device_tokens_30) + distinct_of(device_tokens_50)));
   EXPECT_GT(st->cache_hits, 0);
   EXPECT_LT(st->cache_hits, st->cache_probes);
   EXPECT_GT(st->host_rows, 0);

@@ -205,6 +205,69 @@ TEST(PlannerCurve, MeasuredHybridCurvePricesTheSplitAsAWhole) {
   EXPECT_DOUBLE_EQ(large.predicted_us, 3100);
 }
 
+// Held-out text prefill on the H200's calibration (2026-12-01: plain, host and hybrid curves on a 32 GiB table):
+// 64% unique rows, 53% of them cached. The device path with dedup and the cache still gathers 30% of the rows over
+// the link; a share of the tokens on host threads beside it finishes sooner, so the planner splits. A decode-sized
+// batch never does (the host's fixed cost alone exceeds the device path), nor a planner told not to.
+Costs h200_costs() {
+  Costs k = costs();
+  k.uva_rows_per_s = 28.5e6;
+  k.uva_sorted_rows_per_s = 39e6;
+  k.sort_min_unique_rows = 20000;
+  k.host_rows_per_s = 25e6;
+  k.uva_curve = {{512, 37.4}, {2048, 96.6}, {8192, 318.3}, {32768, 1185.0}, {131072, 4716.4}, {196608, 7061.0}};
+  k.host_curve = {{512, 118.9}, {2048, 135.8}, {8192, 343.0}, {32768, 1544.4}, {131072, 5071.0}, {196608, 7851.5}};
+  k.hybrid_share = 0.46;
+  k.hybrid_curve = {{512, 72.9}, {2048, 131.9}, {8192, 252.3}, {32768, 648.9}, {131072, 2662.4}, {196608, 3962.0}};
+  return k;
+}
+
+TEST(PlannerSplit, PrefillSplitsTheCachedDevicePathWithHostThreads) {
+  const Costs k = h200_costs();
+  PlannerOptions o;
+  o.cache_present = true;
+  const BatchStats prefill{196608, 0.641, 0.531};
+  const Plan p = choose(prefill, k, o);
+  EXPECT_TRUE(p.dedup);
+  EXPECT_TRUE(p.cache);
+  EXPECT_GT(p.host_share, 0);
+  EXPECT_LE(p.host_share, 0.5);
+  EXPECT_NE(p.path_name().find("cache+hybrid(host "), std::string::npos) << p.path_name();
+  PlannerOptions unsplit = o;
+  unsplit.allow_split = false;
+  const Plan d = choose(prefill, k, unsplit);
+  EXPECT_TRUE(d.dedup);
+  EXPECT_TRUE(d.cache);
+  EXPECT_EQ(d.host_share, 0);
+  EXPECT_LT(p.predicted_us, d.predicted_us);
+  // The split's price: the slower of the device part (the device-only plan's model on the first tokens) and the
+  // host part, times the plain hybrid's measured interference at this size (> 1 here).
+  const double n = 196608;
+  const Plan part = choose({std::llround(n * (1 - p.host_share)), 0.641, 0.531}, k, unsplit);
+  ASSERT_EQ(part.dedup, p.dedup);
+  ASSERT_EQ(part.sort, p.sort);
+  ASSERT_TRUE(part.cache);
+  const double parts_at_hybrid = std::max(curve_us(k.uva_curve, n * (1 - k.hybrid_share)), curve_us(k.host_curve, n * k.hybrid_share));
+  const double interference = curve_us(k.hybrid_curve, n) / parts_at_hybrid;
+  ASSERT_GT(interference, 1);
+  EXPECT_NEAR(p.predicted_us, std::max(part.predicted_us, curve_us(k.host_curve, n * p.host_share)) * interference,
+              0.1);  // the part's rows rounded to a whole row
+  // Decode: 64 tokens x 24 heads; the host path's 512-row time alone is above the whole device path.
+  const Plan decode = choose({1536, 0.9, 0.7}, k, o);
+  EXPECT_EQ(decode.host_share, 0);
+  // Below split_min_rows no split is offered, even where the model would take one.
+  PlannerOptions high = o;
+  high.split_min_rows = 196609;
+  EXPECT_EQ(choose(prefill, k, high).host_share, 0);
+  // Without a measured hybrid (no interference price) no split is offered.
+  Costs uncalibrated = k;
+  uncalibrated.hybrid_curve.clear();
+  uncalibrated.hybrid_share = 0;
+  const Plan u = choose(prefill, uncalibrated, o);
+  EXPECT_TRUE(u.cache);
+  EXPECT_EQ(u.host_share, 0);
+}
+
 TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
   PlannerOptions o;
   o.overlap_budget_us = 100;
