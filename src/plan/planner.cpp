@@ -196,11 +196,11 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
         if (cand.us < best.us) best = cand;
         continue;
       }
-      // Dedup/cache on the device beside host threads: the host gathers its tokens' rows as they are (duplicates
-      // and cached rows included), so only a small share can pay; none does when the host's smallest share alone
-      // is already slower than the best plan so far.
-      // Offered only where the start-up calibration measured the plain hybrid (its curve is the interference
-      // price: at small batches running both paths at once measured 2x the slower part alone).
+      // Dedup/cache on the device beside host threads, at host shares of 5-50%: the host gathers its tokens' rows
+      // as they are (duplicates and cached rows included). Skipped when the host's smallest share alone is
+      // already slower than the best plan so far, below split_min_rows, and where the start-up calibration did
+      // not measure the plain hybrid (its curve is the interference price: at small batches running both paths
+      // at once measured 2x the slower part alone).
       if (!can_split || host_part_us(0.05 * n, k) >= best.us) continue;
       for (int i = 1; i <= 10; ++i) {
         if (forced_share && i > 1) break;
