@@ -5,7 +5,8 @@
 // device), medians; and follows measure.hpp: warm-up repetitions, variants shuffled per repetition, p5/p95, n/a.
 //
 // Engines: one FastLookup with the host-gather threads and the FP8 cache (plain, dedup-hash, dedup-sort, cache-fp8,
-// hybrid, planner, planner-unsplit) and one with the BF16 cache (cache-bf16); both on the same UvaTable, costs from one calibration.
+// hybrid, planner, planner-unsplit) and one with the BF16 cache (cache-bf16); both on the same UvaTable, costs from
+// one calibration.
 // Forced variants run through launch_plan, the planner through launch; forced batches also feed the planner's
 // statistics, as in the engine. Per call the engine's statistics are read before and after (outside the timed
 // region), so unique fraction, hit rate and link rows are those of that variant's batches only.
@@ -169,13 +170,13 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     la.out = g.d_out;
                     la.counters = g.d_cnt;
                     la.grid_fraction = 1.0;
-                    FAST_CK(cudaEventRecord(g.e0, g.s));
                     const bool split_allowed = fl.planner_options().allow_split;
                     if (v.unsplit) fl.planner_options().allow_split = false;
+                    FAST_CK(cudaEventRecord(g.e0, g.s));
                     auto li = v.planner ? fl.launch(la, g.s) : fl.launch_plan(la, v.plan, g.s);
+                    FAST_CK(cudaEventRecord(g.e1, g.s));
                     fl.planner_options().allow_split = split_allowed;
                     if (!li.is_ok()) return li.status().with_context(v.name);
-                    FAST_CK(cudaEventRecord(g.e1, g.s));
                     FAST_CK(cudaEventSynchronize(g.e1));
                     float ms = 0;
                     FAST_CK(cudaEventElapsedTime(&ms, g.e0, g.e1));

@@ -76,12 +76,13 @@ double split_interference(double rows, const Costs& k) {
 
 // A device path with dedup and/or the cache on the first (1 - s) of the batch's tokens while host threads gather
 // the rest (split by position). The device part is priced with the whole batch's unique and hit fractions (a part
-// of a batch repeats a little less than the whole, so this is slightly optimistic for it), times the interference.
-double predict_split_us(const Candidate& c, double n, double u, double h, const Costs& k) {
+// of a batch repeats a little less than the whole, so this is slightly optimistic for it), times `interference`
+// (split_interference of the batch).
+double predict_split_us(const Candidate& c, double n, double u, double h, const Costs& k, double interference) {
   Candidate device = c;
   device.host_share = 0;
   const double device_us = predict_us(device, n * (1 - c.host_share), u, h, k);
-  return std::max(device_us, host_part_us(n * c.host_share, k)) * split_interference(n, k);
+  return std::max(device_us, host_part_us(n * c.host_share, k)) * interference;
 }
 
 }  // namespace
@@ -179,6 +180,7 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
                          b.rows >= o.split_min_rows;
   const bool can_sort = o.allow_dedup && o.allow_sort && k.sort_min_unique_rows > 0 &&
                         n * u >= static_cast<double>(k.sort_min_unique_rows);
+  const double interference = can_split ? split_interference(n, k) : 1;
   Candidate best = plain;
   best.us = p.plain_us;
   for (Dedup d : {Dedup::kOff, Dedup::kHash, Dedup::kSort}) {
@@ -205,7 +207,7 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
       for (int i = 1; i <= 10; ++i) {
         if (forced_share && i > 1) break;
         Candidate cand{d, c, forced_share ? share : 0.05 * i, 0};
-        cand.us = predict_split_us(cand, n, u, h, k);
+        cand.us = predict_split_us(cand, n, u, h, k, interference);
         if (cand.us < best.us) best = cand;
       }
     }

@@ -1,7 +1,7 @@
 // Fast lookup paths vs the CPU reference, bit for bit: hash and sort de-duplication, the hot-row cache
 // (FP8 and BF16 rows, static fill and online update), the host-gather path, the hybrid and the splits (dedup/cache on
-// the device beside host threads), and the planner-driven launch the prefetch queue calls; fresh random tables (every byte value) and fresh random ids with heavy repetition,
-// dead ids (-1 and other negatives) and out-of-range ids; poisoned outputs; dead/invalid counters equal to the
+// the device beside host threads), and the planner-driven launch the prefetch queue calls; fresh random tables
+// (every byte value) and fresh random ids with heavy repetition, dead ids (-1 and other negatives) and out-of-range ids; poisoned outputs; dead/invalid counters equal to the
 // plain kernel's. Skips without a GPU.
 #include <gtest/gtest.h>
 

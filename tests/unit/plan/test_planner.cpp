@@ -208,7 +208,7 @@ TEST(PlannerCurve, MeasuredHybridCurvePricesTheSplitAsAWhole) {
 // Held-out text prefill on the H200's calibration (2026-12-01: plain, host and hybrid curves on a 32 GiB table):
 // 64% unique rows, 53% of them cached. The device path with dedup and the cache still gathers 30% of the rows over
 // the link; a share of the tokens on host threads beside it finishes sooner, so the planner splits. A decode-sized
-// batch never does (the host's fixed cost alone exceeds the device path), nor a planner told not to.
+// batch never does, nor a planner told not to, nor one whose hybrid was not measured.
 Costs h200_costs() {
   Costs k = costs();
   k.uva_rows_per_s = 28.5e6;
@@ -252,7 +252,7 @@ TEST(PlannerSplit, PrefillSplitsTheCachedDevicePathWithHostThreads) {
   ASSERT_GT(interference, 1);
   EXPECT_NEAR(p.predicted_us, std::max(part.predicted_us, curve_us(k.host_curve, n * p.host_share)) * interference,
               0.1);  // the part's rows rounded to a whole row
-  // Decode: 64 tokens x 24 heads; the host path's 512-row time alone is above the whole device path.
+  // Decode (64 tokens x 24 heads) is below split_min_rows.
   const Plan decode = choose({1536, 0.9, 0.7}, k, o);
   EXPECT_EQ(decode.host_share, 0);
   // Below split_min_rows no split is offered, even where the model would take one.
