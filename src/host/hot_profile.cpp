@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/splitmix.hpp"
+#include "host/json_text.hpp"
 #include "sys/file.hpp"
 
 namespace engram::host {
@@ -32,17 +33,6 @@ Result<std::string> read_whole(const std::string& path) {
   std::string data(static_cast<size_t>(size), '\0');
   if (size > 0) ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, data.data(), data.size(), 0));
   return data;
-}
-
-template <typename T>
-Result<T> get(const json& j, const std::string& where, const char* name) {
-  if (!j.is_object() || !j.contains(name)) return bad(where, std::string("missing field '") + name + "'");
-  try {
-    return j.at(name).get<T>();
-  } catch (const json::exception&) {
-    return bad(where, std::string("field '") + name + "' has the wrong type: " +
-                          j.at(name).dump(-1, ' ', false, json::error_handler_t::replace));
-  }
 }
 
 // The rules of hot_profile.hpp for one layer's records.
@@ -134,29 +124,29 @@ Result<HotProfile> parse_hot_profile(const std::string& path, std::string_view b
   if (fmt == h.end() || !fmt->is_string() || fmt->get<std::string>() != kHotProfileFormat)
     return bad(path, std::string("not an '") + kHotProfileFormat + "' file (format field is " +
                          (fmt == h.end() ? std::string("missing") : fmt->dump(-1, ' ', false, json::error_handler_t::replace)) + ")");
-  ENGRAM_ASSIGN_OR_RETURN(const int64_t version, get<int64_t>(h, path, "format_version"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t version, json_field<int64_t>(h, path, "format_version"));
   if (version != kHotProfileVersion)
     return bad(path, "unsupported format_version " + std::to_string(version) + " (expected " + std::to_string(kHotProfileVersion) + ")");
   HotProfile p;
-  ENGRAM_ASSIGN_OR_RETURN(const json lj, get<json>(h, path, "layout"));
-  ENGRAM_ASSIGN_OR_RETURN(p.layout_name, get<std::string>(lj, path + " layout", "name"));
-  ENGRAM_ASSIGN_OR_RETURN(p.heads, get<int>(lj, path + " layout", "heads"));
-  ENGRAM_ASSIGN_OR_RETURN(p.seed, get<int64_t>(h, path, "seed"));
-  ENGRAM_ASSIGN_OR_RETURN(p.seq_len, get<int64_t>(h, path, "seq_len"));
-  ENGRAM_ASSIGN_OR_RETURN(p.tokens, get<int64_t>(h, path, "tokens"));
+  ENGRAM_ASSIGN_OR_RETURN(const json lj, json_field<json>(h, path, "layout"));
+  ENGRAM_ASSIGN_OR_RETURN(p.layout_name, json_field<std::string>(lj, path + " layout", "name"));
+  ENGRAM_ASSIGN_OR_RETURN(p.heads, json_field<int>(lj, path + " layout", "heads"));
+  ENGRAM_ASSIGN_OR_RETURN(p.seed, json_field<int64_t>(h, path, "seed"));
+  ENGRAM_ASSIGN_OR_RETURN(p.seq_len, json_field<int64_t>(h, path, "seq_len"));
+  ENGRAM_ASSIGN_OR_RETURN(p.tokens, json_field<int64_t>(h, path, "tokens"));
   if (h.contains("info")) p.info = h["info"];
-  ENGRAM_ASSIGN_OR_RETURN(const json sj, get<json>(h, path, "sources"));
+  ENGRAM_ASSIGN_OR_RETURN(const json sj, json_field<json>(h, path, "sources"));
   if (!sj.is_array()) return bad(path, "'sources' is not an array");
   for (size_t i = 0; i < sj.size(); ++i) {
     const std::string w = path + " sources[" + std::to_string(i) + "]";
     HotProfileSource s;
-    ENGRAM_ASSIGN_OR_RETURN(s.path, get<std::string>(sj[i], w, "path"));
-    ENGRAM_ASSIGN_OR_RETURN(s.tokens, get<int64_t>(sj[i], w, "tokens"));
-    ENGRAM_ASSIGN_OR_RETURN(s.documents, get<int64_t>(sj[i], w, "documents"));
+    ENGRAM_ASSIGN_OR_RETURN(s.path, json_field<std::string>(sj[i], w, "path"));
+    ENGRAM_ASSIGN_OR_RETURN(s.tokens, json_field<int64_t>(sj[i], w, "tokens"));
+    ENGRAM_ASSIGN_OR_RETURN(s.documents, json_field<int64_t>(sj[i], w, "documents"));
     p.sources.push_back(std::move(s));
   }
-  ENGRAM_ASSIGN_OR_RETURN(const json layers, get<json>(h, path, "layers"));
-  ENGRAM_ASSIGN_OR_RETURN(const json rows, get<json>(lj, path + " layout", "rows"));
+  ENGRAM_ASSIGN_OR_RETURN(const json layers, json_field<json>(h, path, "layers"));
+  ENGRAM_ASSIGN_OR_RETURN(const json rows, json_field<json>(lj, path + " layout", "rows"));
   if (!layers.is_array() || !rows.is_array() || layers.size() != rows.size())
     return bad(path, "'layers' and 'layout.rows' must be arrays of the same length");
   // Body size first, so that a truncated file is reported as such before any record is read.
@@ -164,10 +154,12 @@ Result<HotProfile> parse_hot_profile(const std::string& path, std::string_view b
   int64_t want = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string w = path + " layers[" + std::to_string(i) + "]";
-    ENGRAM_ASSIGN_OR_RETURN(const int64_t e, get<int64_t>(layers[i], w, "entries"));
+    ENGRAM_ASSIGN_OR_RETURN(const int64_t e, json_field<int64_t>(layers[i], w, "entries"));
     if (e < 0 || e > (int64_t{1} << 40)) return bad(w, "entries " + std::to_string(e) + " out of range");
     entries.push_back(e);
     want += e * 16;
+    // Each layer adds at most 2^44 B: stopping past 2^62 keeps the sum in range for any number of layers.
+    if (want > (int64_t{1} << 62)) return bad(path, "the header announces " + std::to_string(want) + " B of records or more");
   }
   const int64_t have = static_cast<int64_t>(bytes.size() - nl - 1);
   if (have < want)
@@ -180,14 +172,12 @@ Result<HotProfile> parse_hot_profile(const std::string& path, std::string_view b
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string w = path + " layers[" + std::to_string(i) + "]";
     HotProfileLayer l;
-    ENGRAM_ASSIGN_OR_RETURN(l.layer_id, get<int>(layers[i], w, "layer_id"));
-    ENGRAM_ASSIGN_OR_RETURN(l.lookups, get<int64_t>(layers[i], w, "lookups"));
-    ENGRAM_ASSIGN_OR_RETURN(l.distinct, get<int64_t>(layers[i], w, "distinct"));
-    try {
-      l.rows = rows[i].get<int64_t>();
-    } catch (const json::exception&) {
-      return bad(path, "layout.rows[" + std::to_string(i) + "] is not an integer");
-    }
+    ENGRAM_ASSIGN_OR_RETURN(l.layer_id, json_field<int>(layers[i], w, "layer_id"));
+    ENGRAM_ASSIGN_OR_RETURN(l.lookups, json_field<int64_t>(layers[i], w, "lookups"));
+    ENGRAM_ASSIGN_OR_RETURN(l.distinct, json_field<int64_t>(layers[i], w, "distinct"));
+    auto layer_rows = json_integer(rows[i], "layout.rows[" + std::to_string(i) + "]", INT64_MIN, INT64_MAX);
+    if (!layer_rows.is_ok()) return bad(path, layer_rows.status().message());
+    l.rows = *layer_rows;
     l.id_counts.resize(static_cast<size_t>(entries[i]));
     for (auto& [id, c] : l.id_counts) {
       std::memcpy(&id, body, 8);

@@ -11,34 +11,21 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "host/json_text.hpp"
 #include "sys/file.hpp"
 
 namespace engram {
 
 namespace {
 
+using host::json_field;
+using host::json_optional_field;
 using nlohmann::json;
 
 Status bad(const std::string& path, const std::string& msg) { return Status(Code::kInvalidArgument, path + ": " + msg); }
 
 // Token files and tables are read whole; 16 GiB bounds a token file of 4 G tokens.
 Result<std::string> read_whole(const std::string& path) { return sys::read_small_file(path, int64_t{16} << 30); }
-
-// Optional field of type T: `fallback` when absent, kInvalidArgument when present with another type.
-// (json::value() would throw type_error on a present field of another type: fuzz finding, see
-// tests/unit/host/test_regress_token_io.cpp.)
-template <typename T>
-Result<T> optional_field(const json& j, const std::string& path, const char* name, T fallback) {
-  if (!j.is_object()) return bad(path, std::string("expected a JSON object holding '") + name + "'");
-  auto it = j.find(name);
-  if (it == j.end()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    return bad(path, std::string("field '") + name + "' has the wrong type: " +
-                         it->dump(-1, ' ', false, json::error_handler_t::replace));
-  }
-}
 
 Result<json> parse_sidecar(const std::string& data_path, std::string_view text, const std::string& format) {
   const std::string path = data_path + ".json";
@@ -64,19 +51,6 @@ Result<std::string> read_sidecar_text(const std::string& data_path) {
   auto text = read_whole(data_path + ".json");
   if (!text.is_ok()) return text.status().with_context("sidecar of " + data_path);
   return text;
-}
-
-// A required field of the expected JSON type, or an error naming it.
-template <typename T>
-Result<T> field(const json& j, const std::string& path, const char* name) {
-  if (!j.is_object()) return bad(path, std::string("expected a JSON object holding '") + name + "'");
-  if (!j.contains(name)) return bad(path, std::string("missing field '") + name + "'");
-  try {
-    return j.at(name).get<T>();
-  } catch (const json::exception&) {
-    return bad(path, std::string("field '") + name + "' has the wrong type: " +
-                         j.at(name).dump(-1, ' ', false, json::error_handler_t::replace));
-  }
 }
 
 Result<std::vector<uint32_t>> u32_array(const std::string& path, std::string_view bytes) {
@@ -120,12 +94,12 @@ Result<TokenFile> parse_token_file(const std::string& path, std::string_view dat
   const std::string jpath = path + ".json";
   TokenFile tf;
   tf.path = path;
-  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer, field<std::string>(j, jpath, "tokenizer"));
-  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_version, field<std::string>(j, jpath, "tokenizer_version"));
-  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_package, optional_field<std::string>(j, jpath, "tokenizer_package", ""));
-  ENGRAM_ASSIGN_OR_RETURN(tf.vocab_size, field<int64_t>(j, jpath, "vocab_size"));
-  ENGRAM_ASSIGN_OR_RETURN(const int64_t count, field<int64_t>(j, jpath, "token_count"));
-  ENGRAM_ASSIGN_OR_RETURN(tf.add_bos, optional_field<bool>(j, jpath, "add_bos", false));
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer, json_field<std::string>(j, jpath, "tokenizer"));
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_version, json_field<std::string>(j, jpath, "tokenizer_version"));
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_package, json_optional_field<std::string>(j, jpath, "tokenizer_package", ""));
+  ENGRAM_ASSIGN_OR_RETURN(tf.vocab_size, json_field<int64_t>(j, jpath, "vocab_size"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t count, json_field<int64_t>(j, jpath, "token_count"));
+  ENGRAM_ASSIGN_OR_RETURN(tf.add_bos, json_optional_field<bool>(j, jpath, "add_bos", false));
   if (tf.vocab_size < 1 || tf.vocab_size > (int64_t{1} << 32)) return bad(jpath, "vocab_size " + std::to_string(tf.vocab_size) + " not in [1, 2^32]");
 
   ENGRAM_ASSIGN_OR_RETURN(tf.ids, u32_array(path, data));
@@ -144,9 +118,9 @@ Result<TokenFile> parse_token_file(const std::string& path, std::string_view dat
       const json& dj = j["documents"][d];
       const std::string where = jpath + " documents[" + std::to_string(d) + "]";
       TokenDocument doc;
-      ENGRAM_ASSIGN_OR_RETURN(doc.source, optional_field<std::string>(dj, where, "source", ""));
-      ENGRAM_ASSIGN_OR_RETURN(doc.first_token, field<int64_t>(dj, where, "first_token"));
-      ENGRAM_ASSIGN_OR_RETURN(doc.token_count, field<int64_t>(dj, where, "token_count"));
+      ENGRAM_ASSIGN_OR_RETURN(doc.source, json_optional_field<std::string>(dj, where, "source", ""));
+      ENGRAM_ASSIGN_OR_RETURN(doc.first_token, json_field<int64_t>(dj, where, "first_token"));
+      ENGRAM_ASSIGN_OR_RETURN(doc.token_count, json_field<int64_t>(dj, where, "token_count"));
       // count - next bounds token_count before the addition (no signed overflow: fuzz finding).
       if (doc.first_token != next || doc.token_count < 0 || doc.token_count > count - next)
         return bad(where, "token range [" + std::to_string(doc.first_token) + ", +" + std::to_string(doc.token_count) +
@@ -173,12 +147,12 @@ Result<CompressionTable> parse_compression_table(const std::string& path, std::s
   ENGRAM_ASSIGN_OR_RETURN(json j, parse_sidecar(path, sidecar, "engram-compression-table"));
   const std::string jpath = path + ".json";
   CompressionTable t;
-  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer, field<std::string>(j, jpath, "tokenizer"));
-  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer_version, field<std::string>(j, jpath, "tokenizer_version"));
-  ENGRAM_ASSIGN_OR_RETURN(const int64_t vocab, field<int64_t>(j, jpath, "vocab_size"));
-  ENGRAM_ASSIGN_OR_RETURN(t.compressed_vocab, field<int64_t>(j, jpath, "compressed_vocab_size"));
-  ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_id, field<int64_t>(j, jpath, "pad_id"));
-  ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_compressed, field<int64_t>(j, jpath, "pad_compressed_id"));
+  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer, json_field<std::string>(j, jpath, "tokenizer"));
+  ENGRAM_ASSIGN_OR_RETURN(t.tokenizer_version, json_field<std::string>(j, jpath, "tokenizer_version"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t vocab, json_field<int64_t>(j, jpath, "vocab_size"));
+  ENGRAM_ASSIGN_OR_RETURN(t.compressed_vocab, json_field<int64_t>(j, jpath, "compressed_vocab_size"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_id, json_field<int64_t>(j, jpath, "pad_id"));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t pad_compressed, json_field<int64_t>(j, jpath, "pad_compressed_id"));
   ENGRAM_ASSIGN_OR_RETURN(t.canonical, u32_array(path, data));
   if (static_cast<int64_t>(t.canonical.size()) != vocab)
     return bad(path, "holds " + std::to_string(t.canonical.size()) + " entries but its sidecar says vocab_size " + std::to_string(vocab));
@@ -187,7 +161,7 @@ Result<CompressionTable> parse_compression_table(const std::string& path, std::s
     return bad(path, "pad id " + std::to_string(pad_id) + " does not map to the sidecar's pad_compressed_id " + std::to_string(pad_compressed));
   t.pad_id = pad_id;
   ENGRAM_ASSIGN_OR_RETURN(t.tokenizer_json_sha256,
-                          optional_field<std::string>(j, jpath, "tokenizer_json_sha256", std::string()));
+                          json_optional_field<std::string>(j, jpath, "tokenizer_json_sha256", std::string()));
   if (!t.tokenizer_json_sha256.empty() &&
       (t.tokenizer_json_sha256.size() != 64 ||
        t.tokenizer_json_sha256.find_first_not_of("0123456789abcdef") != std::string::npos))

@@ -216,6 +216,14 @@ TEST_F(HotProfileTest, TruncatedAndCorruptFilesAreClearErrors) {
     b.replace(at, 18, "\"format_version\":9");
     expect_bad(b, "unsupported format_version 9");
   }
+  {
+    // A header integer written as a number past int64 (a float to the parser) is refused, not cast.
+    std::string b = good;
+    const size_t at = b.find("\"seq_len\":");
+    ASSERT_NE(at, std::string::npos);
+    b.insert(at + 10, "1e30,\"x\":");
+    expect_bad(b, "seq_len");
+  }
   // Corrupt records: swap the first two (unsorted), an id out of range, a zero count, a duplicate id.
   auto rec = [&](size_t i) { return nl + 1 + 16 * i; };
   {

@@ -1,7 +1,8 @@
 // Regressions found by fuzzing the token-file reader (fuzz/fuzz_token_file.cpp): sidecar fields of
 // the wrong JSON type threw nlohmann::json::type_error out of the library (json::value() throws when a
 // present field has another type), and two documents whose token counts add past INT64_MAX overflowed
-// a signed sum (UBSan). Each must now be kInvalidArgument naming the field.
+// a signed sum (UBSan), and an integer field holding a number past int64 (JSON parses it as a float) was cast to
+// int64 (UBSan: float-cast-overflow). Each must now be kInvalidArgument naming the field.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -95,4 +96,32 @@ TEST(RegressTokenIo, CompressionTableSidecarOfWrongTypesIsAnError) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("dtype"), std::string::npos) << r.status().to_string();
+}
+
+// Fault: "pad_id": 6000000000074407370955161 parses as the float 6e24, which get<int64_t>() cast past int64's range
+// (undefined behaviour; the fuzzer's input below, a compression-table sidecar).
+TEST(RegressTokenIo, IntegerFieldPastInt64IsAnErrorNotACast) {
+  json s = {{"format", "engram-compression-table"}, {"format_version", 1}, {"dtype", "uint32le"},
+            {"tokenizer", "deepseek-ai/DeepSeek-V3"}, {"tokenizer_version", "3.7.2"}, {"vocab_size", 2},
+            {"compressed_vocab_size", 2}, {"pad_compressed_id", 0}};
+  const std::string text = s.dump();
+  const std::string with_pad = text.substr(0, text.size() - 1) + ",\"pad_id\": 6000000000074407370955161}";
+  Result<CompressionTable> r = Status(Code::kInternal, "not run");
+  ASSERT_NO_THROW(r = parse_compression_table("t.compress", ids({0, 1}), with_pad));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("pad_id"), std::string::npos) << r.status().to_string();
+}
+
+// Fault: get<int64_t>() truncated a fractional count (4.5 read as 4) and wrapped an unsigned one past INT64_MAX.
+TEST(RegressTokenIo, FractionalAndUnsignedPastInt64CountsAreErrors) {
+  json s = base_sidecar();
+  s["token_count"] = 4.5;
+  expect_invalid(s, ids({1, 2, 3, 9}), "token_count");
+  s = base_sidecar();
+  s["token_count"] = uint64_t{1} << 63;
+  expect_invalid(s, ids({1, 2, 3, 9}), "token_count");
+  s = base_sidecar();
+  s["vocab_size"] = 1e30;
+  expect_invalid(s, ids({1, 2, 3, 9}), "vocab_size");
 }
