@@ -136,6 +136,28 @@ TEST(HotCounts, PlanEvictsColdestAndRespectsHysteresis) {
   EXPECT_EQ(back[0].old_id, 12);  // the coldest cached now: 12 (2) < 50 (3) < 10 (4)
 }
 
+// The default hysteresis lets an id seen once lately replace a cached row whose count has decayed to ~0, and
+// keeps an id of the same count as the victim out.
+TEST(HotCounts, DefaultGainAdmitsAnIdSeenOnceOverAForgottenRow) {
+  HotCountsOptions o;  // defaults: half-life 256 batches, min_gain 0.5
+  o.rescale_every = 0;
+  HotCounts c(o);
+  observe(c, {7});  // cached id 7, seen once, then 1024 batches (4 half-lives) without it
+  c.set_slots({7});
+  for (int b = 0; b < 1024; ++b) observe(c, {});
+  EXPECT_LT(c.count(7), 0.07);
+  observe(c, {42});  // seen once, now: count 1
+  const auto sw = c.plan(1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].old_id, 7);
+  EXPECT_EQ(sw[0].new_id, 42);
+  // 42 and 9 now weigh the same (one sighting each, in the same batch): 9 does not replace 42.
+  HotCounts d(o);
+  observe(d, {42, 9});
+  d.set_slots({42});
+  EXPECT_TRUE(d.plan(1).empty());
+}
+
 TEST(HotCounts, PlanIsBoundedAndSwapsAreConsistent) {
   HotCounts c(no_decay());
   std::vector<int64_t> slots(64, -1);
