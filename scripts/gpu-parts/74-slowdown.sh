@@ -8,19 +8,26 @@
 #   plain        --fast-path off (the plain UVA kernel)
 #   grid-0.1     default with --grid-fraction 0.1
 #   on-demand    --prefetch on_demand (lookups no longer overlap the compute: their time shows as exposed wait)
+# and two arms that move the same rows per step as the default updates in fewer, larger slices (not run unless
+# named in SLOWDOWN_ARMS): whether the updates' cost follows the steps that carry a slice or the rows moved:
+#   upd-4x256    --cache-update every=4,rows=256,slice=256 (one slice per update: a stage and a commit per 4 steps)
+#   upd-16x1024  --cache-update every=16,rows=1024,slice=1024 (a stage and a commit per 16 steps)
 # Slowdown = step median / compute-only median of the same run (engram run measures both). Per arm: the medians
 # over repetitions of slowdown, step, compute-only and lookup time per layer; the spread of compute-only across
 # every run says how much of a difference between arms is noise.
 # Env: BUILD, LOG_DIR, PART_BUDGET_S (default 200), SLOWDOWN_REPS (default 3), SLOWDOWN_BATCHES (default "64 512"),
-# RUN_HASH (default cpu).
+# RUN_HASH (default cpu), SLOWDOWN_ARMS (arms in order, default "all no-updates no-cache plain grid-0.1 on-demand").
 source "$(dirname "$0")/common.bash"
 part_setup out/slowdown 200
 part_build slowdown engram_cli
 part_text_ids
 REPS=${SLOWDOWN_REPS:-3}
 declare -A ARM=([all]="" [no-updates]="--cache-update off" [no-cache]="--cache-size off" [plain]="--fast-path off"
-                [grid-0.1]="--grid-fraction 0.1" [on-demand]="--prefetch on_demand")
-ORDER=(all no-updates no-cache plain grid-0.1 on-demand)
+                [grid-0.1]="--grid-fraction 0.1" [on-demand]="--prefetch on_demand"
+                [upd-4x256]="--cache-update every=4,rows=256,slice=256"
+                [upd-16x1024]="--cache-update every=16,rows=1024,slice=1024")
+read -r -a ORDER <<<"${SLOWDOWN_ARMS:-all no-updates no-cache plain grid-0.1 on-demand}"
+for arm in "${ORDER[@]}"; do [[ -v ARM[$arm] ]] || { echo "FAIL  slowdown: unknown arm $arm"; exit 1; }; done
 for batch in ${SLOWDOWN_BATCHES:-64 512}; do
   for ((r = 1; r <= REPS; r++)); do
     for arm in "${ORDER[@]}"; do
