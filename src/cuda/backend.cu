@@ -243,6 +243,7 @@ class CudaBackend::EngineQueue final : public PrefetchQueue {
   }
   Status end_step() override {
     ScopedDevice scoped(be_->device_.ordinal);
+    ENGRAM_RETURN_IF_ERROR(be_->before_end_sync());
     ENGRAM_RETURN_IF_ERROR(be_->queue_->end_step());
     return be_->on_end_step();
   }

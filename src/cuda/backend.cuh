@@ -12,10 +12,12 @@
 //
 // Hot-row cache: with a fast path and a non-zero cache budget, engine_queue() is queue() plus the cache's host
 // side: prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks, drops
-// and counts a batch when its backlog is full), and end_step() — after the step's host sync, so nothing of the
-// step is in flight — (a) closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it
-// creates each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) keeps
-// the online update moving without waiting for anything: every `update_every` steps it asks the counting thread
+// and counts a batch when its backlog is full), and end_step() (a) after the step's host sync, so nothing of the
+// step is in flight, closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it creates
+// each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) before that
+// sync, while the step's compute still runs on the GPU, so that the serving thread's maintenance time overlaps
+// the step instead of delaying the next one, keeps the online update moving without waiting for anything (each
+// of its enqueues lands after the step's lookups, which are all enqueued by then): every `update_every` steps it asks the counting thread
 // for a plan of at most `update_rows` swaps per layer (planned there, after the ids counted before it); each
 // step it takes at most `update_slice_rows` planned swaps, stages them (host fill of those rows, H2D on a
 // low-priority maintenance stream: HotRowCache::stage) and, at a later step once that copy is done (an event
@@ -202,7 +204,8 @@ class CudaBackend {
   void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
   bool counting_now() const;
   Status submit_device_counts();  // end_step: the device ids copied this step go to the counting thread
-  Status on_end_step();
+  Status before_end_sync();  // end_step, before the host sync: the online update's maintenance
+  Status on_end_step();      // end_step, after the host sync: counting, warm-up window, hit-rate series
   Status create_caches(bool from_profile);
   Status maintain_caches();
   Status record_step_series();

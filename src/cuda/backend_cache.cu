@@ -74,10 +74,22 @@ Status CudaBackend::on_end_step() {
   if (!cache_wanted_ || step_ < 0) return Status::ok();
   ++counted_steps_;
   if (cache_opt_.step_series) ENGRAM_RETURN_IF_ERROR(record_step_series());
-  if (!caches_created_) {
-    if (counted_steps_ >= cache_opt_.warmup_steps) return create_caches(/*from_profile=*/false);
-    return Status::ok();
-  }
+  if (!caches_created_ && counted_steps_ >= cache_opt_.warmup_steps) return create_caches(/*from_profile=*/false);
+  return Status::ok();
+}
+
+// Runs while the step's work is still on the GPU (its lookups and compute are enqueued, the host has not waited
+// yet): the slice's host fill and enqueues overlap the step. A commit lands on the prefetch stream after this
+// step's lookups and before the next step's, where it would land after the sync too. Host ids reach the counting
+// thread at prepare(); ids on the device only after the sync, so a plan asked for here counts those of this step
+// from the next plan on.
+Status CudaBackend::before_end_sync() {
+  if (!cache_wanted_ || step_ < 0 || !caches_created_) return Status::ok();
+  // Under capture end_step() fails next and nothing may be enqueued into the graph.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(static_cast<cudaStream_t>(queue_->prefetch_stream()), &capture),
+                              "cache maintenance: capture status");
+  if (capture != cudaStreamCaptureStatusNone) return Status::ok();
   collect_spans(/*all=*/false);
   if (cache_opt_.update_every > 0 && ++since_update_ >= cache_opt_.update_every) {
     since_update_ = 0;
