@@ -17,8 +17,8 @@
 // each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) before that
 // sync, while the step's compute still runs on the GPU, so that the serving thread's maintenance time overlaps
 // the step instead of delaying the next one, keeps the online update moving without waiting for anything (each
-// of its enqueues lands after the step's lookups, which are all enqueued by then): every `update_every` steps it asks the counting thread
-// for a plan of at most `update_rows` swaps per layer (planned there, after the ids counted before it); each
+// of its enqueues lands after the step's lookups, which are all enqueued by then): every `update_every` steps it
+// asks the counting thread for a plan of at most `update_rows` swaps per layer (planned there, after the ids counted before it); each
 // step it takes at most `update_slice_rows` planned swaps, stages them (host fill of those rows, H2D on a
 // low-priority maintenance stream: HotRowCache::stage) and, at a later step once that copy is done (an event
 // query), commits them on the prefetch stream (row copy + map edits, ordered before the next step's lookups, so
@@ -203,6 +203,7 @@ class CudaBackend {
   };
   void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
   bool counting_now() const;
+  Result<bool> prefetch_capturing() const;  // the prefetch stream is being captured into a CUDA graph
   Status submit_device_counts();  // end_step: the device ids copied this step go to the counting thread
   Status before_end_sync();  // end_step, before the host sync: the online update's maintenance
   Status on_end_step();      // end_step, after the host sync: counting, warm-up window, hit-rate series

@@ -13,6 +13,13 @@
 
 namespace engram::cuda {
 
+Result<bool> CudaBackend::prefetch_capturing() const {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(static_cast<cudaStream_t>(queue_->prefetch_stream()), &capture),
+                              "hot-row cache: capture status of the prefetch stream");
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 bool CudaBackend::counting_now() const {
   if (!counts_ || step_ < 0) return false;  // no counting, or a harness warm-up step (numbered < 0): not traffic
   return !caches_created_ || cache_opt_.update_every > 0;
@@ -26,9 +33,8 @@ Status CudaBackend::prepare_device(int li, const int64_t* ids_device, int64_t to
   ENGRAM_RETURN_IF_ERROR(queue_->prepare_device(li, ids_device, tokens));
   if (!counting_now() || tokens <= 0) return Status::ok();
   auto ps = static_cast<cudaStream_t>(queue_->prefetch_stream());
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ps, &capture), "cache counting: capture status");
-  if (capture != cudaStreamCaptureStatusNone) return Status::ok();  // a captured step is replayed without the host
+  ENGRAM_ASSIGN_OR_RETURN(const bool capturing, prefetch_capturing());
+  if (capturing) return Status::ok();  // a captured step is replayed without the host
   if (device_ids_.empty()) device_ids_.resize(tables_.size());
   DeviceIdCopy& c = device_ids_.at(static_cast<size_t>(li));
   const int64_t n = tokens * heads_;
@@ -86,10 +92,8 @@ Status CudaBackend::on_end_step() {
 Status CudaBackend::before_end_sync() {
   if (!cache_wanted_ || step_ < 0 || !caches_created_) return Status::ok();
   // Under capture end_step() fails next and nothing may be enqueued into the graph.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(static_cast<cudaStream_t>(queue_->prefetch_stream()), &capture),
-                              "cache maintenance: capture status");
-  if (capture != cudaStreamCaptureStatusNone) return Status::ok();
+  ENGRAM_ASSIGN_OR_RETURN(const bool capturing, prefetch_capturing());
+  if (capturing) return Status::ok();
   collect_spans(/*all=*/false);
   if (cache_opt_.update_every > 0 && ++since_update_ >= cache_opt_.update_every) {
     since_update_ = 0;
