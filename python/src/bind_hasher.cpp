@@ -5,6 +5,8 @@
 #include <span>
 
 #include "common.hpp"
+#include "engram/device_hash.hpp"
+#include "core/hash_batch.hpp"
 #include "core/ngram_hash.hpp"
 #include "host/token_io.hpp"
 
@@ -51,6 +53,53 @@ void bind_hasher(py::module_& m) {
       },
       py::arg("layout"), py::arg("table_path"), py::arg("compressed_vocab"), py::arg("seed"), py::arg("pad_id"),
       py::arg("expected_compressed_vocab"), py::arg("max_rollback"));
+  py::class_<DeviceStepHash>(m, "_DeviceHasher")
+      .def(py::init([](const std::shared_ptr<NgramHasher>& h, int device) {
+             return take(DeviceStepHash::create(*h, device));
+           }),
+           py::arg("hasher"), py::arg("device"))
+      .def_property_readonly("n_layers", &DeviceStepHash::n_layers)
+      .def_property_readonly("heads", &DeviceStepHash::heads)
+      .def_property_readonly("window", &DeviceStepHash::window)
+      .def(
+          "launch",
+          [](const DeviceStepHash& h, uintptr_t tokens, int64_t n_tokens, uintptr_t query_start_loc, int n_requests,
+             uintptr_t lookback, int64_t lookback_rows, uintptr_t slots, uintptr_t dead_mask, uintptr_t out,
+             uintptr_t stream) {
+            check(h.launch(reinterpret_cast<const int64_t*>(tokens), n_tokens,
+                           reinterpret_cast<const int32_t*>(query_start_loc), n_requests,
+                           reinterpret_cast<const int64_t*>(lookback), lookback_rows,
+                           reinterpret_cast<const int32_t*>(slots), reinterpret_cast<const uint8_t*>(dead_mask),
+                           reinterpret_cast<int64_t*>(out), reinterpret_cast<void*>(stream == 1 ? 0 : stream)));
+          },
+          py::arg("tokens"), py::arg("n_tokens"), py::arg("query_start_loc"), py::arg("n_requests"),
+          py::arg("lookback"), py::arg("lookback_rows"), py::arg("slots"), py::arg("dead_mask"), py::arg("out"),
+          py::arg("stream"),
+          "Enqueues one step's hash on `stream` (raw device pointers; see DeviceStepHash::launch).");
+  m.def(
+      "_hash_batch_reference",
+      [](const std::shared_ptr<NgramHasher>& h, uintptr_t tokens, int64_t n_tokens, uintptr_t query_start_loc,
+         int n_requests, uintptr_t lookback, int64_t lookback_rows, uintptr_t slots, uintptr_t dead_mask,
+         uintptr_t out) {
+        HashBatch b;
+        b.n_requests = n_requests;
+        b.max_tokens = n_tokens;
+        b.query_start_loc = reinterpret_cast<const int32_t*>(query_start_loc);
+        b.tokens = reinterpret_cast<const int64_t*>(tokens);
+        b.dead_mask = reinterpret_cast<const uint8_t*>(dead_mask);
+        b.lookback = reinterpret_cast<const int64_t*>(lookback);
+        b.lookback_rows = lookback_rows;
+        b.lookback_slot = reinterpret_cast<const int32_t*>(slots);
+        Status s;
+        {
+          py::gil_scoped_release release;
+          s = hash_batch_reference(*h, b, HashIdKind::kGlobalRow, reinterpret_cast<int64_t*>(out));
+        }
+        check(s);
+      },
+      py::arg("hasher"), py::arg("tokens"), py::arg("n_tokens"), py::arg("query_start_loc"), py::arg("n_requests"),
+      py::arg("lookback"), py::arg("lookback_rows"), py::arg("slots"), py::arg("dead_mask"), py::arg("out"),
+      "The CPU reference of one step's batch hash (host pointers; the layout of DeviceStepHash::launch).");
   m.def("default_compression_table_path", &default_compression_table_path,
         "Path of the committed DeepSeek-V3 compression table in the source tree.");
   m.def("_hasher_info", [](const std::shared_ptr<NgramHasher>& h) {
