@@ -34,7 +34,8 @@ TEST(CompressionKey, EachNormalizerStep) {
   EXPECT_EQ(normalize_compression_key("  a \t b\n"), "a b");
   EXPECT_EQ(normalize_compression_key("\xC2\x85x\xC2\x85"), "x");      // U+0085 is White_Space: stripped
   EXPECT_EQ(normalize_compression_key("\xEF\xBB\xBFx"), "\xEF\xBB\xBFx");  // U+FEFF is not
-  EXPECT_EQ(normalize_compression_key("\xE3\x80\x80"), "");            // U+3000: NFKC space, stripped -> empty
+  EXPECT_EQ(normalize_compression_key("\xE3\x80\x80"), " ");           // U+3000: NFKC makes it a lone space, kept
+  EXPECT_EQ(normalize_compression_key("\xE3\x80\x80x"), "x");
   EXPECT_EQ(normalize_compression_key("a\xEE\x80\x80" "b"), "a b");    // U+E000 becomes a space at the end
   EXPECT_EQ(normalize_compression_key(""), "");
 }
@@ -43,7 +44,7 @@ TEST(CompressionKey, EachNormalizerStep) {
 constexpr const char* kSmallTokenizer = R"({
   "added_tokens": [{"id": 6, "content": "<pad>", "special": true}, {"id": 0, "content": "a", "special": false}],
   "model": {"type": "BPE", "vocab": {"a": 0, "A": 1, "\u0120a": 2, "\u00e2\u0122": 3, "\u0120": 4, "\u0120\u0120": 5,
-                                     "\u00c3\u00a9": 7, "E": 8}}
+                                     "\u00c3\u00a9": 7, "E": 8, "\u00cc\u0123": 9}}
 })";
 
 TEST(CompressionTableBuild, DecodeRulesOnASmallTokenizer) {
@@ -51,9 +52,10 @@ TEST(CompressionTableBuild, DecodeRulesOnASmallTokenizer) {
   ASSERT_TRUE(b.is_ok()) << b.status().to_string();
   const CompressionTable& t = b->table;
   // a, A and " a" share a key; the partial sequence keys on its raw string; " " and "  " both normalize to " ";
-  // <pad> decodes to its content; "é" (bytes C3 A9) -> "e", which E shares.
-  EXPECT_EQ(t.canonical, (std::vector<uint32_t>{0, 0, 0, 1, 2, 2, 3, 4, 4}));
-  EXPECT_EQ(t.compressed_vocab, 5);
+  // <pad> decodes to its content; "é" (bytes C3 A9) -> "e", which E shares; a lone U+0301 (bytes CC 81)
+  // normalizes to nothing and keys on its decoded text.
+  EXPECT_EQ(t.canonical, (std::vector<uint32_t>{0, 0, 0, 1, 2, 2, 3, 4, 4, 5}));
+  EXPECT_EQ(t.compressed_vocab, 6);
   EXPECT_EQ(t.pad_id, 6);
   EXPECT_EQ(b->raw_keys, 1);
   EXPECT_EQ(b->added_tokens, 2);
