@@ -75,8 +75,10 @@ Result<TokenFile> tokenize_texts(const std::vector<std::string>& texts, bool add
     if (!fs::is_regular_file(t, ec)) return Status(Code::kNotFound, "--text " + t + ": no such file");
   }
   if (!sys::program_on_path("node"))
-    return Status(Code::kUnsupported, "--text needs Node.js (node) to tokenize; install it and run scripts/tokenize-setup, "
-                                      "or pass --tokens FILE written by tools/tokenize/tokenize.mjs");
+    return Status(Code::kUnsupported, "tokenizing text needs Node.js (node); install it and run scripts/tokenize-setup, "
+                                      "or pass --tokens FILE written by tools/tokenize/tokenize.mjs (with --model and "
+                                      "neither --text nor --tokens, the default text's token file " +
+                                      default_token_file_path() + " is read when scripts/setup has written it)");
   if (!fs::exists(fs::path(tokenize_script_path()).parent_path() / "node_modules"))
     return Status(Code::kUnsupported, "tools/tokenize/node_modules is missing: run scripts/tokenize-setup (npm ci) first");
   std::random_device rd;

@@ -263,7 +263,8 @@ int info_model_dir(const ModelInfoArgs& a) {
     }
   } else {
     auto t = host::model_compression_table(info);
-    has_table = t.is_ok() || t.status().code() != Code::kNotFound;
+    // Absent only when the directory has neither a table nor a tokenizer.json to build one from.
+    has_table = t.is_ok() || has_tok || exists(host::model_compression_table_path(info));
     if (t.is_ok()) {
       table = std::move(t->table);
       table_path = t->path;
