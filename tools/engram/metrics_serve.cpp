@@ -53,6 +53,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(int port, std::funct
     res.set_content(render(), kPrometheusContentType);
   });
   srv.set_keep_alive_max_count(1);
+  // cpp-httplib's default also sets SO_REUSEPORT, which would let a second engram bind the same port and take half of
+  // the scrapes: address reuse only.
+  srv.set_socket_options([](socket_t fd) { (void)sys::set_reuse_address(fd); });
   // bind_to_port also listens: a scrape that arrives before the thread accepts waits in the backlog.
   if (port == 0) {
     const int p = srv.bind_to_any_port("127.0.0.1");

@@ -72,13 +72,14 @@ std::string promtool_problems(const std::string& text, const fs::path& dir) {
 }
 
 // The port a background command announced on its stderr file ("metrics at http://127.0.0.1:P/metrics"); 0 when it
-// did not within the time given.
-int announced_port(const fs::path& err, std::chrono::seconds within) {
+// did not within the time given, or process `pid` (when > 0) ended first.
+int announced_port(const fs::path& err, std::chrono::seconds within, int pid = 0) {
   const auto end = std::chrono::steady_clock::now() + within;
   const std::string key = "metrics at http://127.0.0.1:";
   while (std::chrono::steady_clock::now() < end) {
     const std::string e = read_file(err);
     if (size_t at = e.find(key); at != std::string::npos) return std::atoi(e.c_str() + at + key.size());
+    if (pid > 0 && kill(pid, 0) != 0) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return 0;
@@ -174,13 +175,14 @@ TEST(MetricsCli, RunScrapedTwiceAndFileAgreeWithJson) {
 TEST(MetricsCli, ServeTableScrapeAndFinalFile) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("engram_metrics_serve");
+  fs::permissions(dir.path, fs::perms::owner_all, fs::perm_options::replace);  // the socket's directory: private
   const fs::path file = dir.path / "serve.prom", err = dir.path / "stderr.txt";
   auto bg = run_shell(std::string(ENGRAM_CLI_PATH) + " serve-table --layout tiny --socket " +
                       (dir.path / "s.sock").string() + " --metrics-port 0 --metrics-file " + file.string() +
                       " >/dev/null 2>" + err.string() + " & echo $!");
   const int pid = std::atoi(bg.out.c_str());
   ASSERT_GT(pid, 0);
-  const int port = announced_port(err, std::chrono::seconds(60));
+  const int port = announced_port(err, std::chrono::seconds(60), pid);
   if (port == 0) kill(pid, SIGKILL);
   ASSERT_GT(port, 0) << read_file(err);
   const std::string text = scrape(port);
