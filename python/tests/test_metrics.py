@@ -64,7 +64,7 @@ def test_collector_registers_and_renders(rng):
     registry = prometheus_client.CollectorRegistry()
     registry.register(eo.metrics.Collector(engine))
     text = prometheus_client.generate_latest(registry).decode()
-    assert 'engram_lookups_total{rank="0",layer="1"} 3.0' in text
+    assert 'engram_lookups_total{layer="1",rank="0"} 3.0' in text  # prometheus_client sorts labels
     assert "# TYPE engram_lookup_duration_seconds histogram" in text
     assert registry.get_sample_value("engram_lookups_total", {"rank": "0", "layer": "1"}) == 3
     assert registry.get_sample_value("engram_lookup_duration_seconds_count", {"rank": "0", "layer": "1"}) == 3

@@ -117,7 +117,8 @@ Status load_cache_profile(EngineOptions& o, const EngramLayout& layout) {
 Status build_stack(Engine::Impl& impl, const EngineOptions& o) {
   ENGRAM_ASSIGN_OR_RETURN(impl.backend,
                           impl.entry->create(impl.table->layout(), table_views(*impl.table), impl.registration, o));
-  impl.metrics->init(*impl.table, o, impl.entry->name, o.record_timeline, impl.load_s, impl.group_world);
+  impl.metrics->init(*impl.table, o, impl.entry->name, /*has_queue=*/true, o.record_timeline, impl.load_s,
+                     impl.group_world);
   impl.metrics->set_censuses(impl.censuses);
   impl.metered = std::make_unique<MeteredQueue>(impl.backend->queue(), *impl.metrics, *impl.backend);
   return Status::ok();

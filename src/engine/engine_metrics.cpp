@@ -40,8 +40,8 @@ EngineMetrics::EngineMetrics() {
   }
 }
 
-void EngineMetrics::init(const HostTable& table, const EngineOptions& o, const char* backend, bool timeline,
-                         double load_s, int group_world) {
+void EngineMetrics::init(const HostTable& table, const EngineOptions& o, const char* backend, bool has_queue,
+                         bool timeline, double load_s, int group_world) {
   const EngramLayout& layout = table.layout();
   rank_label_ = {{"rank", std::to_string(o.rank)}};
   layer_ids_ = layout.layer_ids;
@@ -69,6 +69,7 @@ void EngineMetrics::init(const HostTable& table, const EngineOptions& o, const c
           ->set(static_cast<double>(total) / load_s);
   }
   if (group_world > 0) set_group_ranks(group_world);
+  if (!has_queue) return;
   steps_ = registry_.counter("engram_steps_total", "Steps ended on the engine's prefetch queue (end_step)", rank_label_);
   if (!timeline) return;
   const std::vector<double> buckets = metrics::duration_buckets_seconds();

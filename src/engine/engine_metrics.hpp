@@ -33,10 +33,10 @@ class EngineMetrics {
   metrics::Registry& registry() { return registry_; }
   MetricsSnapshot snapshot() const { return registry_.snapshot(); }
 
-  // Table and group families, and the lookup families of each layer (when `timeline` is recorded). Called once
-  // the engine is built (serve_group: without a backend).
-  void init(const HostTable& table, const EngineOptions& options, const char* backend, bool timeline, double load_s,
-            int group_world);
+  // Table and group families; with a queue (`has_queue`) the step counter, and the lookup families of each layer
+  // when its timeline is recorded. Called once the engine is built (serve_group: without a backend or queue).
+  void init(const HostTable& table, const EngineOptions& options, const char* backend, bool has_queue, bool timeline,
+            double load_s, int group_world);
   // Pages per node (summed over the table's backings) of the latest census point among `censuses`; an unknown
   // census clears them (not measured, not 0).
   void set_censuses(const std::vector<PageCensus>& censuses);

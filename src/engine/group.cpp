@@ -120,7 +120,7 @@ Result<std::unique_ptr<Engine>> Engine::serve_group(const EngramLayout& layout, 
     im.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     e->add_censuses(im.table->census(host::CensusPoint::kAfterLoad));
   }
-  im.metrics->init(*im.table, e->options_, "none", /*timeline=*/false, im.load_s, im.group_world);
+  im.metrics->init(*im.table, e->options_, "none", /*has_queue=*/false, /*timeline=*/false, im.load_s, im.group_world);
   im.metrics->set_censuses(im.censuses);
   return e;
 }

@@ -192,6 +192,7 @@ TEST(MetricsCli, ServeTableScrapeAndFinalFile) {
   EXPECT_EQ(sum_of(m, "engram_group_ranks"), 1) << text;
   EXPECT_NE(text.find("engram_table_info{"), std::string::npos) << text;
   EXPECT_EQ(text.find("engram_lookups_total"), std::string::npos) << "no queue, no lookup families";
+  EXPECT_EQ(text.find("engram_steps_total"), std::string::npos) << "no queue, no steps";
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   for (int i = 0; i < 1000 && !fs::exists(file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(fs::exists(file)) << read_file(err);
