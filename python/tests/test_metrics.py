@@ -1,7 +1,12 @@
 """engram_offload.metrics: an engine's serving metrics from Python -- the snapshot dict agrees with what the queue
 did, the Prometheus text comes from the C++ writer, and the prometheus_client collector registers and renders
 (skipped with the reason when prometheus_client is not installed)."""
+import json
 import math
+import os
+import signal
+import subprocess
+import urllib.request
 
 import pytest
 
@@ -74,3 +79,46 @@ def test_collector_registers_and_renders(rng):
 def test_collector_rejects_other_objects():
     with pytest.raises(TypeError):
         eo.metrics.Collector(object())
+
+
+def _engram_cli():
+    build = os.environ.get("ENGRAM_BUILD_DIR") or os.path.join(os.path.dirname(eo.__file__), "..", "..")
+    path = os.path.abspath(os.path.join(build, "bin", "engram"))
+    return path if os.access(path, os.X_OK) else None
+
+
+def _sample(text, series):
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_serve_table_metrics_count_an_attached_peer(tmp_path):
+    cli = _engram_cli()
+    if cli is None:
+        pytest.skip("the engram CLI is not next to this build of the module (set ENGRAM_BUILD_DIR)")
+    final = tmp_path / "serve.prom"
+    proc = subprocess.Popen([cli, "serve-table", "--layout", "tiny", "--group", "pym", "--peers", "1", "--json",
+                             "--metrics-port", "0", "--metrics-file", str(final)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "metrics at http://127.0.0.1:" in line, line
+        url = line.strip().split("metrics at ", 1)[1]
+        ready = json.loads(proc.stdout.readline())
+        assert ready["event"] == "ready", ready
+        before = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert _sample(before, "engram_group_ranks") == 1
+        assert _sample(before, "engram_group_peers_attached_total") is None  # no round yet: not written
+        table = eo.SharedTable.attach(eo.UnixGroupChannel.connect(ready["socket"], "pym", 20.0))
+        assert json.loads(proc.stdout.readline())["event"] == "round"
+        after = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert _sample(after, "engram_group_ranks") == 2
+        assert _sample(after, "engram_group_peers_attached_total") == 1
+        assert _sample(after, 'engram_table_bytes{layer="1"}') == table.layout.total_bytes  # tiny: one layer
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+    assert _sample(final.read_text(), "engram_group_peers_attached_total") == 1

@@ -70,7 +70,8 @@ void EngineMetrics::init(const HostTable& table, const EngineOptions& o, const c
   }
   if (group_world > 0) set_group_ranks(group_world);
   if (!has_queue) return;
-  steps_ = registry_.counter("engram_steps_total", "Steps ended on the engine's prefetch queue (end_step)", rank_label_);
+  steps_ =
+      registry_.counter("engram_steps_total", "Steps ended on the engine's prefetch queue (end_step)", rank_label_);
   if (!timeline) return;
   const std::vector<double> buckets = metrics::duration_buckets_seconds();
   for (int li = 0; li < table.n_layers(); ++li) {
@@ -111,10 +112,10 @@ void EngineMetrics::set_censuses(const std::vector<PageCensus>& censuses) {
   }
   const std::string point = census_point_name(last);
   for (const auto& [node, pages] : per_node) {
-    metrics::Gauge* g = registry_.gauge("engram_table_resident_pages",
-                                        "Table pages resident on a NUMA node at the last census (every backing; sampled "
-                                        "censuses scaled by their stride)",
-                                        {{"node", std::to_string(node)}, {"point", point}});
+    metrics::Gauge* g = registry_.gauge(
+        "engram_table_resident_pages",
+        "Table pages resident on a NUMA node at the last census (every backing; sampled censuses scaled by their stride)",
+        {{"node", std::to_string(node)}, {"point", point}});
     g->set(static_cast<double>(pages));
     census_gauges_.push_back(g);
   }

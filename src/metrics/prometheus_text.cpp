@@ -100,7 +100,8 @@ double MetricsSnapshot::sum(const std::string& name, const MetricLabels& labels)
   if (!f) return 0;
   double total = 0;
   for (const auto& s : f->samples)
-    if (labels_include(s.labels, labels)) total += f->type == MetricType::kHistogram ? static_cast<double>(s.count) : s.value;
+    if (labels_include(s.labels, labels))
+      total += f->type == MetricType::kHistogram ? static_cast<double>(s.count) : s.value;
   return total;
 }
 
