@@ -1,6 +1,6 @@
 // --metrics-port / --metrics-file (see metrics_serve.hpp). The HTTP server is cpp-httplib (Debian
-// libcpp-httplib-dev, header-only), bound to the loopback address: metrics name table paths and group names, and
-// an operator's Prometheus scrapes them on the same host or through its own proxy.
+// libcpp-httplib-dev: its header and libcpp-httplib.so), bound to the loopback address: metrics name table paths
+// and group names, and an operator's Prometheus scrapes them on the same host or through its own proxy.
 #include "metrics_serve.hpp"
 
 #include <httplib.h>
