@@ -7,7 +7,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(engram_package_parts engram_core engram_sys engram_host engram_sched engram_cpu engram_plan engram_engine)
+set(engram_package_parts engram_core engram_sys engram_host engram_sched engram_cpu engram_plan engram_metrics engram_engine)
 if(ENGRAM_HAVE_CUDA)
   list(INSERT engram_package_parts 6 engram_cuda)
 endif()

@@ -35,6 +35,7 @@
 #include "engram/census.hpp"
 #include "engram/layout.hpp"
 #include "engram/lookup.hpp"
+#include "engram/metrics.hpp"
 #include "engram/options.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
@@ -290,6 +291,12 @@ class Engine {
   nlohmann::json describe() const;
   // The same as report lines: "Path ...", "Cache ...", "why ..." (indented two spaces under their layer).
   std::vector<std::string> describe_lines() const;
+
+  // Serving metrics (engram/metrics.hpp, docs/metrics.md): lookups, rows, bytes and the L / E / queue-time
+  // histograms per Engram layer (folded from the timeline at each end_step of queue()), table bytes, load, pages per
+  // node of the last census, group ranks, errors by kind; on CUDA also paths, cache and plan figures as of the last
+  // describe(). A copy; safe to call from any thread while the engine lives (a scraper's), never waits for a device.
+  MetricsSnapshot metrics() const;
 
   // Shared groups: rank (-1 outside a group), world size, the leader's job text, this rank's protocol steps.
   int group_rank() const;

@@ -603,3 +603,6 @@ def timeline_summary(timeline):
             "total_exposed_wait_us": sum(exposed) / 1e3,
         }
     return out
+
+
+from . import metrics  # noqa: E402,F401  (Engine/Prefetcher.metrics(), .prometheus_text(), metrics.Collector)

@@ -76,6 +76,7 @@ py::dict dist(const Distribution& d) {
 
 void bind_prefetcher(py::module_& m) {
   py::class_<PyPrefetcher>(m, "_Prefetcher")
+      .def("_metrics", [](const PyPrefetcher& p) { return p.engine->metrics(); })  // bind_metrics.cpp
       .def_static(
           "over_table",
           [](py::object table_obj, std::vector<int> layers, const std::string& mode, py::dict options,

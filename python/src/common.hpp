@@ -103,6 +103,7 @@ void bind_hasher(py::module_& m);
 void bind_dlpack(py::module_& m);
 void bind_channel(py::module_& m);
 void bind_ids(py::module_& m);
+void bind_metrics(py::module_& m);  // after bind_engine: attaches _Engine._metrics
 
 // The group channel argument: a bound C++ channel (UnixGroupChannel, _CallbackChannel) or a Python object with
 // the callback interface (wrapped; the wrapper lives in `holder` for the call).

@@ -55,4 +55,5 @@ PYBIND11_MODULE(_engram, m) {
   bind_dlpack(m);
   bind_channel(m);
   bind_ids(m);
+  bind_metrics(m);
 }

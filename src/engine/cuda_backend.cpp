@@ -160,14 +160,19 @@ class CudaEngineBackend final : public Backend {
       cuda::FastLookup* f = be_->fast_lookup(li);
       auto st = f->stats(be_->queue().prefetch_stream());
       nlohmann::json paths = nlohmann::json::object();
-      nlohmann::json u = nullptr, h = nullptr;
+      nlohmann::json u = nullptr, h = nullptr, predicted = nullptr, plain = nullptr;
       if (st.is_ok()) {
         for (const auto& [name, count] : st->paths) paths[name] = count;
         u = json_num(st->unique_fraction());
         h = json_num(st->cache_hit_rate());
+        if (st->batches > 0) {  // a plan exists: its predictions are the planner's, not defaults
+          predicted = json_num(f->last_plan().predicted_us);
+          plain = json_num(f->last_plan().plain_us);
+        }
       }
       fp.push_back({{"layer_index", li}, {"paths", paths}, {"unique_fraction", u}, {"cache_hit_rate", h},
                     {"last_plan", f->last_plan().path_name()},
+                    {"last_predicted_us", predicted}, {"last_plain_us", plain},
                     {"last_why", plan::explain(f->last_plan(), f->costs().source)},
                     {"costs_source", f->costs().source}, {"cache", cache_json(li)}});
     }

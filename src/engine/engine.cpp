@@ -40,6 +40,7 @@ Engine::Engine() : impl_(std::make_unique<Impl>()) {}
 Engine::~Engine() {
   // The backend first (its queue reads the table, its registration pins it), then the group, then the table.
   if (impl_) {
+    impl_->metered.reset();
     impl_->backend.reset();
     impl_->registration.reset();
     impl_->group.reset();
@@ -116,6 +117,10 @@ Status load_cache_profile(EngineOptions& o, const EngramLayout& layout) {
 Status build_stack(Engine::Impl& impl, const EngineOptions& o) {
   ENGRAM_ASSIGN_OR_RETURN(impl.backend,
                           impl.entry->create(impl.table->layout(), table_views(*impl.table), impl.registration, o));
+  impl.metrics->init(*impl.table, o, impl.entry->name, /*has_queue=*/true, o.record_timeline, impl.load_s,
+                     impl.group_world);
+  impl.metrics->set_censuses(impl.censuses);
+  impl.metered = std::make_unique<MeteredQueue>(impl.backend->queue(), *impl.metrics, *impl.backend);
   return Status::ok();
 }
 
@@ -246,7 +251,10 @@ BackendKind Engine::backend() const { return impl_->entry ? impl_->entry->kind :
 const char* Engine::backend_name() const { return impl_->backend && impl_->entry ? impl_->entry->name : "none"; }
 bool Engine::has_backend() const { return impl_->backend != nullptr; }
 
-PrefetchQueue& Engine::queue() { return impl_->require_backend().queue(); }
+PrefetchQueue& Engine::queue() {
+  impl_->require_backend();
+  return *impl_->metered;
+}
 LayerCompute& Engine::compute() { return impl_->require_backend().compute(); }
 
 Result<LookupResult> Engine::lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
@@ -254,11 +262,18 @@ Result<LookupResult> Engine::lookup(int layer_index, const int64_t* ids, int64_t
   if (!impl_->backend) return Status(Code::kInvalidArgument, "lookup: this engine holds a table for peers, no backend");
   LookupCall c = call;
   c.checked = c.checked || options_.checked;
-  return impl_->backend->lookup(layer_index, ids, tokens, out, c);
+  auto r = impl_->backend->lookup(layer_index, ids, tokens, out, c);
+  if (!r.is_ok()) impl_->metrics->count_error(r.status());
+  return r;
+}
+
+Status Engine::Impl::counted(Status s) const {
+  if (!s.is_ok()) metrics->count_error(s);
+  return s;
 }
 
 Status Engine::prepare_device(int li, const int64_t* ids, int64_t tokens) {
-  return impl_->require_backend().prepare_device(li, ids, tokens);
+  return impl_->counted(impl_->require_backend().prepare_device(li, ids, tokens));
 }
 Status Engine::write_ids(int li, const int64_t* ids, int64_t tokens) {
   return impl_->require_backend().write_ids(li, ids, tokens);
@@ -279,11 +294,16 @@ Status Engine::enable_device_hashing(const NgramHasher& hasher, int max_requests
                                                         max_tokens);
 }
 Status Engine::hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests) {
-  return impl_->require_backend().hash_and_prepare(tokens, new_sequence, n_requests);
+  Status s = impl_->counted(impl_->require_backend().hash_and_prepare(tokens, new_sequence, n_requests));
+  if (s.is_ok()) impl_->metered->note_device_hash();
+  return s;
 }
 Status Engine::hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
                                        const uint8_t* new_sequence, int n_chunks) {
-  return impl_->require_backend().hash_chunks_and_prepare(tokens, counts, slots, new_sequence, n_chunks);
+  Status s = impl_->counted(
+      impl_->require_backend().hash_chunks_and_prepare(tokens, counts, slots, new_sequence, n_chunks));
+  if (s.is_ok()) impl_->metered->note_device_hash();
+  return s;
 }
 Result<DeviceHashStep> Engine::last_device_hash(bool with_ids) const {
   return impl_->require_backend().last_device_hash(with_ids);
@@ -297,7 +317,10 @@ std::vector<host::PageCensus> Engine::census(host::CensusPoint point, uint64_t m
 const std::vector<host::PageCensus>& Engine::censuses() const { return impl_->censuses; }
 void Engine::add_censuses(std::vector<host::PageCensus> more) {
   for (auto& c : more) impl_->censuses.push_back(std::move(c));
+  impl_->metrics->set_censuses(impl_->censuses);
 }
+
+MetricsSnapshot Engine::metrics() const { return impl_->metrics->snapshot(); }
 
 nlohmann::json Engine::describe() const {
   nlohmann::json j = impl_->backend ? impl_->backend->describe() : nlohmann::json{{"backend", nullptr}};
@@ -313,6 +336,7 @@ nlohmann::json Engine::describe() const {
                    {"total_s", secs(im.assembly_s)},
                    {"load_census_s", secs(im.load_census_s)},
                    {"register_during_load", im.registered_during_load}};
+  im.metrics->fold_describe(j);
   return j;
 }
 

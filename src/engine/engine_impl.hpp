@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "engine/engine_metrics.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
@@ -23,6 +24,8 @@ struct Engine::Impl {
   const engine::BackendEntry* entry = nullptr;
   std::shared_ptr<engine::Registration> registration;
   std::unique_ptr<engine::Backend> backend;
+  std::unique_ptr<engine::MeteredQueue> metered;  // the backend's queue as Engine::queue() gives it out
+  std::unique_ptr<engine::EngineMetrics> metrics = std::make_unique<engine::EngineMetrics>();
   std::vector<host::PageCensus> censuses;
   // Seconds of create_local's steps (-1: the step did not run here); register and load overlap when
   // EngineOptions::register_during_load, so `assembly_s` (place to the end of both) is the figure to compare. The
@@ -31,6 +34,7 @@ struct Engine::Impl {
   bool registered_during_load = false;
 
   engine::Backend& require_backend() const;
+  Status counted(Status s) const;  // counts a non-ok status in the metrics' errors, returns it
 };
 
 namespace engine {

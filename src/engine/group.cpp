@@ -4,6 +4,8 @@
 // to every rank as JSON), and "load" writes the leader's content into the placed pages.
 #include "engram/engine.hpp"
 
+#include <chrono>
+
 #include "engine/backend.hpp"
 #include "engine/engine_impl.hpp"
 #include "host/census.hpp"
@@ -112,8 +114,14 @@ Result<std::unique_ptr<Engine>> Engine::serve_group(const EngramLayout& layout, 
   im.group_world = 1;
   im.group_name = e->options_.table.group;
   im.group_job = job;
+  const auto t_load = std::chrono::steady_clock::now();
   ENGRAM_RETURN_IF_ERROR(im.group->load([&](HostTable& table) { return engine::write_content(table, o.content); }));
-  if (o.content.kind != TableContent::Kind::kZero) e->add_censuses(im.table->census(host::CensusPoint::kAfterLoad));
+  if (o.content.kind != TableContent::Kind::kZero) {
+    im.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    e->add_censuses(im.table->census(host::CensusPoint::kAfterLoad));
+  }
+  im.metrics->init(*im.table, e->options_, "none", /*has_queue=*/false, /*timeline=*/false, im.load_s, im.group_world);
+  im.metrics->set_censuses(im.censuses);
   return e;
 }
 
@@ -122,8 +130,10 @@ Status Engine::admit(host::GroupChannel& channel) {
   if (!im.group || !im.group->is_leader())
     return Status(Code::kInvalidArgument, "Engine::admit: only the leader of a shared group admits peers");
   const host::ProtocolHooks hooks = hooks_for(*this, im, options_, /*leader=*/true);
-  ENGRAM_RETURN_IF_ERROR(im.group->admit(channel, hooks, timeouts_of(options_)));
+  ENGRAM_RETURN_IF_ERROR(im.counted(im.group->admit(channel, hooks, timeouts_of(options_))));
   im.group_world = channel.world_size();
+  im.metrics->set_group_ranks(im.group_world);
+  im.metrics->add_peers_attached(im.group_world - 1);
   return Status::ok();
 }
 

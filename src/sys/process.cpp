@@ -220,6 +220,17 @@ Status install_stop_handlers() {
 bool stop_requested() noexcept { return g_stop_signal != 0; }
 int stop_signal() noexcept { return g_stop_signal; }
 
+std::thread start_thread_without_stop_signals(std::function<void()> fn) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  (void)::pthread_sigmask(SIG_BLOCK, &block, &old);
+  std::thread t(std::move(fn));
+  (void)::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return t;
+}
+
 // ---- FileGuardian ---------------------------------------------------------------------------------
 
 FileGuardian::~FileGuardian() {

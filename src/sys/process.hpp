@@ -17,7 +17,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engram/status.hpp"
@@ -49,6 +51,9 @@ Result<std::string> self_exe_path();
 Status install_stop_handlers();
 bool stop_requested() noexcept;
 int stop_signal() noexcept;
+// A thread that runs fn with SIGINT and SIGTERM blocked (the mask is set around its creation and inherited), so the
+// process's stop signals interrupt the threads that wait for them (EINTR above), never a helper thread.
+std::thread start_thread_without_stop_signals(std::function<void()> fn);
 
 // See the file comment. Move-only; the destructor closes its end (the guardian then unlinks what is
 // still armed) and reaps the child.

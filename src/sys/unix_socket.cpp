@@ -326,6 +326,13 @@ uint32_t effective_uid() noexcept { return ::geteuid(); }
 uint32_t effective_gid() noexcept { return ::getegid(); }
 int process_id() noexcept { return ::getpid(); }
 
+Status set_reuse_address(int fd) {
+  const int yes = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0)
+    return Status(Code::kIo, std::string("setsockopt(SO_REUSEADDR): ") + std::strerror(errno), errno);
+  return Status::ok();
+}
+
 // ---- messages -------------------------------------------------------------------------------------
 
 Message::~Message() { close_fds(); }

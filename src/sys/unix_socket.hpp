@@ -132,6 +132,9 @@ Result<PeerCredentials> peer_credentials(const UnixSocket& socket);
 uint32_t effective_uid() noexcept;
 uint32_t effective_gid() noexcept;
 int process_id() noexcept;
+// setsockopt(SO_REUSEADDR) on a listening socket of any family (a restarted server binds its port while the last
+// connections sit in TIME_WAIT), and nothing else: no SO_REUSEPORT, so a second process cannot bind the same port.
+Status set_reuse_address(int fd);
 
 // One received message. Owns the descriptors it carries: those not taken with take_fd() are closed
 // by the destructor. Move-only.

@@ -13,6 +13,7 @@
 #include "default_paths.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
+#include "metrics_serve.hpp"
 #include "progress_args.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
@@ -56,6 +57,7 @@ struct RunArgs {
   std::string timeline = default_output_path("engram-run.trace.json");
   bool timeline_absolute = false;  // trace timestamps since the Unix epoch
   bool json = false;
+  MetricsArgs metrics;       // --metrics-port, --metrics-file
   std::string progress = "auto";   // --progress (progress_args.hpp)
   bool no_baseline = false;
   int ranks = 1;             // > 1: rank processes sharing one table (run_ranks.hpp)
@@ -119,6 +121,11 @@ int run_ranks(const RunArgs& a) {
 
 int run(const RunArgs& a) {
   if (Status st = check_table_size_applies(a); !st.is_ok()) return report_failure("run", st);
+  if (Status st = check_metrics_args(a.metrics); !st.is_ok()) return report_failure("run", st);
+  if (a.ranks > 1 && (a.metrics.port >= 0 || !a.metrics.file.empty()))
+    return report_failure("run", Status(Code::kInvalidArgument,
+                                        "--metrics-port/--metrics-file: each rank of --ranks is a process of its own "
+                                        "with its own engine; metrics are served by one-rank runs"));
   if (a.ranks > 1 && !a.switch_tokens.empty())
     return report_failure("run", Status(Code::kInvalidArgument, "--switch-tokens: the ranks of --ranks replay one text"));
   if (a.keep_page_cache && a.model.empty() && a.checkpoint.empty())
@@ -195,6 +202,8 @@ int run(const RunArgs& a) {
   if (!backend_note.empty()) say(backend_note);
   PrefetchQueue* queue = &engine.queue();
   LayerCompute* compute = &engine.compute();
+  auto metrics_server = start_metrics_server("run", a.metrics, [&engine] { return prometheus_text(engine.metrics()); });
+  if (!metrics_server.is_ok()) return report_failure("run", metrics_server.status());
 
   DecodeReplayOptions ropt;
   ropt.batch = a.batch;
@@ -219,6 +228,8 @@ int run(const RunArgs& a) {
   engine.add_censuses(engine.census(host::CensusPoint::kAfterReplay));
   const std::vector<host::PageCensus>& censuses = engine.censuses();
   const nlohmann::json details = engine.describe();  // after the run: paths taken, cache figures
+  if (Status st = write_metrics_file(a.metrics, prometheus_text(engine.metrics())); !st.is_ok())
+    return report_failure("run", st);
 
   std::string timeline_path = a.timeline;
   if (timeline_path != "none") {
@@ -441,6 +452,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   add_cache_options(sub, a->engine.cache, "the --warmup steps");
   add_progress_option(sub, a->progress);
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
+  add_metrics_options(sub, a->metrics);
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
   sub.footer(
       "Example: engram run --batch 128 --steps 64 --prefetch on_demand --json\n"

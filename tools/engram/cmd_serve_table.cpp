@@ -16,6 +16,7 @@
 #include "command.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
+#include "metrics_serve.hpp"
 #include "progress_args.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
@@ -29,6 +30,7 @@ namespace engram::cli {
 namespace {
 
 struct ServeArgs {
+  MetricsArgs metrics;  // --metrics-port, --metrics-file
   std::string layout = "v41-flash-mini";
   std::string table_size = "512MiB";
   std::string row_layout = "fused";
@@ -85,6 +87,7 @@ int serve(const ServeArgs& a) {
     else std::printf("%s\n", text.c_str());
     std::fflush(stdout);
   };
+  if (Status st = check_metrics_args(a.metrics); !st.is_ok()) return report_failure("serve-table", st);
   Status sig = sys::install_stop_handlers();
   if (!sig.is_ok()) return report_failure("serve-table", sig);
   // What killed leaders left behind (a whole process group killed takes their guardians too).
@@ -132,6 +135,9 @@ int serve(const ServeArgs& a) {
   if (!served_engine.is_ok()) return report_failure("serve-table", served_engine.status());
   Engine& engine = **served_engine;
   const std::vector<host::PageCensus> census = engine.censuses();
+  auto metrics_server =
+      start_metrics_server("serve-table", a.metrics, [&engine] { return prometheus_text(engine.metrics()); });
+  if (!metrics_server.is_ok()) return report_failure("serve-table", metrics_server.status());
 
   nlohmann::json ready = {{"event", "ready"},
                           {"socket", (*listener)->socket_path()},
@@ -196,6 +202,8 @@ int serve(const ServeArgs& a) {
   }
   const int signo = sys::stop_signal();
   rounds.clear();  // peers see the leader's end of each connection close
+  if (Status st = write_metrics_file(a.metrics, prometheus_text(engine.metrics())); !st.is_ok())
+    return report_failure("serve-table", st);
   emit({{"event", "stopped"}, {"signal", signo}, {"peers_served", served}, {"rounds_failed", failed}},
        "stopping on signal " + std::to_string(signo) + ": " + std::to_string(served) + " peer(s) served, " +
            std::to_string(failed) + " round(s) failed");
@@ -238,6 +246,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Give up on a round whose peers did not all arrive in this time (default 0: wait)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub.add_flag("--json", a->json, "One JSON object per line: ready (socket, census), round, stopped");
+  add_metrics_options(sub, a->metrics);
   add_progress_option(sub, a->progress);
   sub.footer(
       "Example: engram serve-table --layout tiny --backing memfd --placement interleave:all\n"

@@ -1,0 +1,73 @@
+// Description: an engine on the GPU (planner, hot-row cache filled after the first step and updated online) exports
+// what its describe() says: the cache's probes, hits, link bytes avoided, rows swapped and rows held, the planner's
+// batches per path, its last prediction, the registered bytes; and its timeline families count
+// every lookup of the queue. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include "cuda_test_support.hpp"
+#include "engram/metrics.hpp"
+#include "sched/prefetch_queue.hpp"
+#include "support/conformance.hpp"
+
+namespace engram {
+namespace {
+
+double value_of(const MetricsSnapshot& m, const std::string& name, const std::string& layer) {
+  const MetricSample* s = m.find(name, {{"layer", layer}});
+  return s ? s->value : -1;
+}
+
+TEST(CudaEngineMetrics, CacheAndPlannerFiguresMatchDescribe) {
+  ENGRAM_REQUIRE_GPU();
+  test::ConformanceCase c{BackendKind::kCuda, RowFormat::kFused, FastPathMode::kPlanner, /*cache=*/true};
+  std::mt19937_64 rng(test::conformance_seed());
+  const EngramLayout layout = test::conformance_layout(c.format);
+  const int64_t tokens = 64;
+  EngineOptions o = test::conformance_options(c, tokens);
+  o.device = 0;
+  auto e = Engine::create_local(layout, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  Engine& engine = **e;
+  ASSERT_EQ(engine.backend(), BackendKind::kCuda);
+  test::randomize_table(engine.table(), rng);
+  PrefetchQueue& q = engine.queue();
+  const int steps = 8;
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<std::vector<int64_t>> ids;
+    for (int li = 0; li < layout.n_layers(); ++li) ids.push_back(test::conformance_ids(layout, li, tokens, rng));
+    q.begin_step(step);
+    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.prepare(li, ids[li].data(), tokens).is_ok());
+    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.consume(li).is_ok());
+    ASSERT_TRUE(q.end_step().is_ok());
+  }
+  // Before describe() the device counters are not read: the cache families are absent, the timeline ones live.
+  const MetricsSnapshot before = engine.metrics();
+  EXPECT_EQ(before.find("engram_cache_hits_total", {}), nullptr);
+  EXPECT_EQ(before.sum("engram_lookups_total"), steps * layout.n_layers());
+  const nlohmann::json d = engine.describe();
+  const MetricsSnapshot m = engine.metrics();
+  EXPECT_EQ(m.sum("engram_lookups_total"), steps * layout.n_layers());
+  EXPECT_EQ(m.sum("engram_lookup_duration_seconds"), steps * layout.n_layers());
+  EXPECT_EQ(m.sum("engram_table_registered_bytes"), d["registration"]["bytes"].get<double>());
+  ASSERT_EQ(d["fast_path"].size(), static_cast<size_t>(layout.n_layers())) << d.dump();
+  for (const auto& f : d["fast_path"]) {
+    const std::string layer = std::to_string(layout.layer_ids[f["layer_index"].get<size_t>()]);
+    double batches = 0;
+    for (auto it = f["paths"].begin(); it != f["paths"].end(); ++it) batches += it.value().get<double>();
+    EXPECT_EQ(m.sum("engram_path_batches_total", {{"layer", layer}}), batches);
+    EXPECT_GT(batches, 0);
+    EXPECT_GT(value_of(m, "engram_plan_predicted_seconds", layer), 0);
+    const auto& cache = f["cache"];
+    ASSERT_EQ(cache["state"], "on") << cache.dump();
+    EXPECT_EQ(value_of(m, "engram_cache_probes_total", layer), cache["probes"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_hits_total", layer), cache["hits"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_link_bytes_avoided_total", layer), cache["link_bytes_avoided"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_rows_swapped_total", layer), cache["rows_swapped"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_rows", layer), cache["rows_cached"].get<double>());
+  }
+  EXPECT_EQ(m.sum("engram_errors_total"), 0);
+  EXPECT_NE(prometheus_text(m).find("# TYPE engram_cache_hits_total counter"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace engram
