@@ -235,8 +235,10 @@ class Engine {
   LayerCompute& compute();
   // One lookup outside the queue, through the same lookup path (CUDA: the planner's fast path). CPU: ids/out are
   // host pointers ([tokens][heads] int64, [tokens][staging_heads()][d] bf16 bits), the call returns when done. CUDA: device
-  // pointers, enqueued on call.stream without synchronising. kInvalidArgument for a bad layer index, sizes, or
-  // (checked) an id >= rows.
+  // pointers, enqueued on call.stream without synchronising. A batch of more than EngineOptions::max_tokens tokens
+  // is looked up in pieces of at most that many, in order (the backend's buffers are sized for max_tokens); the
+  // result sums their counts and keeps the last piece's launch shape. kInvalidArgument for a bad layer index, sizes,
+  // or (checked) an id >= rows (CPU: checked over the whole batch before any piece is written).
   Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
                               const LookupCall& call = {});
   // Waits for everything the engine enqueued (CUDA streams; CPU: the queue is idle after end_step).

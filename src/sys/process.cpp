@@ -212,7 +212,7 @@ Status install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns EINTR and the caller looks at the flag
-  for (int sig : {SIGINT, SIGTERM})
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
     if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
   return Status::ok();
 }

@@ -44,7 +44,7 @@ Status kill_process(int pid, int sig);
 // readlink(/proc/self/exe).
 Result<std::string> self_exe_path();
 
-// Installs SIGINT and SIGTERM handlers that only record the signal (no SA_RESTART, so blocking calls
+// Installs SIGINT, SIGTERM and SIGHUP handlers that only record the signal (no SA_RESTART, so blocking calls
 // return EINTR). stop_requested() / stop_signal() read the record.
 Status install_stop_handlers();
 bool stop_requested() noexcept;
