@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -215,6 +216,45 @@ Status install_stop_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP})
     if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
   return Status::ok();
+}
+
+namespace {
+std::atomic<int> g_defer_depth{0};
+volatile sig_atomic_t g_deferred_signal = 0;
+
+// Default action of `sig` now: the process ends as if no handler had been installed (raise(3) targets this
+// thread, and a fatal default action ends every thread).
+void die_by(int sig) {
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  (void)::sigaction(sig, &dfl, nullptr);
+  (void)::raise(sig);
+}
+
+void on_terminate_signal(int sig) {
+  if (g_defer_depth.load() > 0) {
+    g_deferred_signal = sig;
+    return;
+  }
+  die_by(sig);
+}
+}  // namespace
+
+Status install_deferred_termination() {
+  struct sigaction sa{};
+  sa.sa_handler = on_terminate_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a held signal must not make a blocking call fail
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
+  return Status::ok();
+}
+
+DeferTermination::DeferTermination() noexcept { g_defer_depth.fetch_add(1); }
+
+DeferTermination::~DeferTermination() {
+  if (g_defer_depth.fetch_sub(1) == 1 && g_deferred_signal != 0) die_by(g_deferred_signal);
 }
 
 bool stop_requested() noexcept { return g_stop_signal != 0; }

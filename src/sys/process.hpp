@@ -50,6 +50,21 @@ Status install_stop_handlers();
 bool stop_requested() noexcept;
 int stop_signal() noexcept;
 
+// Termination signals (SIGINT, SIGTERM, SIGHUP) arriving while a named object is half made -- its owner record
+// written, the object not yet armed with its guardian -- would leave a record (or an object) no guardian knows.
+// install_deferred_termination() installs handlers that give each such signal its default action at once, except
+// inside a DeferTermination section, where it is held and taken when the last section ends. For commands that
+// do not stop on their own (a command with install_stop_handlers replaces these). A section costs one atomic
+// increment; without the handlers it does nothing else.
+Status install_deferred_termination();
+class DeferTermination {
+ public:
+  DeferTermination() noexcept;
+  ~DeferTermination();
+  DeferTermination(const DeferTermination&) = delete;
+  DeferTermination& operator=(const DeferTermination&) = delete;
+};
+
 // See the file comment. Move-only; the destructor closes its end (the guardian then unlinks what is
 // still armed) and reaps the child.
 class FileGuardian {

@@ -12,6 +12,7 @@
 #include "args.hpp"
 #include "command.hpp"
 #include "engram/version.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 
@@ -107,6 +108,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Ctrl-C, SIGTERM and SIGHUP end a command with their default action, except while a named object is half
+  // made (sys::DeferTermination): then when it is whole and its guardian holds it. Commands that stop on their
+  // own (table create, serve-table) install their handlers over these.
+  if (engram::Status st = engram::sys::install_deferred_termination(); !st.is_ok())
+    std::fprintf(stderr, "engram: %s\n", st.to_string().c_str());
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
