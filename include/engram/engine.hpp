@@ -140,7 +140,10 @@ struct EngineOptions {
 
 // How one direct lookup (Engine::lookup) runs.
 struct LookupCall {
-  void* stream = nullptr;     // CUDA: cudaStream_t to enqueue on; null = the engine's main stream
+  // CUDA: the caller's cudaStream_t; the lookup is enqueued on it and on no other stream the caller cannot see
+  // (the fast path's side stream forks from it and joins back before the call returns). null (0) is the legacy
+  // default stream, as in every CUDA API: torch's default stream is that stream.
+  void* stream = nullptr;
   bool checked = false;       // reject ids >= rows before anything is written (CUDA: synchronises the stream)
   double grid_fraction = 0;   // CUDA grid cap as a fraction of the SMs; 0 = every SM (a direct lookup is in the
                               // foreground)
@@ -235,13 +238,16 @@ class Engine {
   LayerCompute& compute();
   // One lookup outside the queue, through the same lookup path (CUDA: the planner's fast path). CPU: ids/out are
   // host pointers ([tokens][heads] int64, [tokens][staging_heads()][d] bf16 bits), the call returns when done. CUDA: device
-  // pointers, enqueued on call.stream without synchronising. A batch of more than EngineOptions::max_tokens tokens
-  // is looked up in pieces of at most that many, in order (the backend's buffers are sized for max_tokens); the
-  // result sums their counts and keeps the last piece's launch shape. kInvalidArgument for a bad layer index, sizes,
-  // or (checked) an id >= rows (CPU: checked over the whole batch before any piece is written).
+  // pointers, enqueued on call.stream (null: the legacy default stream) without synchronising: work the caller
+  // enqueues next on that stream sees `out` written, and CUDA events recorded on it around the call time the
+  // lookup. A batch of more than EngineOptions::max_tokens tokens is looked up in pieces of at most that many, in
+  // order on the same stream (the backend's buffers are sized for max_tokens); the result sums their counts and
+  // keeps the last piece's launch shape. kInvalidArgument for a bad layer index, sizes, or (checked) an id >= rows
+  // (CPU: checked over the whole batch before any piece is written).
   Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
                               const LookupCall& call = {});
-  // Waits for everything the engine enqueued (CUDA streams; CPU: the queue is idle after end_step).
+  // Waits for everything the engine enqueued on its own streams (CUDA: main, prefetch and maintenance streams; CPU:
+  // the queue is idle after end_step). A direct lookup runs on the caller's stream: the caller synchronises that.
   Status synchronize();
 
   // CUDA queue extensions (kUnsupported on the cpu backend). prepare_device: the layer's ids are already in device
