@@ -61,6 +61,22 @@ void copy_path(char* dst, const char* src) {
   dst[i] = '\0';
 }
 
+char g_record[kGuardMaxPath + 32];
+
+// Unlinks "<dir>/.engram-owner.<name>" of "<dir>/<name>" (owner_record_path, written out with no allocation).
+void unlink_record_of(const char* path) {
+  const char* prefix = kOwnerRecordPrefix;
+  int slash = -1, n = 0;
+  for (; path[n]; ++n)
+    if (path[n] == '/') slash = n;
+  int o = 0;
+  for (int i = 0; i <= slash; ++i) g_record[o++] = path[i];
+  for (const char* p = prefix; *p; ++p) g_record[o++] = *p;
+  for (int i = slash + 1; i < n && o < static_cast<int>(sizeof g_record) - 1; ++i) g_record[o++] = path[i];
+  g_record[o] = '\0';
+  (void)::unlink(g_record);
+}
+
 // "A <dev> <ino> <path>" arms, "D <path>" disarms.
 void guardian_line(const char* line) {
   if (line[0] == 'A' && line[1] == ' ') {
@@ -124,8 +140,12 @@ void guardian_line(const char* line) {
     if (!e.used) continue;
     struct stat st;
     if (::lstat(e.path, &st) == 0 && static_cast<unsigned long long>(st.st_dev) == e.dev &&
-        static_cast<unsigned long long>(st.st_ino) == e.ino)
+        static_cast<unsigned long long>(st.st_ino) == e.ino) {
       (void)::unlink(e.path);
+      // And its owner record by name, also when the leader died before arming the record itself (between
+      // FileGuardian::arm's two lines): the object was ours (same inode), so is the record of its name.
+      unlink_record_of(e.path);
+    }
   }
   ::_exit(0);
 }
