@@ -241,7 +241,10 @@ class Engine {
   // host pointers ([tokens][heads] int64, [tokens][staging_heads()][d] bf16 bits), the call returns when done. CUDA: device
   // pointers, enqueued on call.stream (null: the legacy default stream) without synchronising: work the caller
   // enqueues next on that stream sees `out` written, and CUDA events recorded on it around the call time the
-  // lookup. kInvalidArgument for a bad layer index, sizes, or (checked) an id >= rows.
+  // lookup. A batch of more than EngineOptions::max_tokens tokens is looked up in pieces of at most that many, in
+  // order on the same stream (the backend's buffers are sized for max_tokens); the result sums their counts and
+  // keeps the last piece's launch shape. kInvalidArgument for a bad layer index, sizes, or (checked) an id >= rows
+  // (CPU: checked over the whole batch before any piece is written).
   Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
                               const LookupCall& call = {});
   // Waits for everything the engine enqueued on its own streams (CUDA: main, prefetch and maintenance streams; CPU:

@@ -22,6 +22,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/engine_impl.hpp"
+#include "engine/guardian.hpp"
 #include "host/census.hpp"
 #include "core/hash_batch.hpp"
 #include "core/ngram_hash.hpp"
@@ -172,7 +173,8 @@ Result<std::unique_ptr<Engine>> Engine::create_local(const EngramLayout& layout,
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const auto t_place = Clock::now();
-  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, o.table));
+  ENGRAM_ASSIGN_OR_RETURN(e->impl_->guardian, engine::guard_named_backings(e->options_.table));
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, e->options_.table));
   e->impl_->table = std::shared_ptr<HostTable>(std::move(t));
   Impl& im = *e->impl_;
   im.place_s = since(t_place);
@@ -262,9 +264,41 @@ Result<LookupResult> Engine::lookup(int layer_index, const int64_t* ids, int64_t
   if (!impl_->backend) return Status(Code::kInvalidArgument, "lookup: this engine holds a table for peers, no backend");
   LookupCall c = call;
   c.checked = c.checked || options_.checked;
-  auto r = impl_->backend->lookup(layer_index, ids, tokens, out, c);
-  if (!r.is_ok()) impl_->metrics->count_error(r.status());
-  return r;
+  // Every piece's failure is counted in the metrics (errors by kind).
+  auto one = [&](const int64_t* piece_ids, int64_t n, uint16_t* piece_out) {
+    auto r = impl_->backend->lookup(layer_index, piece_ids, n, piece_out, c);
+    if (!r.is_ok()) impl_->metrics->count_error(r.status());
+    return r;
+  };
+  const int64_t cap = options_.max_tokens;
+  if (cap <= 0 || tokens <= cap) return one(ids, tokens, out);
+  const EngramLayout& l = layout();
+  if (layer_index < 0 || layer_index >= l.n_layers())
+    return Status(Code::kInvalidArgument, "lookup: layer index " + std::to_string(layer_index) + " out of range [0, " +
+                                              std::to_string(l.n_layers()) + ")");
+  const int64_t id_stride = l.heads();
+  const int64_t out_stride = static_cast<int64_t>(staging_heads()) * l.d;
+  // Checked mode promises nothing is written when an id is out of range: on the CPU the ids are host memory, so
+  // the whole batch is checked before the first piece (a CUDA backend checks each piece on the device).
+  if (c.checked && backend() == BackendKind::kCpu) {
+    const int64_t rows = l.rows(layer_index);
+    for (int64_t i = 0; i < tokens * id_stride; ++i)
+      if (ids[i] >= rows)
+        return Status(Code::kInvalidArgument, "lookup: id " + std::to_string(ids[i]) + " at position " +
+                                                  std::to_string(i) + " is >= the layer's " + std::to_string(rows) + " rows");
+  }
+  LookupResult total;
+  for (int64_t t0 = 0; t0 < tokens; t0 += cap) {
+    const int64_t n = std::min(cap, tokens - t0);
+    ENGRAM_ASSIGN_OR_RETURN(LookupResult r,
+                            one(ids + t0 * id_stride, n, out + t0 * out_stride));
+    total.stats.rows += r.stats.rows;
+    total.stats.dead_rows += r.stats.dead_rows;
+    total.stats.invalid_ids += r.stats.invalid_ids;
+    total.launch = r.launch;
+  }
+  total.launch.rows = total.stats.rows;
+  return total;
 }
 
 Status Engine::Impl::counted(Status s) const {

@@ -11,10 +11,14 @@
 #include "engram/engine.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
+#include "sys/process.hpp"
 
 namespace engram {
 
 struct Engine::Impl {
+  // A single process's named (shm) table: the guardian that unlinks its files if the process dies holding them
+  // (engine/guardian.hpp). Declared first: it outlives the table, which unlinks them itself on a normal end.
+  std::shared_ptr<sys::FileGuardian> guardian;
   std::shared_ptr<HostTable> table;
   std::unique_ptr<host::SharedTableGroup> group;  // leader or peer of a shared group
   int group_rank = -1;

@@ -8,6 +8,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/engine_impl.hpp"
+#include "engine/guardian.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
 #include "sys/process.hpp"
@@ -43,20 +44,6 @@ host::ProtocolHooks hooks_for(Engine& e, Engine::Impl& im, const EngineOptions& 
   return h;
 }
 
-// A named (shm) table is guarded from the moment each file exists: the guardian is forked before the table is
-// created (no thread of ours runs yet), and the table's creation arms it for each file it makes. The group takes
-// it over. Other backings need none (null).
-Result<std::shared_ptr<sys::FileGuardian>> start_guardian(TableOptions& table) {
-  if (table.backing.kind != BackingKind::kShmFile) return std::shared_ptr<sys::FileGuardian>();
-  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian g, sys::FileGuardian::start());
-  auto guardian = std::make_shared<sys::FileGuardian>(std::move(g));
-  table.on_named_created = [guardian, next = table.on_named_created](const std::string& path) -> Status {
-    ENGRAM_RETURN_IF_ERROR(guardian->arm(path));
-    return next ? next(path) : Status::ok();
-  };
-  return guardian;
-}
-
 std::string default_group_name(const EngineOptions& o) {
   return o.table.group.empty() ? "engram-" + std::to_string(sys::process_id()) : o.table.group;
 }
@@ -80,7 +67,7 @@ Result<std::unique_ptr<Engine>> Engine::lead_group(const EngramLayout& layout, c
   auto entry = engine::choose_backend(o, &e->backend_note_);
   if (!entry.is_ok()) return tell_peers(entry.status());
   im.entry = *entry;
-  auto guardian = start_guardian(e->options_.table);
+  auto guardian = engine::guard_named_backings(e->options_.table);
   if (!guardian.is_ok()) return tell_peers(guardian.status());
   auto t = HostTable::create(layout, e->options_.table);
   if (!t.is_ok()) return tell_peers(t.status());
@@ -105,7 +92,7 @@ Result<std::unique_ptr<Engine>> Engine::serve_group(const EngramLayout& layout, 
   e->options_ = o;
   e->options_.table.group = group.empty() ? default_group_name(o) : group;
   Impl& im = *e->impl_;
-  ENGRAM_ASSIGN_OR_RETURN(std::shared_ptr<sys::FileGuardian> guardian, start_guardian(e->options_.table));
+  ENGRAM_ASSIGN_OR_RETURN(std::shared_ptr<sys::FileGuardian> guardian, engine::guard_named_backings(e->options_.table));
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, e->options_.table));
   im.table = std::shared_ptr<HostTable>(std::move(t));
   e->add_censuses(im.table->census(host::CensusPoint::kAfterPlacement));

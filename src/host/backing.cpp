@@ -19,6 +19,7 @@
 #include "sys/memfd.hpp"
 #include "sys/numa.hpp"
 #include "sys/numa_sysfs.hpp"
+#include "sys/process.hpp"
 #include "sys/shm.hpp"
 
 namespace engram::host {
@@ -248,6 +249,9 @@ Result<Backing> Backing::create(const BackingOptions& o) {
     return b;
   }
   if (o.kind == BackingKind::kShmFile) {
+    // From the owner record's creation until the guardian holds the file and its record, a termination signal
+    // waits (sys::DeferTermination): nothing half made is left by Ctrl-C.
+    sys::DeferTermination hold;
     ENGRAM_ASSIGN_OR_RETURN(sys::NamedFile f, sys::create_named_file(o.shm_dir, o.name));
     b.fd_ = f.fd;
     b.identity_.path = f.path;

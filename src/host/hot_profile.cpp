@@ -227,11 +227,20 @@ Status write_hot_profile(const std::string& path, const HotProfile& p) {
       f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size() * 8));
     }
     f.flush();
-    if (!f) return Status(Code::kIo, "write to " + tmp + " failed");
+    if (!f) {
+      std::error_code rm;
+      std::filesystem::remove(tmp, rm);
+      return Status(Code::kIo, "write to " + tmp + " failed");
+    }
   }
+  // A failed rename (the path names a directory, the directory went away) leaves nothing behind.
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status(Code::kIo, "rename " + tmp + " -> " + path + ": " + ec.message());
+  if (ec) {
+    std::error_code rm;
+    std::filesystem::remove(tmp, rm);
+    return Status(Code::kIo, "rename " + tmp + " -> " + path + ": " + ec.message());
+  }
   return Status::ok();
 }
 

@@ -320,7 +320,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   ENGRAM_ASSIGN_OR_RETURN(RankGroupLeader leader, start_rank_group_leader(group_name, o.shm_dir));
   auto& guardian = leader.guardian;
   auto& listener = leader.listener;
-  for (const auto& line : leader.swept.lines(false)) say(line);
+  for (const auto& line : leader.swept.lines(false)) o.notice ? o.notice(line) : say(line);
   say("building " + layout.name + " table (" + format_bytes(layout.total_bytes()) + ", " + o.backing +
       " backing, placement " + o.placement + ") shared by " + std::to_string(o.ranks) + " ranks, " +
       (job.content().kind == TableContent::Kind::kSynthetic

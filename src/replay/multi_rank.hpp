@@ -94,6 +94,9 @@ struct MultiRankOptions {
   host::Millis join_timeout{60000};     // all ranks started and connected
   host::Millis replay_timeout{3600000}; // a rank's whole replay
   std::function<void(const std::string&)> progress;  // one line per phase (the CLI prints to stderr)
+  // What the leader's start-up sweep removed (dead owners' objects), one line each; the CLI prints them on stderr
+  // also with --json: removing files is never silent. Null: they go to `progress`.
+  std::function<void(const std::string&)> notice;
   // The leader's fill or load of the shared table (TableContent::on_progress): bytes done, bytes in all, seconds.
   std::function<void(int64_t, int64_t, double)> on_load_progress;
 };

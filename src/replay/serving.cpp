@@ -3,7 +3,9 @@
 #include "replay/serving.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "core/json_num.hpp"
 #include "core/splitmix.hpp"
 #include "replay/id_source.hpp"
+#include "sys/file.hpp"
 
 namespace engram {
 
@@ -43,34 +46,44 @@ Result<LengthDist> LengthDist::parse(const std::string& text) {
     return Status(Code::kInvalidArgument, "length distribution '" + text +
                                               "': expected N, fixed:N, uniform:MIN-MAX or lognormal:MEDIAN,SIGMA");
   };
-  try {
-    const auto colon = text.find(':');
-    const std::string kind = colon == std::string::npos ? "fixed" : text.substr(0, colon);
-    const std::string arg = colon == std::string::npos ? text : text.substr(colon + 1);
-    if (kind == "fixed") {
-      d.kind = Kind::kFixed;
-      d.a = std::stod(arg);
-    } else if (kind == "uniform") {
-      const auto dash = arg.find('-');
-      if (dash == std::string::npos) return bad();
-      d.kind = Kind::kUniform;
-      d.a = std::stod(arg.substr(0, dash));
-      d.b = std::stod(arg.substr(dash + 1));
-      if (d.b < d.a) return bad();
-    } else if (kind == "lognormal") {
-      const auto comma = arg.find(',');
-      if (comma == std::string::npos) return bad();
-      d.kind = Kind::kLognormal;
-      d.a = std::stod(arg.substr(0, comma));
-      d.b = std::stod(arg.substr(comma + 1));
-      if (d.b < 0) return bad();
-    } else {
+  // A whole finite number (std::stod alone would take "12abc" as 12, and "nan" or "inf" as such).
+  auto number = [](const std::string& t, double* v) {
+    if (t.empty() || t.size() > 64) return false;
+    char* end = nullptr;
+    *v = std::strtod(t.c_str(), &end);
+    return end == t.c_str() + t.size() && std::isfinite(*v) && !std::isspace(static_cast<unsigned char>(t[0]));
+  };
+  auto whole = [](double v) { return v == std::floor(v); };
+  const auto colon = text.find(':');
+  const std::string kind = colon == std::string::npos ? "fixed" : text.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? text : text.substr(colon + 1);
+  if (kind == "fixed") {
+    d.kind = Kind::kFixed;
+    if (!number(arg, &d.a) || !whole(d.a)) return bad();
+  } else if (kind == "uniform") {
+    const auto dash = arg.find('-');
+    if (dash == std::string::npos) return bad();
+    d.kind = Kind::kUniform;
+    if (!number(arg.substr(0, dash), &d.a) || !number(arg.substr(dash + 1), &d.b) || !whole(d.a) || !whole(d.b))
       return bad();
-    }
-  } catch (const std::exception&) {
+    if (d.b < d.a) return bad();
+  } else if (kind == "lognormal") {
+    const auto comma = arg.find(',');
+    if (comma == std::string::npos) return bad();
+    d.kind = Kind::kLognormal;
+    if (!number(arg.substr(0, comma), &d.a) || !number(arg.substr(comma + 1), &d.b)) return bad();
+    if (d.b < 0) return bad();
+  } else {
     return bad();
   }
   if (!(d.a >= 1)) return bad();
+  // Lengths are drawn inside [1, max_tokens]: a fixed length, a range end or a median beyond it is refused, not
+  // clipped.
+  const double top = d.kind == Kind::kUniform ? d.b : d.a;
+  if (top > static_cast<double>(d.max_tokens))
+    return Status(Code::kInvalidArgument, "length distribution '" + text + "': " + std::to_string(static_cast<int64_t>(
+                                              std::min(top, 9.2e18))) + " tokens is more than the most a request may have (" +
+                                              std::to_string(d.max_tokens) + ")");
   return d;
 }
 
@@ -94,7 +107,9 @@ int64_t draw_length(const LengthDist& d, uint64_t& s) {
     const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);  // Box-Muller
     v = std::round(d.a * std::exp(d.b * z));
   }
-  return std::clamp<int64_t>(static_cast<int64_t>(v), 1, std::max<int64_t>(1, d.max_tokens));
+  // Clipped as a double first: a lognormal tail can exceed what an int64_t holds (the cast would be undefined).
+  const double top = static_cast<double>(std::max<int64_t>(1, d.max_tokens));
+  return static_cast<int64_t>(std::clamp(v, 1.0, top));
 }
 }  // namespace
 
@@ -111,8 +126,9 @@ Result<std::vector<ServingRequest>> make_requests(const WorkloadOptions& o, int6
     return t_ns;
   };
   if (!o.trace_file.empty()) {
-    std::ifstream f(o.trace_file);
-    if (!f) return Status(Code::kNotFound, "workload: cannot open trace file '" + o.trace_file + "'");
+    auto text = sys::read_small_file(o.trace_file, int64_t{1} << 30);
+    if (!text.is_ok()) return text.status().with_context("workload: trace file");
+    std::istringstream f(*text);
     std::string line;
     int lineno = 0;
     while (std::getline(f, line)) {
@@ -211,9 +227,9 @@ Status ServingSchedule::save(const std::string& path) const {
 }
 
 Result<ServingSchedule> ServingSchedule::load(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return Status(Code::kNotFound, "cannot open schedule '" + path + "'");
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  auto text = sys::read_small_file(path, int64_t{4} << 30);
+  if (!text.is_ok()) return text.status().with_context("schedule");
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "schedule '" + path + "' is not JSON");
   auto s = from_json(j);
   if (!s.is_ok()) return s.status().with_context(path);

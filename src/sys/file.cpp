@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -65,19 +66,50 @@ Status File::close() {
   return Status::ok();
 }
 
+namespace {
+std::string errno_name(int err) {
+  const char* name = strerrorname_np(err);
+  return name ? name : "errno " + std::to_string(err);
+}
+
+// The kind of a non-regular file, for messages ("FIFO", "character device").
+const char* file_kind_name(mode_t mode) {
+  if (S_ISFIFO(mode)) return "FIFO";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISLNK(mode)) return "symlink";
+  return "special file";
+}
+}  // namespace
+
 Result<File> open_read(const std::string& path) {
   ErrnoGuard guard;
   int fd;
+  // O_NONBLOCK: open(2) of a FIFO without a writer would block forever; the kind is checked before any read.
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return errno_status(errno, "open(" + path + ", O_RDONLY)");
-  // open(2) succeeds on a directory; reading it would fail later with a less helpful EISDIR.
   struct stat st{};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    (void)::close(fd);
+    return errno_status(err, "fstat(" + path + ")");
+  }
+  // open(2) succeeds on a directory; reading it would fail later with a less helpful EISDIR.
+  if (S_ISDIR(st.st_mode)) {
     (void)::close(fd);
     return Status(Code::kInvalidArgument, "open(" + path + "): is a directory, not a file", EISDIR);
   }
+  if (!S_ISREG(st.st_mode)) {
+    (void)::close(fd);
+    return Status(Code::kInvalidArgument, "open(" + path + "): is a " + file_kind_name(st.st_mode) + ", not a regular file");
+  }
+  // Regular files never block; positional reads then behave as without the flag, which is cleared for clarity.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return File(fd, path);
 }
 
@@ -313,6 +345,76 @@ Result<PathInfo> lstat_path(const std::string& path) {
   i.uid = static_cast<uint32_t>(st.st_uid);
   i.allocated_bytes = static_cast<int64_t>(st.st_blocks) * 512;
   return i;
+}
+
+namespace {
+std::string parent_of(const std::string& path) {
+  const auto slash = path.find_last_not_of('/') == std::string::npos ? std::string::npos : path.rfind('/', path.find_last_not_of('/'));
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status writable_directory(const std::string& dir, const std::string& what) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    return Status(Code::kInvalidArgument, what + ": directory " + dir + " " +
+                                              (err == ENOENT ? "does not exist" : "cannot be read") + " (" + errno_name(err) + ")",
+                  err);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status(Code::kInvalidArgument, what + ": " + dir + " is not a directory", ENOTDIR);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int err = errno;
+    return Status(Code::kInvalidArgument, what + ": directory " + dir + " is not writable (" + errno_name(err) + ")", err);
+  }
+  return Status::ok();
+}
+}  // namespace
+
+Status check_output_path(const std::string& path, OutputKind kind) {
+  ErrnoGuard guard;
+  if (path.empty()) return Status(Code::kInvalidArgument, "an empty path");
+  const std::string what = kind == OutputKind::kFile ? "output file " + path : "output directory " + path;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (kind == OutputKind::kDirectory) {
+      if (!S_ISDIR(st.st_mode)) return Status(Code::kInvalidArgument, what + ": exists and is not a directory", ENOTDIR);
+      return writable_directory(path, what);
+    }
+    if (S_ISDIR(st.st_mode)) return Status(Code::kInvalidArgument, what + ": is a directory", EISDIR);
+    if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+      return Status(Code::kInvalidArgument, what + ": is a " + file_kind_name(st.st_mode) + ", not a regular file");
+    if (::access(path.c_str(), W_OK) != 0) {
+      const int err = errno;
+      return Status(Code::kInvalidArgument, what + ": not writable (" + errno_name(err) + ")", err);
+    }
+  } else if (errno != ENOENT) {
+    const int err = errno;
+    return Status(Code::kInvalidArgument, what + ": cannot be checked (" + errno_name(err) + ")", err);
+  } else if (::lstat(path.c_str(), &st) == 0) {
+    return Status(Code::kInvalidArgument, what + ": a dangling symlink", ENOENT);
+  }
+  return writable_directory(parent_of(path), what);
+}
+
+Status check_input_path(const std::string& path, InputKind kind) {
+  ErrnoGuard guard;
+  if (path.empty()) return Status(Code::kInvalidArgument, "an empty path");
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return Status(Code::kInvalidArgument,
+                  path + ": " + (err == ENOENT ? std::string("no such file") : "cannot be read (" + errno_name(err) + ")"), err);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (kind == InputKind::kFile) return Status(Code::kInvalidArgument, path + ": is a directory, not a file", EISDIR);
+    return Status::ok();
+  }
+  if (kind == InputKind::kDirectory) return Status(Code::kInvalidArgument, path + ": is not a directory", ENOTDIR);
+  if (!S_ISREG(st.st_mode))
+    return Status(Code::kInvalidArgument, path + ": is a " + std::string(file_kind_name(st.st_mode)) + ", not a regular file");
+  return Status::ok();
 }
 
 bool is_terminal(int fd) noexcept {

@@ -39,8 +39,9 @@ class File {
   std::string path_;
 };
 
-// open(path, O_RDONLY|O_CLOEXEC). kNotFound / kPermission / kIo from open(2); kInvalidArgument
-// (EISDIR) when `path` is a directory.
+// open(path, O_RDONLY|O_CLOEXEC|O_NONBLOCK), then the flag cleared: a FIFO without a writer cannot block the
+// open. kNotFound / kPermission / kIo from open(2); kInvalidArgument (EISDIR) when `path` is a directory, and
+// kInvalidArgument when it is not a regular file (FIFO, socket, device).
 Result<File> open_read(const std::string& path);
 // open(path, O_WRONLY|O_CREAT|O_EXCL|O_TRUNC|O_NOFOLLOW|O_CLOEXEC, mode): a new file that did not
 // exist (a temp name). EEXIST -> kIo, ENOENT (no such directory) -> kNotFound, EACCES -> kPermission.
@@ -102,6 +103,20 @@ struct PathInfo {
 };
 // lstat(2) (a symlink is reported, not followed). kNotFound when nothing is there.
 Result<PathInfo> lstat_path(const std::string& path);
+
+// Checks made on a command's paths before any work, so a bad path is refused at once and nothing is left behind.
+// Every refusal is kInvalidArgument naming the path and why (the errno in sys_error() where one applies).
+//   kFile       an output file: when it exists, a regular file (or a character device such as /dev/null) that
+//               we may write, not a directory, not a FIFO; its directory exists and we may create files in it
+//   kDirectory  an output directory: an existing directory we may write into, or a name whose parent is one
+enum class OutputKind { kFile, kDirectory };
+Status check_output_path(const std::string& path, OutputKind kind);
+//   kFile       an input file: exists and is a regular file (a FIFO, socket or device is refused: reading one
+//               could block forever)
+//   kFileOrDirectory   the same, or a directory
+//   kDirectory  an existing directory
+enum class InputKind { kFile, kFileOrDirectory, kDirectory };
+Status check_input_path(const std::string& path, InputKind kind);
 
 // isatty(fd): true when fd is a terminal (progress lines go to stderr only then).
 bool is_terminal(int fd) noexcept;

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -58,6 +59,22 @@ void copy_path(char* dst, const char* src) {
   int i = 0;
   for (; src[i] && i < kGuardMaxPath - 1; ++i) dst[i] = src[i];
   dst[i] = '\0';
+}
+
+char g_record[kGuardMaxPath + 32];
+
+// Unlinks "<dir>/.engram-owner.<name>" of "<dir>/<name>" (owner_record_path, written out with no allocation).
+void unlink_record_of(const char* path) {
+  const char* prefix = kOwnerRecordPrefix;
+  int slash = -1, n = 0;
+  for (; path[n]; ++n)
+    if (path[n] == '/') slash = n;
+  int o = 0;
+  for (int i = 0; i <= slash; ++i) g_record[o++] = path[i];
+  for (const char* p = prefix; *p; ++p) g_record[o++] = *p;
+  for (int i = slash + 1; i < n && o < static_cast<int>(sizeof g_record) - 1; ++i) g_record[o++] = path[i];
+  g_record[o] = '\0';
+  (void)::unlink(g_record);
 }
 
 // "A <dev> <ino> <path>" arms, "D <path>" disarms.
@@ -123,8 +140,12 @@ void guardian_line(const char* line) {
     if (!e.used) continue;
     struct stat st;
     if (::lstat(e.path, &st) == 0 && static_cast<unsigned long long>(st.st_dev) == e.dev &&
-        static_cast<unsigned long long>(st.st_ino) == e.ino)
+        static_cast<unsigned long long>(st.st_ino) == e.ino) {
       (void)::unlink(e.path);
+      // And its owner record by name, also when the leader died before arming the record itself (between
+      // FileGuardian::arm's two lines): the object was ours (same inode), so is the record of its name.
+      unlink_record_of(e.path);
+    }
   }
   ::_exit(0);
 }
@@ -212,9 +233,48 @@ Status install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns EINTR and the caller looks at the flag
-  for (int sig : {SIGINT, SIGTERM})
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
     if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
   return Status::ok();
+}
+
+namespace {
+std::atomic<int> g_defer_depth{0};
+volatile sig_atomic_t g_deferred_signal = 0;
+
+// Default action of `sig` now: the process ends as if no handler had been installed (raise(3) targets this
+// thread, and a fatal default action ends every thread).
+void die_by(int sig) {
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  (void)::sigaction(sig, &dfl, nullptr);
+  (void)::raise(sig);
+}
+
+void on_terminate_signal(int sig) {
+  if (g_defer_depth.load() > 0) {
+    g_deferred_signal = sig;
+    return;
+  }
+  die_by(sig);
+}
+}  // namespace
+
+Status install_deferred_termination() {
+  struct sigaction sa{};
+  sa.sa_handler = on_terminate_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a held signal must not make a blocking call fail
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
+  return Status::ok();
+}
+
+DeferTermination::DeferTermination() noexcept { g_defer_depth.fetch_add(1); }
+
+DeferTermination::~DeferTermination() {
+  if (g_defer_depth.fetch_sub(1) == 1 && g_deferred_signal != 0) die_by(g_deferred_signal);
 }
 
 bool stop_requested() noexcept { return g_stop_signal != 0; }

@@ -46,7 +46,7 @@ Status kill_process(int pid, int sig);
 // readlink(/proc/self/exe).
 Result<std::string> self_exe_path();
 
-// Installs SIGINT and SIGTERM handlers that only record the signal (no SA_RESTART, so blocking calls
+// Installs SIGINT, SIGTERM and SIGHUP handlers that only record the signal (no SA_RESTART, so blocking calls
 // return EINTR). stop_requested() / stop_signal() read the record.
 Status install_stop_handlers();
 bool stop_requested() noexcept;
@@ -54,6 +54,21 @@ int stop_signal() noexcept;
 // A thread that runs fn with SIGINT and SIGTERM blocked (the mask is set around its creation and inherited), so the
 // process's stop signals interrupt the threads that wait for them (EINTR above), never a helper thread.
 std::thread start_thread_without_stop_signals(std::function<void()> fn);
+
+// Termination signals (SIGINT, SIGTERM, SIGHUP) arriving while a named object is half made -- its owner record
+// written, the object not yet armed with its guardian -- would leave a record (or an object) no guardian knows.
+// install_deferred_termination() installs handlers that give each such signal its default action at once, except
+// inside a DeferTermination section, where it is held and taken when the last section ends. For commands that
+// do not stop on their own (a command with install_stop_handlers replaces these). A section costs one atomic
+// increment; without the handlers it does nothing else.
+Status install_deferred_termination();
+class DeferTermination {
+ public:
+  DeferTermination() noexcept;
+  ~DeferTermination();
+  DeferTermination(const DeferTermination&) = delete;
+  DeferTermination& operator=(const DeferTermination&) = delete;
+};
 
 // See the file comment. Move-only; the destructor closes its end (the guardian then unlinks what is
 // still armed) and reaps the child.

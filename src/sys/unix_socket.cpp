@@ -296,6 +296,15 @@ Result<UnixSocket> connect_unix(const std::string& path, Deadline deadline) {
     if (last_err == EACCES || last_err == EPERM)
       return errno_status(last_err, what + " (the socket's directory or file belongs to someone else)");
     if (last_err != ENOENT && last_err != ECONNREFUSED && last_err != EAGAIN) return errno_status(last_err, what);
+    // A socket file nobody accepts on: when its owner record says the process that made it is dead, no listener
+    // will ever come (a killed leader's stale socket), so waiting out the deadline would only delay the error.
+    if (last_err == ECONNREFUSED) {
+      auto rec = read_owner_record(owner_record_path(path));
+      std::string why;
+      if (rec.is_ok() && owner_state(rec->owner, &why) == OwnerState::kDead)
+        return Status(Code::kIo, what + ": ECONNREFUSED and the socket's owner is dead (" + why +
+                                     "): a stale socket, no listener will come", ECONNREFUSED);
+    }
     if (SteadyClock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(10, remaining_ms(deadline))));
   }

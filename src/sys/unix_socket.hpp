@@ -122,7 +122,8 @@ Result<UnixListener> listen_unix(const std::string& path, int backlog = 64);
 Result<UnixSocket> accept_unix(const UnixListener& listener, Deadline deadline);
 // connect(2) to `path`, retrying while nothing listens there yet (ENOENT, ECONNREFUSED, EAGAIN)
 // until the deadline: kTimeout "no listener at <path> ... (last error ENOENT)". EACCES (the directory
-// is not ours) is kPermission at once.
+// is not ours) is kPermission at once. A refused connection to a socket whose owner record (owner.hpp)
+// names a dead process also ends at once: kIo "the socket's owner is dead" (a killed leader's stale socket).
 Result<UnixSocket> connect_unix(const std::string& path, Deadline deadline);
 // socketpair(AF_UNIX, SOCK_SEQPACKET|SOCK_CLOEXEC): two connected ends (tests, in-process groups).
 Result<std::pair<UnixSocket, UnixSocket>> unix_socket_pair();

@@ -14,6 +14,7 @@
 
 #include "bench/registry.hpp"
 #include "bench/report_io.hpp"
+#include "args.hpp"
 #include "command.hpp"
 #include "host/conditions.hpp"
 #include "report/plot.hpp"
@@ -176,10 +177,13 @@ void add_common(CLI::App& s, BenchArgs& a) {
       ->check(CLI::Range(0, 4096));
   s.add_option("--data-dir", a.ctx.data_dir, "Token files of scripts/tokenize-setup for text ids (default: search)");
   s.add_flag("--json", a.json, "Print the report as JSON on stdout (the human text goes to stderr)");
-  s.add_option("--json-out", a.json_path, "Write the report as JSON to FILE (the human text stays on stdout)");
+  s.add_option("--json-out", a.json_path, "Write the report as JSON to FILE (the human text stays on stdout)")
+      ->check(output_file());
   s.add_option("--csv", a.csv_path, "Write every table as tidy CSV to FILE ('-' = stdout, human text to stderr): "
-               "one line per figure, bench,table,<the table's label columns>,column,value; empty value = n/a");
-  s.add_option("--plot", a.plot_path, "Render the figures into FILE.png with gnuplot (Debian: gnuplot-nox)");
+               "one line per figure, bench,table,<the table's label columns>,column,value; empty value = n/a")
+      ->check(output_file({"-"}));
+  s.add_option("--plot", a.plot_path, "Render the figures into FILE.png with gnuplot (Debian: gnuplot-nox)")
+      ->check(output_file());
   s.add_flag("--verbose", a.ctx.verbose, "Progress on stderr");
 }
 

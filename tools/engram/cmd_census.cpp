@@ -12,10 +12,14 @@
 // (e.g. weighted interleave before Linux 6.9).
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "args.hpp"
 #include "command.hpp"
+#include "engine/guardian.hpp"
 #include "engine_args.hpp"
+#include "named_tables.hpp"
 #include "progress_args.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
@@ -33,6 +37,7 @@ struct CensusArgs {
   std::string table_size = "64MiB";
   std::string layout = "v41-flash-mini";
   std::string backing = "memfd";
+  std::string shm_dir = "/dev/shm";
   std::string placement = "none";
   bool allow_fallback = false;
   uint64_t max_samples = uint64_t{1} << 20;
@@ -64,10 +69,13 @@ int census_here(const CensusArgs& a) {
   TableOptions opts;
   opts.allow_fallback = a.allow_fallback;
   for (const auto& [flag, value] : std::vector<std::pair<const char*, std::string>>{
-           {"--backing", a.backing}, {"--placement", a.placement}, {"--head-shards", a.head_shards},
+           {"--backing", a.backing}, {"--shm-dir", a.shm_dir}, {"--placement", a.placement}, {"--head-shards", a.head_shards},
            {"--shard-placements", a.shard_placements}})
     if (Status st = set_table_option(opts, flag, value, layout->heads()); !st.is_ok()) return report_failure("census", st);
   if (Status st = apply_tp_args(a.tp, opts); !st.is_ok()) return report_failure("census", st);
+  sweep_before_named_table("census", opts);
+  auto guardian = engine::guard_named_backings(opts);
+  if (!guardian.is_ok()) return report_failure("census", guardian.status());
   auto table = HostTable::create(*layout, opts);
   if (!table.is_ok()) return report_failure("census", table.status());
   nlohmann::json j;
@@ -109,13 +117,16 @@ int census_here(const CensusArgs& a) {
 
 auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<CensusArgs>();
-  sub.add_option("--pid", a->pid, "Census of a running process's tables (numa_maps + smaps)");
+  sub.add_option("--pid", a->pid, "Census of a running process's tables (numa_maps + smaps)")
+      ->check(integer_in(1, std::numeric_limits<int>::max()));
   sub.add_option("--prefix", a->prefix, "Backing-name prefix that marks a table mapping (default engram:)");
   sub.add_flag("--json", a->json, "Print JSON");
   add_progress_option(sub, a->progress);
   sub.add_option("--table-size", a->table_size, "Without --pid: size of the synthetic table to build (e.g. 64MiB)");
   sub.add_option("--layout", a->layout, "Without --pid: layout preset (v41-flash-mini, tiny)");
   sub.add_option("--backing", a->backing, "Without --pid: memfd | shm | hugetlb | hugetlb-1g | anon-thp");
+  sub.add_option("--shm-dir", a->shm_dir, "Without --pid: directory (a tmpfs) of the named files of --backing shm")
+      ->check(CLI::ExistingDirectory);
   sub.add_option("--placement", a->placement,
                  "Without --pid: none | local | bind:NODES | preferred:N | interleave:NODES | "
                  "weighted-interleave:N=w,... | replica-per-node; NODES as numactl writes them (0,2, 0-3, all, "

@@ -8,12 +8,14 @@
 #include <sstream>
 #include <thread>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "host/conditions.hpp"
 #include "report/plot.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
 #include "sys/affinity.hpp"
+#include "sys/file.hpp"
 #include "sys/numa.hpp"
 
 namespace engram::cli {
@@ -94,6 +96,9 @@ int experiment(const ExperimentArgs& a) {
   o.order_seed = a.order_seed;
   o.caps = a.caps;
   o.out_dir = a.out.empty() ? "engram-experiment-" + a.id : a.out;
+  // The report goes there after every repetition: a folder that cannot be written is refused before the first.
+  if (Status st = sys::check_output_path(o.out_dir, sys::OutputKind::kDirectory); !st.is_ok())
+    return report_failure("experiment", st.with_context("--out"));
   o.conditions = collect_conditions(ENGRAM_GIT_REV);
   o.log = say;
   if (!a.batches.empty()) {
@@ -141,8 +146,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                                     "bootstrap interval a point)")
       ->check(CLI::Range(kMinExperimentReps, 1000));
   sub.add_option("--caps", a->caps, "B2: grid caps to sweep, fractions in (0,1], first = baseline (default 0.25 0.5 1.0)");
-  sub.add_option("--out", a->out, "Results folder (default engram-experiment-<ID>)");
-  sub.add_option("--batches", a->batches, "Recorded batches (engram replay --record); default: recorded live once, untimed");
+  sub.add_option("--out", a->out, "Results folder (default engram-experiment-<ID>)")->check(output_dir());
+  sub.add_option("--batches", a->batches, "Recorded batches (engram replay --record); default: recorded live once, untimed")
+      ->check(input_file());
   sub.add_option("--order-seed", a->order_seed, "Seed of the arm-order shuffle (default 7)")->check(unsigned_integer());
   sub.add_option("--prefetch", a->prefetch, "Prefetch mode of every arm except in B1 (default early)")
       ->check(CLI::IsMember({"early", "on_demand"}));

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "core/ngram_hash.hpp"
 #include "core/units.hpp"
@@ -115,20 +116,30 @@ std::vector<std::pair<int64_t, int64_t>> sequences(const TokenFile& tf, int64_t 
 
 Status write_ids(const std::string& path, const std::vector<int64_t>& ids, const json& meta) {
   const std::string tmp = path + ".tmp";
+  std::error_code ec;
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return Status(Code::kIo, "--out " + path + ": cannot create " + tmp);
     f.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * sizeof(int64_t)));
-    if (!f) return Status(Code::kIo, "--out " + path + ": write failed");
+    if (!f) {
+      fs::remove(tmp, ec);
+      return Status(Code::kIo, "--out " + path + ": write failed");
+    }
   }
   {
     std::ofstream f(path + ".json", std::ios::trunc);
     f << meta.dump(2) << "\n";
-    if (!f) return Status(Code::kIo, "--out " + path + ".json: write failed");
+    if (!f) {
+      fs::remove(tmp, ec);
+      return Status(Code::kIo, "--out " + path + ".json: write failed");
+    }
   }
-  std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) return Status(Code::kIo, "--out " + path + ": rename failed: " + ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    return Status(Code::kIo, "--out " + path + ": rename failed: " + why);
+  }
   return Status::ok();
 }
 
@@ -354,8 +365,10 @@ int run(const HashArgs& a) {
 auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<HashArgs>();
   sub.add_option("--text", a->texts, "UTF-8 text file(s) to tokenize with tools/tokenize (needs node); "
-                                     "default: /usr/share/common-licenses/*");
-  sub.add_option("--tokens", a->tokens, "token file written by tools/tokenize/tokenize.mjs (FILE + FILE.json)");
+                                     "default: /usr/share/common-licenses/*")
+      ->check(input_file());
+  sub.add_option("--tokens", a->tokens, "token file written by tools/tokenize/tokenize.mjs (FILE + FILE.json)")
+      ->check(input_file());
   CLI::Option* model = sub.add_option("--model", a->model,
                                       "Hugging Face model directory: hash with its config.json (layout, pad id, V') and its "
                                       "compression table (its own, or built from its tokenizer.json and cached)");
@@ -368,7 +381,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--pad-id", a->pad_id, "pad token id before compression")->capture_default_str()->excludes(model);
   sub.add_option("--expect-vocab", a->expect_vocab, "V' the tables were built for (0: not checked)")->excludes(model);
   sub.add_option("--kind", a->kind, "global (row ids, head offsets added) or local (per-head ids)")->capture_default_str();
-  sub.add_option("--out", a->out, "write all ids: int64 [layers][tokens][heads] + OUT.json");
+  sub.add_option("--out", a->out, "write all ids: int64 [layers][tokens][heads] + OUT.json")->check(output_file());
   sub.add_flag("--json", a->json, "print one JSON object");
   sub.add_option("--limit", a->limit, "positions to print (0 = all)")->capture_default_str();
   sub.add_flag("--stats", a->stats, "N-gram statistics: distinct ids, top-10 share, in-batch repeat rate");

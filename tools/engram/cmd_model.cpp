@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "core/cost_model.hpp"
 #include "core/units.hpp"
@@ -116,26 +117,26 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB");
   t->add_option("--path", a->path, "One named path (default: all): pcie4-pinned, pcie4-pageable, pcie5-pinned, "
                                    "nvlink-c2c, rdma-400g, h200-pinned, h200-pageable");
-  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(CLI::PositiveNumber);
+  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(positive_number());
   auto* k = sub.add_subcommand("kv", "KV swap-in (KV/BW) vs prefill recompute (2*params*tokens/FLOPS)");
-  k->add_option("--layers", a->layers, "Decoder layers (default 80)")->check(CLI::PositiveNumber);
-  k->add_option("--kv-heads", a->kv_heads, "KV heads (default 8, GQA)")->check(CLI::PositiveNumber);
-  k->add_option("--head-dim", a->head_dim, "Head dimension (default 128)")->check(CLI::PositiveNumber);
-  k->add_option("--elem-bytes", a->elem_bytes, "Bytes per element (default 2, BF16)")->check(CLI::PositiveNumber);
-  k->add_option("--context", a->context, "Context tokens (default 32768)")->check(CLI::PositiveNumber);
-  k->add_option("--params", a->params, "Model parameters (default 70e9)")->check(CLI::PositiveNumber);
-  k->add_option("--gbps", a->gbps, "Link bandwidth in GB/s (default 50, PCIe 5.0 pinned)")->check(CLI::PositiveNumber);
-  k->add_option("--tflops", a->tflops, "Effective compute in TFLOP/s (default 600)")->check(CLI::PositiveNumber);
+  k->add_option("--layers", a->layers, "Decoder layers (default 80)")->check(positive_number());
+  k->add_option("--kv-heads", a->kv_heads, "KV heads (default 8, GQA)")->check(positive_number());
+  k->add_option("--head-dim", a->head_dim, "Head dimension (default 128)")->check(positive_number());
+  k->add_option("--elem-bytes", a->elem_bytes, "Bytes per element (default 2, BF16)")->check(positive_number());
+  k->add_option("--context", a->context, "Context tokens (default 32768)")->check(positive_number());
+  k->add_option("--params", a->params, "Model parameters (default 70e9)")->check(positive_number());
+  k->add_option("--gbps", a->gbps, "Link bandwidth in GB/s (default 50, PCIe 5.0 pinned)")->check(positive_number());
+  k->add_option("--tflops", a->tflops, "Effective compute in TFLOP/s (default 600)")->check(positive_number());
   auto* e = sub.add_subcommand("engram", "B_source = N*H*(d+d/32), B_staging = 2*N*H*d, lookup = N*H/rows_per_s");
   e->add_option("--layout", a->layout, "Layout preset (default v41-flash)")->check(CLI::IsMember(preset_names()));
   e->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)");
-  e->add_option("--tokens", a->tokens, "Tokens N in the batch (default 64)")->check(CLI::PositiveNumber);
+  e->add_option("--tokens", a->tokens, "Tokens N in the batch (default 64)")->check(positive_number());
   e->add_option("--rows-per-s", a->rows_per_s, "Measured lookup rows/s (engram run / bench) for the lookup time")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   auto* c = sub.add_subcommand("capacity", "Host bytes: one shared copy W vs one replica per node (nodes x W)");
   c->add_option("--layout", a->layout, "Layout preset (default v41-flash)")->check(CLI::IsMember(preset_names()));
   c->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)");
-  c->add_option("--nodes", a->nodes, "NUMA nodes with a replica (default 2)")->check(CLI::PositiveNumber);
+  c->add_option("--nodes", a->nodes, "NUMA nodes with a replica (default 2)")->check(positive_number());
   for (auto* s : {t, k, e, c}) s->add_flag("--json", a->json, "Print JSON");
   return [a, t, k, e] {
     if (t->parsed()) return transfer(*a);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/lookup.hpp"
+#include "args.hpp"
 #include "command.hpp"
 #include "core/ngram_hash.hpp"
 #include "core/units.hpp"
@@ -165,7 +166,7 @@ int run(const ProfileArgs& a) {
     if (Status st = write_token_subset(a.holdout_out, files[0], held_docs[0]); !st.is_ok()) return report_failure(cmd, st);
   }
 
-  json summary = {{"out", a.out}, {"layout", layout->name}, {"tokens", prof->tokens}, {"layers", json::array()}};
+  json summary = {{"schema", "engram.profile/1"}, {"command", "profile"}, {"out", a.out}, {"layout", layout->name}, {"tokens", prof->tokens}, {"layers", json::array()}};
   if (!a.json)
     std::printf("profile %s: layout %s (%d heads), %lld tokens of %zu file(s)%s\n", a.out.c_str(), layout->name.c_str(),
                 layout->heads(), static_cast<long long>(prof->tokens), files.size(),
@@ -193,14 +194,17 @@ int run(const ProfileArgs& a) {
 
 std::function<int()> setup(CLI::App& sub) {
   auto a = std::make_shared<ProfileArgs>();
-  sub.add_option("--tokens", a->tokens, "token file(s) written by tools/tokenize (FILE + FILE.json)")->delimiter(',');
-  sub.add_option("--out", a->out, "profile file to write");
+  sub.add_option("--tokens", a->tokens, "token file(s) written by tools/tokenize (FILE + FILE.json)")
+      ->delimiter(',')
+      ->check(input_file());
+  sub.add_option("--out", a->out, "profile file to write")->check(output_file());
   sub.add_option("--layout", a->layout, "bench (the engram bench lookup table), v41-flash, v41-flash-mini or tiny")
       ->capture_default_str();
   sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini");
   sub.add_option("--row-format", a->row_format, "bench layout rows: fused or split")->capture_default_str();
   sub.add_option("--d", a->d, "bench layout row width")->capture_default_str();
-  sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)");
+  sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
+      ->check(input_file());
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference hash")->capture_default_str();
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens, as the text id source "
                                           "does (0 = whole documents)")->capture_default_str();
@@ -208,7 +212,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--min-count", a->min_count, "keep ids seen at least N times")->capture_default_str();
   sub.add_option("--holdout", a->holdout, "leave this share of the documents out (deterministic, by document)");
   sub.add_option("--holdout-seed", a->holdout_seed, "seed of the held-out split")->check(unsigned_integer())->capture_default_str();
-  sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)");
+  sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)")
+      ->check(output_file());
   sub.add_flag("--json", a->json, "print the summary as JSON");
   return [a] { return run(*a); };
 }

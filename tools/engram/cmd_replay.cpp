@@ -9,10 +9,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "host/conditions.hpp"
 #include "progress_args.hpp"
 #include "replay/serving_hashing.hpp"
+#include "named_tables.hpp"
 #include "report.hpp"
 #include "serving_args.hpp"
 #include "sys/process.hpp"
@@ -55,6 +57,7 @@ int replay(const ReplayArgs& a) {
       s.engine.table.backing.to_string() + ", placement " + s.engine.table.placement.to_string() + ") and the " +
       backend_kind_name(s.engine.backend) + " backend ...");
   show_load_progress(s.engine, progress_display(a.progress));
+  sweep_before_named_table("replay", s.engine.table);
   auto rig = Engine::create_local(s.layout, s.engine);
   if (!rig.is_ok()) return report_failure("replay", rig.status());
   Engine& engine = **rig;
@@ -190,9 +193,12 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "hasher after its step, off the replay's clock)")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   add_progress_option(sub, a->progress);
-  sub.add_option("--record", a->record, "Write the token batches the scheduler formed to this JSON file");
-  sub.add_option("--batches", a->batches, "Replay a recorded batches file instead of scheduling live (same batches for A/B)");
-  sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze");
+  sub.add_option("--record", a->record, "Write the token batches the scheduler formed to this JSON file")
+      ->check(output_file());
+  sub.add_option("--batches", a->batches, "Replay a recorded batches file instead of scheduling live (same batches for A/B)")
+      ->check(input_file());
+  sub.add_option("--timeline", a->timeline, "Chrome trace of the lookups ('none' default) for engram trace analyze")
+      ->check(output_file({"none"}));
   sub.add_flag("--timeline-absolute", a->timeline_absolute,
                "Trace timestamps in microseconds since the Unix epoch (to line up with a torch profiler trace)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");

@@ -9,11 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "default_paths.hpp"
 #include "core/units.hpp"
 #include "engine_args.hpp"
 #include "metrics_serve.hpp"
+#include "named_tables.hpp"
 #include "progress_args.hpp"
 #include "engram/engine.hpp"
 #include "host/census.hpp"
@@ -113,6 +115,7 @@ int run_ranks(const RunArgs& a) {
            .engine = lookup_option_text(a.engine, a.warmup)};
   r.options.ranks = a.ranks;
   r.options.backing = a.engine.backing;
+  r.options.shm_dir = a.engine.shm_dir;
   r.options.placement = a.engine.placement;
   r.json = a.json;
   r.progress = progress_display(a.progress);
@@ -194,6 +197,7 @@ int run(const RunArgs& a) {
   say("building " + layout->name + " table (" + format_bytes(layout->total_bytes()) + ", " +
       row_format_name(layout->format) + " rows, " + eo.table.backing.to_string() + " backing, placement " +
       eo.table.placement.to_string() + ")" + (content.kind == TableContent::Kind::kSynthetic ? "" : " and loading " + content.to_string()) + " ...");
+  sweep_before_named_table("run", eo.table);
   auto built = Engine::create_local(*layout, eo);
   if (!built.is_ok()) return report_failure("run", built.status());
   Engine& engine = **built;
@@ -354,10 +358,11 @@ int run(const RunArgs& a) {
   }
   std::printf("Bytes     per step: B_source = N*H*(d+d/32) = %s, B_staging = 2*N*H*d = %s\n",
               format_bytes(r.b_source_bytes_per_step).c_str(), format_bytes(r.b_staging_bytes_per_step).c_str());
-  std::printf("Steps     median %s us (p5 %s, p95 %s); compute only %s us; slowdown x%s; %s tokens/s\n",
+  const std::string slowdown_text = std::isfinite(slowdown) ? "x" + fmt_num(slowdown, "%.3f") : "n/a";
+  std::printf("Steps     median %s us (p5 %s, p95 %s); compute only %s us; slowdown %s; %s tokens/s\n",
               fmt_num(r.step_ns.median / 1e3, "%.1f").c_str(), fmt_num(r.step_ns.p5 / 1e3, "%.1f").c_str(),
               fmt_num(r.step_ns.p95 / 1e3, "%.1f").c_str(), fmt_num(r.compute_only_step_ns.median / 1e3, "%.1f").c_str(),
-              fmt_num(slowdown, "%.3f").c_str(), fmt_num(r.tokens_per_s, "%.0f").c_str());
+              slowdown_text.c_str(), fmt_num(r.tokens_per_s, "%.0f").c_str());
   std::printf("\n%-8s %14s %14s %14s %14s %14s\n", "layer", "E med (us)", "E p95 (us)", "L med (us)", "queue med (us)",
               "model resid (us)");
   for (const auto& l : r.layers)
@@ -404,7 +409,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Ids: text (real text hashed with the reference N-gram hash), zipf, uniform, or auto (default: text "
                  "when the default token file exists, else zipf, saying so)")
       ->check(CLI::IsMember({"auto", "text", "zipf", "uniform"}));
-  sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)");
+  sub.add_option("--tokens", a->tokens, "Token file for --ids text (default: the text tokenized by scripts/setup)")
+      ->check(input_file());
   CLI::Option* switch_at = sub.add_option("--switch-at", a->switch_at,
                                           "With --switch-tokens: the step (warm-up included, from 0) from which the "
                                           "text changes")
@@ -412,10 +418,12 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--switch-tokens", a->switch_tokens,
                  "Token file of the text from --switch-at on (every sequence restarts in it): a change of traffic; "
                  "the JSON gets the cache's hit rate of every step (cache_series)")
+      ->check(input_file())
       ->needs(switch_at);
   switch_at->needs("--switch-tokens");
   CLI::Option* ckpt = sub.add_option("--checkpoint", a->checkpoint,
                                      "Load the table from this safetensors checkpoint (engram table create)")
+                          ->check(input_file())
                           ->excludes(layout_opt);
   CLI::Option* model = sub.add_option("--model", a->model,
                                       "Load the table from this Hugging Face model directory (config.json, index, "
@@ -444,7 +452,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::Range(1, 1024));
   sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--timeline", a->timeline, "Chrome trace output file, 'none' to skip (default " +
-                  default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json for ranks r = 0..N-1)");
+                  default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json for ranks r = 0..N-1)")
+      ->check(output_file({"none"}));
   sub.add_flag("--timeline-absolute", a->timeline_absolute,
                "Trace timestamps in microseconds since the Unix epoch, so the trace lines up with a torch profiler "
                "trace of the same run in Perfetto (default: from the run's start)");

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "table_model.hpp"
 #include "core/units.hpp"
@@ -81,7 +82,7 @@ int create(const ModelCreateArgs& a) {
   const host::SweepReport swept = host::sweep_stale({{dir.string()}});
   for (const auto& line : swept.lines(false)) std::fprintf(stderr, "engram table create: %s\n", line.c_str());
 
-  // SIGINT / SIGTERM stop the writers at their next chunk; the partial temp file is removed.
+  // SIGINT / SIGTERM / SIGHUP stop the writers at their next chunk; the partial temp file is removed.
   Status handlers = sys::install_stop_handlers();
   if (!handlers.is_ok()) return report_failure(cmd, handlers);
   host::WriteOptions opt;
@@ -264,7 +265,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::IsMember({"safetensors", "hf-model"}));
   c->add_option("--layout", create_args->layout, "Layout preset: " + presets)->required();
   CLI::Option* size_opt = c->add_option("--table-size", create_args->table_size,
-                                        "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB)");
+                                        "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB), counted in "
+                                        "stored rows of d + d/32 bytes; engram run's default fused rows are padded to "
+                                        "a multiple of 16 B, so its same --table-size holds fewer rows (run "
+                                        "--row-layout split matches this file)");
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
   c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");
@@ -286,7 +290,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
 
   CLI::App* ld = sub.add_subcommand(
       "load", "Load a checkpoint FILE or model DIR into memory, report GB/s and page-cache residue; --verify checks synthetic rows");
-  ld->add_option("path", load_args->dir, "Checkpoint file or model directory")->required();
+  ld->add_option("path", load_args->dir, "Checkpoint file or model directory")->required()->check(input_path());
   ld->add_option("--row-layout", load_args->row_layout, "In-memory row layout: fused or split (default fused)");
   ld->add_option("--threads", load_args->threads, std::string("Reader threads (default 0; ") + kAutoThreadsHelp + ")");
   ld->add_flag("--keep-page-cache", load_args->keep_cache, "Do not drop the file's pages from the page cache");
@@ -311,19 +315,25 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                "the same --cache condition, and report the load's rate against it");
 
   CLI::App* i = sub.add_subcommand("info", "Describe a checkpoint FILE or model DIR: layout, tensors, sizes, tokenizer");
-  i->add_option("path", info_args->dir, "Checkpoint file or model directory")->required();
+  i->add_option("path", info_args->dir, "Checkpoint file or model directory")->required()->check(input_path());
   i->add_flag("--json", info_args->json, "Print JSON");
   i->add_option("--tensor-names", info_args->tensor_names, "DIR: " + names_help);
   i->add_option("--compression-table", info_args->compression_table,
                 "DIR: compression table to check against config.json (default: the directory's own, else the one "
                 "built from its tokenizer.json and cached)");
 
-  c->footer("SIGINT or SIGTERM stops a checkpoint write and removes the partial file (exit 128 + signal). A writer\n"
+  c->footer("SIGINT, SIGTERM or SIGHUP stops a checkpoint write and removes the partial file (exit 128 + signal). A writer\n"
             "killed by SIGKILL leaves a hidden temp file; the next create in that directory removes it and says so.");
   return [c, i, ld, create_args, create_format, info_args, load_args, size_opt]() -> int {
     create_args->table_size_given = size_opt->count() > 0;
     if (c->parsed()) {
-      if (*create_format == "hf-model") return create_model_dir(*create_args);
+      // The output is checked before any row is made: a directory given for a file (or a file for a directory), a
+      // FIFO, a directory that is missing or not writable are bad input, nothing written.
+      const bool to_dir = *create_format == "hf-model";
+      if (Status st = sys::check_output_path(create_args->out, to_dir ? sys::OutputKind::kDirectory : sys::OutputKind::kFile);
+          !st.is_ok())
+        return report_failure("table create", st.with_context("--out"));
+      if (to_dir) return create_model_dir(*create_args);
       const Status s = model_only(c, {"--extra-rows", "--shards", "--tokenizer-json", "--compression-table",
                                       "--compressed-vocab-size", "--pad-id", "--tensor-names"}, "--format hf-model");
       if (!s.is_ok()) return report_failure("table create", s);

@@ -5,14 +5,15 @@
 // (--move-layer); and a PNG of one step's lanes (--plot FILE.png --step K: prefetch queue lookups s..f, main-stream
 // waits c..wait_end, ids-ready-to-submit r..submit) drawn with gnuplot (plot.hpp).
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "report/plot.hpp"
 #include "report.hpp"
 #include "sched/timeline.hpp"
+#include "sys/file.hpp"
 
 namespace engram::cli {
 namespace {
@@ -61,9 +62,9 @@ Status plot_step(const Timeline& tl, int rank, int64_t step, const std::string& 
 nlohmann::json dj(const Distribution& d) { return d.to_json(); }
 
 int analyze(const TraceArgs& a) {
-  std::ifstream f(a.file);
-  if (!f) return report_failure("trace analyze", Status(Code::kNotFound, "cannot open '" + a.file + "'"));
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  auto text = sys::read_small_file(a.file, int64_t{4} << 30);
+  if (!text.is_ok()) return report_failure("trace analyze", text.status());
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) return report_failure("trace analyze", Status(Code::kInvalidArgument, "'" + a.file + "' is not JSON"));
   auto all = Timeline::from_json(j);
   if (!all.is_ok()) return report_failure("trace analyze", all.status().with_context(a.file));
@@ -167,13 +168,16 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<TraceArgs>();
   sub.require_subcommand(1);
   auto* an = sub.add_subcommand("analyze", "Explain a timeline (written by engram run --timeline) with the serial-queue model");
-  an->add_option("file", a->file, "Timeline file (Chrome trace written by engram run, or timeline JSON)")->required();
+  an->add_option("file", a->file, "Timeline file (Chrome trace written by engram run, or timeline JSON)")
+      ->required()
+      ->check(input_file());
   an->add_option("--scale-lookup", a->scale_lookup, "What-if: multiply every lookup time L by this factor")->check(CLI::Range(0.0, 1000.0));
   an->add_option("--advance-ready-us", a->advance_ready_us, "What-if: make ids ready (r) this many microseconds earlier")
       ->check(CLI::Range(0.0, 1e9));
   an->add_option("--move-layer", a->move_layer, "What-if: run this Engram layer's lookups on a second serial queue")
       ->check(CLI::Range(0, 100000));
-  an->add_option("--plot", a->plot, "Draw one step's lanes (ids ready, prefetch queue, main-stream waits) into this PNG");
+  an->add_option("--plot", a->plot, "Draw one step's lanes (ids ready, prefetch queue, main-stream waits) into this PNG")
+      ->check(output_file());
   an->add_option("--step", a->step, "Step for --plot (default: the step with the largest exposed wait)");
   an->add_option("--rank", a->rank, "Rank for --plot (default 0)");
   an->add_flag("--include-warmup", a->include_warmup,

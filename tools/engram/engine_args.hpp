@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "engram/engine.hpp"
 #include "report/progress_line.hpp"
@@ -30,7 +31,8 @@ inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& wa
   sub.add_option("--cache-format", c.format, "Cache rows as fp8 (default: records as stored) or bf16 (decoded once)")
       ->check(CLI::IsMember({"fp8", "bf16"}));
   sub.add_option("--cache-profile", c.profile,
-                 "Fill the cache at start-up from this profile (engram profile) instead of a warm-up window");
+                 "Fill the cache at start-up from this profile (engram profile) instead of a warm-up window")
+      ->check(input_file());
   sub.add_option("--cache-warmup", c.warmup,
                  "Warm-up window: the cache is filled from the ids of the first N steps, which run without it (default " +
                      warmup_default + ")")
@@ -54,6 +56,7 @@ struct TpArgs {
 struct EngineArgs {
   std::string backend = "auto";
   std::string backing = "memfd";
+  std::string shm_dir = "/dev/shm";  // --backing shm: directory of the named files
   std::string placement = "none";
   std::string fast_path = "planner";
   double grid_fraction = 0.5;
@@ -82,6 +85,8 @@ inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
 inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--backing", a.backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
       ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
+  sub.add_option("--shm-dir", a.shm_dir, "Directory (a tmpfs) of the named files of --backing shm (default /dev/shm)")
+      ->check(CLI::ExistingDirectory);
   sub.add_option("--placement", a.placement,
                  "NUMA placement applied before first touch: none (default), local, bind:NODES|all, preferred:N, "
                  "interleave:NODES|all, weighted-interleave:N=w,..., replica-per-node; NODES as numactl writes "
@@ -123,6 +128,7 @@ inline std::vector<std::pair<std::string, std::string>> lookup_option_text(const
 inline Status apply_engine_args(const EngineArgs& a, const EngramLayout& layout, int default_warmup, EngineOptions& o) {
   (void)layout;  // a cache profile is checked against the layout when the engine is built
   ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--backing", a.backing));
+  ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--shm-dir", a.shm_dir));
   ENGRAM_RETURN_IF_ERROR(set_engine_option(o, "--placement", a.placement));
   ENGRAM_RETURN_IF_ERROR(apply_tp_args(a.tp, o.table));
   for (const auto& [flag, value] : lookup_option_text(a, default_warmup))

@@ -1,11 +1,18 @@
 // `engram`: the command-line front end. Subcommands live one per file (cmd_*.cpp) and register
-// themselves; this file only parses and dispatches.
+// themselves; this file only parses and dispatches. It is also the commands' boundary: the shared argument checks
+// (args.hpp) are attached here to every option, and no exception leaves a command: one that escapes is reported
+// with the command's name and mapped to the exit codes of command.hpp (std::invalid_argument and
+// std::out_of_range, the standard parsers' refusals, are bad input; anything else a runtime failure).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <new>
+#include <stdexcept>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "engram/version.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 
@@ -84,6 +91,7 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(e.name, e.description);
     subs.emplace_back(sub, e.setup(*sub));
   }
+  harden_options(app);
   // A word that names no command is a mistake the user can fix: say which command it is closest to.
   if (const std::string word = command_word(argc, argv); !word.empty()) {
     std::string best;
@@ -100,6 +108,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Ctrl-C, SIGTERM and SIGHUP end a command with their default action, except while a named object is half
+  // made (sys::DeferTermination): then when it is whole and its guardian holds it. Commands that stop on their
+  // own (table create, serve-table) install their handlers over these.
+  if (engram::Status st = engram::sys::install_deferred_termination(); !st.is_ok())
+    std::fprintf(stderr, "engram: %s\n", st.to_string().c_str());
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -113,7 +126,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (auto& [sub, run] : subs) {
-    if (sub->parsed()) return run();
+    if (!sub->parsed()) continue;
+    const std::string name = sub->get_name();
+    try {
+      return run();
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "engram %s: invalid argument: %s\n", name.c_str(), e.what());
+      return 2;
+    } catch (const std::out_of_range& e) {
+      std::fprintf(stderr, "engram %s: out of range: %s\n", name.c_str(), e.what());
+      return 2;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "engram %s: out of memory\n", name.c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "engram %s: %s\n", name.c_str(), e.what());
+      return 1;
+    } catch (...) {
+      std::fprintf(stderr, "engram %s: failed with an unknown exception\n", name.c_str());
+      return 1;
+    }
   }
   return 2;
 }

@@ -11,6 +11,7 @@ namespace engram::cli {
 int run_ranks_cli(const RanksCliArgs& a) {
   MultiRankOptions o = a.options;
   if (!a.json) o.progress = [](const std::string& m) { std::fprintf(stderr, "engram run: %s\n", m.c_str()); };
+  o.notice = [](const std::string& m) { std::fprintf(stderr, "engram run: %s\n", m.c_str()); };
   const TableContent content = a.job.content();
   auto line = std::make_shared<report::ProgressLine>(content.to_string(), a.progress);
   if (line->enabled() && content.kind != TableContent::Kind::kZero) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/units.hpp"
+#include "args.hpp"
 #include "engine_args.hpp"
 #include "engram/engine.hpp"
 #include "engram/layout.hpp"
@@ -57,7 +58,8 @@ inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--requests", a.requests, "Requests to send (default 32)")->check(CLI::Range(1, 10000000));
   sub.add_option("--prompt", a.prompt, "Prompt length: N, uniform:MIN-MAX, lognormal:MEDIAN,SIGMA (default lognormal:512,0.6)");
   sub.add_option("--output", a.output, "Output length, same forms (default lognormal:64,0.5)");
-  sub.add_option("--trace-file", a.trace_file, "CSV of requests 'prompt_tokens,output_tokens[,arrival_s]' instead of the distributions");
+  sub.add_option("--trace-file", a.trace_file, "CSV of requests 'prompt_tokens,output_tokens[,arrival_s]' instead of the distributions")
+      ->check(input_file());
   sub.add_option("--seed", a.seed, "Seed of arrivals, lengths, text offsets, zipf ids and the table content (default 1)")->check(unsigned_integer());
   sub.add_option("--token-budget", a.token_budget, "Tokens per step, decode + prefill (default 2048)")->check(CLI::Range(1, 1 << 20));
   sub.add_option("--prefill-chunk", a.prefill_chunk, "Most prompt tokens of one request per step (default 512)")->check(CLI::Range(1, 1 << 20));
@@ -67,7 +69,7 @@ inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--slo-itl-ms", a.slo_itl_ms, "Mean ITL SLO in ms for goodput (default 100)")->check(CLI::Range(0.0, 1e9));
   sub.add_option("--ids", a.ids, "Ids: auto (default: real text when tokenized, else zipf, saying so), text, zipf")
       ->check(CLI::IsMember({"auto", "text", "zipf"}));
-  sub.add_option("--tokens", a.tokens, "Token file for text ids (default: scripts/tokenize-setup's)");
+  sub.add_option("--tokens", a.tokens, "Token file for text ids (default: scripts/tokenize-setup's)")->check(input_file());
   sub.add_option("--zipf-alpha", a.zipf_alpha, "Zipf exponent (default 1.0)")->check(CLI::Range(1e-6, 100.0));
   sub.add_option("--warmup", a.warmup, "Warm-up steps before the clock starts (default 2)")->check(CLI::Range(0, 1000));
   add_cache_options(sub, a.engine.cache, std::to_string(kServingCacheWarmup) + " live steps");
@@ -120,8 +122,12 @@ inline Result<ServingSetup> resolve_serving(const ServingArgs& a, const std::fun
   w.n_requests = a.requests;
   w.seed = a.seed;
   w.trace_file = a.trace_file;
-  ENGRAM_ASSIGN_OR_RETURN(w.prompt, LengthDist::parse(a.prompt));
-  ENGRAM_ASSIGN_OR_RETURN(w.output, LengthDist::parse(a.output));
+  auto prompt = LengthDist::parse(a.prompt);
+  if (!prompt.is_ok()) return prompt.status().with_context("--prompt");
+  w.prompt = *prompt;
+  auto output = LengthDist::parse(a.output);
+  if (!output.is_ok()) return output.status().with_context("--output");
+  w.output = *output;
   ENGRAM_ASSIGN_OR_RETURN(s.requests, make_requests(w, text_tokens));
   for (const auto& r : s.requests)
     if (r.prompt_tokens + r.output_tokens > (int64_t{1} << 24))

@@ -66,6 +66,7 @@ TEST_F(EngramProfile, ProfileEqualsTheLibrary) {
   Out o = run_cli("profile --tokens " + tokens + " --layout tiny --seed 11 --seq-len 8 --json --out " + out, dir_);
   ASSERT_EQ(o.code, 0) << o.err;
   const json j = json::parse(o.out);
+  EXPECT_EQ(j["schema"], "engram.profile/1");  // every --json document names its schema (docs/json.md)
   EXPECT_EQ(j["tokens"], 150);
   auto p = host::read_hot_profile(out);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();

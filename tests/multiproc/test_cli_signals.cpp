@@ -1,0 +1,152 @@
+// Ctrl-C (SIGINT to the process group) or SIGTERM at a random moment of `engram run --backing shm`, `replay
+// --backing shm`, `census --backing shm` or `table create` left the named table in the shm directory (until
+// `engram cleanup`) or a temp file in the output directory: every such command now leaves nothing (its table's
+// guardian, or the writer's own handler, removes what it made). And a process killed together with its guardian
+// (SIGKILL of the group) leaves its table to the next single-process run, which sweeps it and says so.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <thread>
+
+#include "multiproc_support.hpp"
+#include "support/cli.hpp"
+
+using namespace engram::test;
+
+namespace {
+
+// fork + exec of the CLI in a process group of its own (so a signal can go to the group, as a terminal's Ctrl-C
+// does), stdout and stderr into `log`.
+int spawn_cli_group(const std::vector<std::string>& args, const std::string& log) {
+  std::fflush(nullptr);
+  const int pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    static std::string exe = ENGRAM_CLI_PATH;
+    argv.push_back(exe.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent: the signal below must not race the child's own call
+  return pid;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Exit code, or 1000 + signal.
+int wait_exit(int pid) {
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+}
+
+// The commands, each building a 64 MiB table (or writing a checkpoint) in `shm` / `out`.
+std::vector<std::vector<std::string>> commands(const std::string& shm, const std::string& out) {
+  return {
+      {"run", "--layout", "v41-flash-mini", "--table-size", "64MiB", "--backing", "shm", "--shm-dir", shm, "--backend",
+       "cpu", "--ids", "zipf", "--steps", "40", "--batch", "8", "--layer-us", "100", "--timeline", "none",
+       "--threads", "1"},
+      {"replay", "--table-size", "64MiB", "--backing", "shm", "--shm-dir", shm, "--backend", "cpu", "--ids", "zipf",
+       "--requests", "6", "--rate", "50", "--prompt", "64", "--output", "8", "--threads", "1"},
+      {"census", "--table-size", "64MiB", "--backing", "shm", "--shm-dir", shm},
+      {"table", "create", "--layout", "v41-flash-mini", "--table-size", "64MiB", "--threads", "1", "--out",
+       out + "/t.safetensors"},
+  };
+}
+
+}  // namespace
+
+TEST(CliSignals, IntAndTermAtRandomMomentsLeaveNothing) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 gen(seed);
+  std::printf("[signals] seed %llu\n", static_cast<unsigned long long>(seed));
+  TempDir logs("/tmp", "engram-sig-logs");
+  int trials = 0, interrupted = 0;
+  // Two rounds of every command x signal, each at its own random delay.
+  for (int trial = 0; trial < 16; ++trial) {
+    const size_t c = static_cast<size_t>(trial / 2) % 4;
+    const int sig = trial % 2 == 0 ? SIGINT : SIGTERM;
+    {
+      TempDir shm("/dev/shm", "engram-sig-shm");
+      TempDir out("/tmp", "engram-sig-out");
+      const auto args = commands(shm.path, out.path)[c];
+      const std::string what = args[0] + (sig == SIGINT ? " SIGINT" : " SIGTERM");
+      const std::string log = logs.path + "/log.txt";
+      const int pid = spawn_cli_group(args, log);
+      const int delay_ms = static_cast<int>(gen() % 700);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      // SIGINT as a terminal sends it (the whole process group); SIGTERM as kill(1) does (the process).
+      if (sig == SIGINT) (void)kill(-pid, sig);
+      else (void)kill(pid, sig);
+      const int rc = wait_exit(pid);
+      const std::string said = read_all(log);
+      ++trials;
+      if (rc != 0) ++interrupted;
+      EXPECT_TRUE(rc == 0 || rc == 128 + sig || rc == 1000 + sig) << what << " after " << delay_ms << " ms: " << rc << "\n" << said;
+      EXPECT_EQ(said.find("terminate called"), std::string::npos) << what << "\n" << said;
+      // The guardian unlinks once it sees its parent gone: give it a moment.
+      const auto left = shm.wait_until_no("", std::chrono::seconds(10));
+      EXPECT_TRUE(left.empty()) << what << " after " << delay_ms << " ms left " << left.size() << " in the shm dir, first "
+                                << left.front() << "\n" << said;
+      // A command that finished before the signal keeps what it was asked to write, and only that.
+      std::vector<std::string> left_out;
+      for (auto& n : out.entries())
+        if (!(rc == 0 && n == "t.safetensors")) left_out.push_back(n);
+      EXPECT_TRUE(left_out.empty()) << what << " after " << delay_ms << " ms left " << left_out.front() << " in the output dir\n"
+                                    << said;
+    }
+  }
+  std::printf("[signals] %d trials, %d stopped by the signal\n", trials, interrupted);
+}
+
+TEST(CliSignals, ARunSweepsTheTableOfAKilledGroup) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  TempDir shm("/dev/shm", "engram-sig-sweep");
+  TempDir logs("/tmp", "engram-sig-logs");
+  const auto args = commands(shm.path, logs.path)[0];
+  const int pid = spawn_cli_group(args, logs.path + "/log.txt");
+  // Wait for the table file, then kill the group: the guardian dies with it, the file stays.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool made = false;
+  while (!made && std::chrono::steady_clock::now() < deadline) {
+    for (auto& n : shm.entries())
+      if (n.rfind("engram", 0) == 0) made = true;
+    if (!made) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(made) << read_all(logs.path + "/log.txt");
+  (void)kill(-pid, SIGKILL);
+  ASSERT_EQ(wait_exit(pid), 1000 + SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (shm.entries().empty()) GTEST_SKIP() << "the guardian removed the table before it was killed: nothing to sweep";
+  auto small = args;
+  for (size_t i = 0; i + 1 < small.size(); ++i)
+    if (small[i] == "--steps") small[i + 1] = "1";
+  const std::string log2 = logs.path + "/log2.txt";
+  const int pid2 = spawn_cli_group(small, log2);
+  EXPECT_EQ(wait_exit(pid2), 0) << read_all(log2);
+  const std::string said = read_all(log2);
+  EXPECT_NE(said.find("engram run: removed " + shm.path + "/engram"), std::string::npos) << said;
+  EXPECT_NE(said.find("is gone"), std::string::npos) << said;
+  EXPECT_TRUE(shm.wait_until_no("", std::chrono::seconds(10)).empty());
+}
