@@ -151,7 +151,8 @@ TEST_F(TableModelCli, MalformedDirectoriesExitTwo) {
   r = cli("table load " + dir_ + " --verify");
   EXPECT_EQ(r.code, 2);
 
-  // Options of a model directory given with a checkpoint file.
+  // Options of a model directory given with a checkpoint file (one that exists: a missing input is refused first).
+  { std::ofstream touch(root_ / "x.safetensors"); }
   r = cli("table info " + (root_ / "x.safetensors").string() + " --tensor-names 'a{L},b{L}'");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("applies to a model directory only"), std::string::npos) << r.err;
