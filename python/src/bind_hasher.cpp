@@ -5,7 +5,7 @@
 #include <span>
 
 #include "common.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "host/token_io.hpp"
 
 namespace engram::py_bind {

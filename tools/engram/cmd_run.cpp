@@ -12,6 +12,7 @@
 #include "command.hpp"
 #include "default_paths.hpp"
 #include "core/units.hpp"
+#include "engine/harness.hpp"
 #include "engine_args.hpp"
 #include "progress_args.hpp"
 #include "engram/engine.hpp"
@@ -25,7 +26,7 @@
 #include "report.hpp"
 #include "run_ranks.hpp"
 #include "sched/layer_compute.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "sys/process.hpp"
 
 namespace engram::cli {
@@ -161,7 +162,7 @@ int run(const RunArgs& a) {
   EngineOptions eo;
   eo.table.group = "run";
   eo.max_tokens = a.batch;
-  eo.layer_us = a.layer_us;
+  mutable_engine_harness(eo).layer_us = a.layer_us;
   eo.prefetch = mode;
   eo.content = content;
   show_load_progress(eo, progress_display(a.progress));

@@ -12,7 +12,7 @@
 #include "command.hpp"
 #include "report/plot.hpp"
 #include "report.hpp"
-#include "sched/timeline.hpp"
+#include "engram/timeline.hpp"
 
 namespace engram::cli {
 namespace {
