@@ -1,8 +1,8 @@
 // Prefetch queue: what a serving loop does with an engine (include/engram/prefetch_queue.hpp). Per decode step it
 // calls begin_step, prepare(layer, ids) for every Engram layer as soon as the layer's ids are known (the lookups
 // run on the queue while the model computes), consume(layer) where the layer needs its embeddings (the staging),
-// and end_step. The engine is a create_local table of the "tiny" layout (synthetic rows); argv[1] picks the backend
-// (cpu | cuda | auto, default cpu). Every staging row is checked against the scalar reference decoder, and the
+// and end_step. The engine is a create_local table of a small two-layer layout (synthetic rows); argv[1] picks the
+// backend (cpu | cuda | auto, default cpu). Every staging row is checked against the scalar reference decoder, and the
 // queue's timeline must hold one row per lookup with its times recorded.
 // Exits 0 on success, 1 on a failure or mismatch, 77 when the asked-for backend cannot run on this machine.
 #include <algorithm>
@@ -48,8 +48,15 @@ bool staging_to_host(engram::Engine& e, const engram::StagingView& v, std::vecto
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto layout = engram::make_preset_layout("tiny");
-  if (!layout.is_ok()) return fail("layout", layout.status());
+  engram::EngramLayout two_layers;  // Engram layers at model layers 1 and 3, orders 2..3 with 2 heads each
+  two_layers.name = "example-queue";
+  two_layers.layer_ids = {1, 3};
+  two_layers.max_ngram = 3;
+  two_layers.heads_per_order = 2;
+  two_layers.vocab_size_per_order = {3000, 4000};
+  two_layers.d = 64;
+  if (auto s = two_layers.finalize(); !s.is_ok()) return fail("layout", s);
+  const engram::EngramLayout* layout = &two_layers;
   engram::EngineOptions options;
   const std::string backend = argc > 1 ? argv[1] : "cpu";
   if (auto s = engram::set_engine_option(options, "backend", backend); !s.is_ok()) return fail("--backend", s);

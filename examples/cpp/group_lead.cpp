@@ -80,7 +80,9 @@ int main() {
   if (child < 0) return std::perror("fork"), 1;
   if (child == 0) {
     // The child leaves the listener alone (_Exit runs no destructor, so the leader's socket path stays).
-    std::_Exit(peer(socket_path, group));
+    const int rc = peer(socket_path, group);
+    std::fflush(stdout);
+    std::_Exit(rc);
   }
 
   int rc = 0;

@@ -108,6 +108,14 @@ int main(int argc, char** argv) {
   const std::vector<std::vector<int64_t>> prefill{{11, 12, kDeadToken, 14, 15}, {21, 22, 23}};
   std::vector<int64_t> prefill_ids;
   if (int rc = run(prefill, {5, 3}, &prefill_ids)) return rc;
+  // The DEAD position hashes the all-pad n-grams of every order: the ids of a DEAD token that starts a sequence.
+  for (int l = 0; l < n_layers; ++l) {
+    std::vector<int64_t> pad_ids(static_cast<size_t>(heads));
+    if (auto s = h.hash(std::vector<int64_t>{kDeadToken}, l, pad_ids); !s.is_ok()) return fail("NgramHasher::hash", s);
+    const size_t step_tokens = prefill[0].size() + prefill[1].size(), dead_at = 2;  // chunk 0, position 2
+    const size_t at = (static_cast<size_t>(l) * step_tokens + dead_at) * static_cast<size_t>(heads);
+    for (int j = 0; j < heads; ++j) bad += prefill_ids[at + static_cast<size_t>(j)] != pad_ids[static_cast<size_t>(j)];
+  }
   // Step 2: a decode token, and a 3-token speculative draft of which 1 is accepted (2 rolled back).
   if (int rc = run({{16}, {24, 25, 26}}, {1, 1}, nullptr)) return rc;
   // Step 3: hashed from the rolled-back look-back; the sequences agree only if the rollback did.

@@ -15,7 +15,7 @@
 //                   (planner, dedup, sort, hot-row cache with its online updates, host-gather hybrid) or the plain
 //                   gather; plus the synthetic layer compute where a harness asks for it
 //
-// A shared group runs the shared-table protocol (host/group.hpp) over a GroupChannel: the leader calls
+// A shared group runs the shared-table protocol over a GroupChannel (engram/group_channel.hpp): the leader calls
 // lead_group(), every peer join_group(); the peers learn the layout from the leader. An engine that already
 // has a process group implements GroupChannel (broadcast, all-gather, barrier) and plugs it in.
 //

@@ -39,7 +39,7 @@ namespace engram {
 ENGRAM_API_BEGIN
 
 class NgramHasher;
-enum class HashIdKind;  // core/ngram_hash.hpp
+enum class HashIdKind;  // engram/ngram_hash.hpp
 
 // Raw token id of a DEAD position (an image-span token), and of a look-back slot before the sequence start.
 inline constexpr int64_t kDeadToken = std::numeric_limits<int64_t>::min();
