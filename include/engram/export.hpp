@@ -9,7 +9,9 @@
 // CUDA translation units (nvcc) see the regions as empty: nvcc's front end (CUDA 13.0) loses a visibility push over
 // a header with many Result<T> declarations ("no matching visibility push"). That is harmless: the library's .cu
 // files define no public symbol, and references to undefined symbols keep default visibility under
-// -fvisibility=hidden; only their own definitions (kernels, internal classes) are hidden.
+// -fvisibility=hidden; only their own definitions (kernels, internal classes) are hidden. The polymorphic public
+// classes (PrefetchQueue, GroupChannel, GroupListener) carry ENGRAM_API as well, so that their vtables and typeinfo,
+// which .cu files emit too, stay exported for a consumer's dynamic_cast or subclass.
 #pragma once
 
 #if defined(__CUDACC__)

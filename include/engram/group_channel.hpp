@@ -37,7 +37,7 @@ struct RankEntry {
 // OK when every entry is OK.
 Status first_failure(const std::string& step, const std::vector<RankEntry>& entries);
 
-class GroupChannel {
+class ENGRAM_API GroupChannel {
  public:
   virtual ~GroupChannel() = default;
   virtual int rank() const = 0;        // 0 is the leader
@@ -73,7 +73,7 @@ struct UnixGroupOptions {
 };
 
 // The leader's listening endpoint: peers that connect to socket_path() are admitted by accept().
-class GroupListener {
+class ENGRAM_API GroupListener {
  public:
   virtual ~GroupListener() = default;
   virtual const std::string& socket_path() const = 0;

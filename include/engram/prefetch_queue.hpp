@@ -28,7 +28,7 @@ struct StagingView {
   bool on_device = false;
 };
 
-class PrefetchQueue {
+class ENGRAM_API PrefetchQueue {
  public:
   virtual ~PrefetchQueue() = default;
   // Starts decode step `step` (timeline rows of this step carry it).
