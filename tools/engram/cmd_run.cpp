@@ -16,7 +16,7 @@
 #include "engine_args.hpp"
 #include "progress_args.hpp"
 #include "engram/engine.hpp"
-#include "host/census.hpp"
+#include "engram/census.hpp"
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "replay/decode_replay.hpp"
@@ -217,8 +217,8 @@ int run(const RunArgs& a) {
       " ...");
   auto rep = run_decode_replay(*layout, *source, *queue, *compute, wired);
   if (!rep.is_ok()) return report_failure("run", rep.status());
-  engine.add_censuses(engine.census(host::CensusPoint::kAfterReplay));
-  const std::vector<host::PageCensus>& censuses = engine.censuses();
+  engine.add_censuses(engine.census(CensusPoint::kAfterReplay));
+  const std::vector<PageCensus>& censuses = engine.censuses();
   const nlohmann::json details = engine.describe();  // after the run: paths taken, cache figures
 
   std::string timeline_path = a.timeline;
@@ -311,7 +311,7 @@ int run(const RunArgs& a) {
   std::printf("Memory    %s backing, placement %s\n", eo.table.backing.to_string().c_str(),
               eo.table.placement.to_string().c_str());
   for (const auto& c : censuses) {
-    if (c.point != host::CensusPoint::kAfterReplay) continue;
+    if (c.point != CensusPoint::kAfterReplay) continue;
     std::string nodes;
     for (auto& [node, pages] : c.pages_per_node)
       nodes += " N" + std::to_string(node) + "=" + fmt_num(100.0 * c.fraction_on(node), "%.1f%%");
