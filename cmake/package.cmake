@@ -28,14 +28,14 @@ endfunction()
 
 add_library(engram_offload SHARED ${engram_package_objects})
 engram_package_usage(engram_offload)
-target_link_libraries(engram_offload PRIVATE PkgConfig::NUMA PkgConfig::HWLOC fmt::fmt Threads::Threads)
+target_link_libraries(engram_offload PRIVATE PkgConfig::NUMA PkgConfig::HWLOC PkgConfig::ICU fmt::fmt Threads::Threads)
 target_link_options(engram_offload PRIVATE LINKER:--no-undefined)  # every symbol it needs is in it or its deps
 set_target_properties(engram_offload PROPERTIES VERSION ${PROJECT_VERSION}
                       SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR} EXPORT_NAME engram_offload)
 
 add_library(engram_offload_static STATIC ${engram_package_objects})
 engram_package_usage(engram_offload_static)
-target_link_libraries(engram_offload_static PUBLIC PkgConfig::NUMA PkgConfig::HWLOC fmt::fmt Threads::Threads)
+target_link_libraries(engram_offload_static PUBLIC PkgConfig::NUMA PkgConfig::HWLOC PkgConfig::ICU fmt::fmt Threads::Threads)
 set_target_properties(engram_offload_static PROPERTIES OUTPUT_NAME engram_offload EXPORT_NAME static)
 
 set(engram_package_targets engram_offload engram_offload_static)

@@ -146,7 +146,10 @@ struct EngineOptions {
 
 // How one direct lookup (Engine::lookup) runs.
 struct LookupCall {
-  void* stream = nullptr;     // CUDA: cudaStream_t to enqueue on; null = the engine's main stream
+  // CUDA: the caller's cudaStream_t; the lookup is enqueued on it and on no other stream the caller cannot see
+  // (the fast path's side stream forks from it and joins back before the call returns). null (0) is the legacy
+  // default stream, as in every CUDA API: torch's default stream is that stream.
+  void* stream = nullptr;
   bool checked = false;       // reject ids >= rows before anything is written (CUDA: synchronises the stream)
   double grid_fraction = 0;   // CUDA grid cap as a fraction of the SMs; 0 = every SM (a direct lookup is in the
                               // foreground)
@@ -240,11 +243,13 @@ class Engine {
   LayerCompute& compute();
   // One lookup outside the queue, through the same lookup path (CUDA: the planner's fast path). CPU: ids/out are
   // host pointers ([tokens][heads] int64, [tokens][staging_heads()][d] bf16 bits), the call returns when done. CUDA: device
-  // pointers, enqueued on call.stream without synchronising. kInvalidArgument for a bad layer index, sizes, or
-  // (checked) an id >= rows.
+  // pointers, enqueued on call.stream (null: the legacy default stream) without synchronising: work the caller
+  // enqueues next on that stream sees `out` written, and CUDA events recorded on it around the call time the
+  // lookup. kInvalidArgument for a bad layer index, sizes, or (checked) an id >= rows.
   Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
                               const LookupCall& call = {});
-  // Waits for everything the engine enqueued (CUDA streams; CPU: the queue is idle after end_step).
+  // Waits for everything the engine enqueued on its own streams (CUDA: main, prefetch and maintenance streams; CPU:
+  // the queue is idle after end_step). A direct lookup runs on the caller's stream: the caller synchronises that.
   Status synchronize();
 
   // CUDA queue extensions (kUnsupported on the cpu backend). prepare_device: the layer's ids are already in device

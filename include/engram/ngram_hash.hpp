@@ -178,9 +178,10 @@ Result<NgramHasher> ngram_hasher_from_table_file(const EngramLayout& layout, con
 
 // The hasher of a Hugging Face model directory as released (config.json's Engram fields: layout, pad id, V'): its
 // layout is the model's with rows of `format` (what content_layout(TableContent::model(dir), format) gives, so
-// Engine::enable_device_hashing accepts it), its table the directory's compression table (DIR/engram.compress.bin,
-// or `compression_table` when given), checked against config.json (V', pad id) and, when recorded, the
-// tokenizer.json it was built from. kNotFound names a missing table with the command that builds it.
+// Engine::enable_device_hashing accepts it), its compression table the directory's own (DIR/engram.compress.bin), a
+// cached one, or one built from DIR/tokenizer.json -- or the file `compression_table` when given -- checked against
+// config.json (V', pad id). kNotFound when the directory has neither tokenizer.json nor a table; the readers' and
+// the table builder's errors otherwise.
 Result<NgramHasher> model_ngram_hasher(const std::string& model_dir, RowFormat format = RowFormat::kFused,
                                        const std::string& compression_table = "");
 

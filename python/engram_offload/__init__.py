@@ -302,6 +302,8 @@ class Engine:
     backend = property(lambda self: self._e.backend, doc="'cpu' or 'cuda'.")
     backend_note = property(lambda self: self._e.backend_note, doc="Why auto did not take an earlier backend.")
     device = property(lambda self: self._e.device, doc="CUDA ordinal; -1 on the cpu backend.")
+    staging_heads = property(lambda self: self._e.staging_heads,
+                             doc="Heads per token of a lookup's rows: the layout's, or a TP slice's local heads.")
     streams = property(lambda self: self._e.streams, doc="(main, prefetch) cudaStream_t handles; None on the CPU.")
     group_rank = property(lambda self: self._e.group_rank, doc="Rank in the shared group; -1 outside one.")
     group_world_size = property(lambda self: self._e.group_world_size)
@@ -351,9 +353,10 @@ class Prefetcher:
     'on_demand' (prepare() only records the ids; consume() submits and waits: the B1 baseline, same lookup and
     staging). threads (CPU): gather threads (0 = CPUs - 1). checked: validate ids (host-side pass). rank: carried
     in the timeline. clock_ns (CPU): optional callable returning ns (default: steady clock).
-    CUDA only: stream: the consumer's main stream (torch.cuda.Stream or raw handle; default torch's current
-    stream), fixed for the Prefetcher's life -- to capture steps with torch.cuda.graph, give the stream the graph
-    captures on (torch.cuda.graph(g, stream=s)). max_tokens: per-layer id/staging capacity. grid_cap: fraction of
+    CUDA only: stream: the queue's main stream to adopt (torch.cuda.Stream or raw handle; default: torch's current
+    stream when it is not the legacy default stream, else a stream of the queue's own). Whatever it is, prepare()
+    and consume() order themselves with the caller's stream of that call (their `stream` argument, default torch's
+    current stream) by events on the GPU, eagerly and under torch.cuda.graph capture alike. max_tokens: per-layer id/staging capacity. grid_cap: fraction of
     the SMs (default 0.5: the lookups run in the background) or an int of blocks. record_timeline: CUDA timeline
     events on/off. Other keyword arguments are engine options (engine_option_keys()): fast_path ('planner',
     'plain', 'off'), cache_size ('5%', '256MiB', 'off'), cache_update, cache_warmup, cache_profile, ...
@@ -415,17 +418,22 @@ class Prefetcher:
         """Start decode step ``step`` (timeline rows carry it)."""
         self._q.begin_step(step)
 
-    def prepare(self, layer_index, ids, after_event=None):
+    def prepare(self, layer_index, ids, after_event=None, stream=None):
         """ids: integer [tokens, heads]. Host ids (NumPy / CPU tensor) are copied before return; CUDA ids (int64,
-        contiguous, on this device) are read by the lookup on the GPU and must have been written in the main
-        stream's order (they are kept alive until the layer's next prepare). after_event (CUDA): a
-        torch.cuda.Event or raw cudaEvent_t the main stream waits for first (the hash ids' producer). Early mode
-        submits now (r stamped on the main stream), without blocking; on_demand keeps the ids for consume()."""
+        contiguous, on this device) are copied by the queue before anything the caller enqueues next on `stream`
+        runs, so the caller may reuse or free them at once. CUDA ordering: `stream` (torch.cuda.Stream or raw
+        handle; None = torch's current stream, the legacy default stream included) is the caller's: the lookup
+        starts after everything enqueued on it so far (the ids' producer). after_event: a torch.cuda.Event or raw
+        cudaEvent_t the lookup also waits for. Early mode submits now, without blocking; on_demand keeps the ids
+        for consume()."""
+        caller = self._caller_stream(stream)
+        if caller is not None:
+            self._q.order_after(caller)
         if after_event is not None:
             h = after_event if isinstance(after_event, int) else int(getattr(after_event, "cuda_event", 0))
             self._q.wait_event(h)
         if _is_cuda_array(ids):
-            ptr, dev, shape, dtype, keep = _device_view(ids, "ids", self._q.streams[0] if self._q.streams else 0)
+            ptr, dev, shape, dtype, keep = _device_view(ids, "ids", caller if caller is not None else 0)
             if dev != self.device:
                 raise _error("invalid_argument", f"prepare: ids on cuda:{dev}, Prefetcher on cuda:{self.device}")
             if dtype != "int64" or len(shape) != 2:
@@ -434,6 +442,8 @@ class Prefetcher:
                 raise _error("invalid_argument", f"prepare: ids have {shape[1]} heads, the layout has {self.table.layout.heads}")
             self._q.prepare_device(layer_index, ptr, shape[0])
             self._keep[layer_index] = keep
+            if self.mode == "early":
+                self._q.order_before(caller)  # the queue's copy of the ids precedes the caller's next writes
             return
         self._keep.pop(layer_index, None)
         if _is_torch_tensor(ids):
@@ -442,19 +452,32 @@ class Prefetcher:
             self._torch_ids.discard(layer_index)
         self._q.prepare(layer_index, _as_numpy(ids, "ids"))
 
+    def _caller_stream(self, stream):
+        """The caller's raw stream handle on a CUDA Prefetcher (None on the CPU)."""
+        if self.device < 0:
+            if stream is not None:
+                raise _error("invalid_argument", "stream: a CPU Prefetcher has no CUDA stream")
+            return None
+        return _stream_handle(stream, self.device)
+
     def write_ids(self, layer_index, ids):
         """CUDA, host ids: refill the pinned buffer a captured step's copy reads, before replaying the graph."""
         self._q.write_ids(layer_index, _as_numpy(ids, "ids"))
 
-    def consume(self, layer_index, copy=True):
+    def consume(self, layer_index, copy=True, stream=None):
         """Wait for the layer's lookup and return its staging [tokens, heads, d].
         CPU: uint16 bf16 bits, or a torch.bfloat16 tensor over them when the layer's ids were a torch tensor
         (copy=False: a read-only zero-copy view of the queue's staging, valid until the next prepare() of this
-        layer). CUDA: the main stream waits for the lookup on the GPU (the host does not);
-        a torch.bfloat16 CUDA tensor over the queue's staging (zero copy, valid until the layer's next prepare;
-        clone it to keep it), or a DeviceArray without torch."""
+        layer). CUDA: `stream` (None = torch's current stream, the legacy default stream included) waits for the
+        lookup on the GPU (the host does not), so whatever the caller enqueues next on it reads the staging
+        written; returns a torch.bfloat16 CUDA tensor over the queue's staging (zero copy, valid until the
+        layer's next prepare; clone it to keep it), or a DeviceArray without torch."""
+        caller = self._caller_stream(stream)
+        if caller is not None:
+            self._q.order_after(caller)  # on_demand submits here: its ids were written on the caller's stream
         r = self._q.consume(layer_index, copy)
         if self.device >= 0:
+            self._q.order_before(caller)
             return _staging_tensor(r)
         return _bf16_like_input(r, layer_index in self._torch_ids)
 

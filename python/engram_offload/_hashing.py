@@ -56,21 +56,51 @@ class Hasher:
         self.layout = layout
         self._h = _engram._make_hasher(layout, compression_table, compressed_vocab, seed, pad_id,
                                        expected_compressed_vocab, max_rollback)
+        self.compression_table = compression_table or ""
+        self.compression_table_source = "file" if compression_table else None
+        self.pad_id = pad_id
+        self._read_info()
+
+    @classmethod
+    def from_model(cls, model_dir, tensor_names="", seed=0, max_rollback=64):
+        """The hasher of a Hugging Face model directory: the layout, pad id and V' of its config.json and its
+        compression table (the directory's engram.compress.bin, else built from its tokenizer.json in C++ and
+        cached under $XDG_CACHE_HOME/engram/compress; no Node). .layout is the model's layout;
+        .compression_table names the file used ('' when built and not cached).
+        Errors: EngramError not_found (no directory, config.json or tokenizer.json), invalid_argument (malformed
+        files, V' of the table != engram_compressed_vocab_size, naming both)."""
+        layout, handle, info = _engram._model_hasher(str(model_dir), tensor_names or "", int(seed), int(max_rollback))
+        self = cls.__new__(cls)
+        self.layout = layout
+        self._h = handle
+        self.compression_table = info["compression_table"]
+        self.compression_table_source = info["compression_table_source"]
+        self.pad_id = info["pad_id"]
+        self._read_info()
+        return self
+
+    def _read_info(self):
         info = _engram._hasher_info(self._h)
         self.compressed_vocab = info["compressed_vocab"]
         self.vocab_size = info["vocab_size"]
         self.compressed_pad_id = info["compressed_pad_id"]
         self.multipliers = info["multipliers"]  # [n_layers][max_ngram] int64
 
-    def hash(self, tokens, layer_index=0, global_ids=True):
+    def hash(self, tokens, layer_index=0, global_ids=True, dead=None):
         """Ids of a whole sequence starting at tokens[0] for one Engram layer.
 
-        tokens: 1-D integer array of raw token ids (< vocab_size). Returns int64 [T, heads]: global row ids
-        (head_offsets[h] + hash mod p_h) or, with global_ids=False, per-head ids in [0, p_h); a torch tensor
-        for torch input, else a NumPy array.
-        Errors: EngramError invalid_argument (bad layer index, token id >= vocab_size naming its position).
+        tokens: 1-D integer array of raw token ids (< vocab_size). dead: optional boolean (or integer) mask of
+        the tokens' length marking DEAD tokens (image spans), as the device kernel's dead_mask does: a DEAD
+        token takes part in no n-gram; walking an n-gram back from its newest token, the first DEAD token and
+        every older one count as the pad (as positions before the sequence start do), so a DEAD position
+        itself gets the all-pad n-grams' ids. Returns int64 [T, heads]: global row ids (head_offsets[h] + hash
+        mod p_h) or, with global_ids=False, per-head ids in [0, p_h); a torch tensor for torch input, else a
+        NumPy array.
+        Errors: EngramError invalid_argument (bad layer index, token id >= vocab_size naming its position, a
+        mask of another length).
         """
-        return _like_input(_engram._hash(self._h, _as_numpy(tokens, "tokens"), layer_index, global_ids), tokens)
+        mask = None if dead is None else _as_numpy(dead, "dead")
+        return _like_input(_engram._hash(self._h, _as_numpy(tokens, "tokens"), layer_index, global_ids, mask), tokens)
 
     def begin_sequence(self):
         """A fresh Sequence (position 0) for incremental hashing with hash_chunk()."""
@@ -85,8 +115,11 @@ class Hasher:
         position, tail = snapshot
         return _engram._restore_sequence(self._h, position, _np.asarray(tail, dtype=_np.int64))
 
-    def hash_chunk(self, sequence, tokens, global_ids=True):
+    def hash_chunk(self, sequence, tokens, global_ids=True, dead=None):
         """Hash the next tokens of ``sequence`` (prefill chunk or decode step) for every Engram layer and
         advance it: int64 [n_layers, T, heads]. Chunks give exactly the ids of hashing the whole sequence.
-        On error the sequence is unchanged. A torch tensor for torch input, else a NumPy array."""
-        return _like_input(_engram._hash_chunk(sequence, _as_numpy(tokens, "tokens"), global_ids), tokens)
+        dead: optional DEAD mask of the chunk's tokens (see hash()); the sequence remembers DEAD tokens, so
+        later chunks' n-grams stop at them too. On error the sequence is unchanged. A torch tensor for torch
+        input, else a NumPy array."""
+        mask = None if dead is None else _as_numpy(dead, "dead")
+        return _like_input(_engram._hash_chunk(sequence, _as_numpy(tokens, "tokens"), global_ids, mask), tokens)

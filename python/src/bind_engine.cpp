@@ -102,6 +102,7 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("backend", [](const PyEngine& p) { return std::string(p.engine->backend_name()); })
       .def_property_readonly("backend_note", [](const PyEngine& p) { return p.engine->backend_note(); })
       .def_property_readonly("device", [](const PyEngine& p) { return p.engine->device(); })
+      .def_property_readonly("staging_heads", [](const PyEngine& p) { return p.engine->staging_heads(); })
       .def_property_readonly("streams", [](const PyEngine& p) -> py::object {
         if (p.engine->device() < 0) return py::none();
         return py::make_tuple(reinterpret_cast<uintptr_t>(p.engine->main_stream()),

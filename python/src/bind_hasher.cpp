@@ -5,8 +5,12 @@
 #include <span>
 
 #include "common.hpp"
+#include "engram/device_hash.hpp"
+#include "engram/hash_batch.hpp"
 #include "engram/ngram_hash.hpp"
+#include "host/model_io.hpp"
 #include "host/token_io.hpp"
+#include "replay/text_id_source.hpp"
 
 namespace engram::py_bind {
 namespace {
@@ -15,6 +19,22 @@ struct PySequence {
   std::shared_ptr<const NgramHasher> hasher;
   SequenceState state;
 };
+
+// Marks tokens[i] DEAD (kDeadToken) where the mask is non-zero: the CPU form of the device kernel's dead_mask
+// (core/hash_batch.hpp: a DEAD token takes part in no n-gram; from it on, a walk back counts pads).
+void apply_dead_mask(std::vector<int64_t>& tokens, const py::object& dead, const char* what) {
+  if (dead.is_none()) return;
+  py::array a = py::array::ensure(dead);
+  if (!a) invalid(std::string(what) + ": expected a boolean or integer mask");
+  const char kind = a.dtype().kind();
+  if (a.size() > 0 && kind != 'b' && kind != 'i' && kind != 'u')
+    invalid(std::string(what) + ": expected a boolean or integer mask, got dtype " + std::string(py::str(a.dtype())));
+  if (static_cast<size_t>(a.size()) != tokens.size())
+    invalid(std::string(what) + ": " + std::to_string(a.size()) + " entries for " + std::to_string(tokens.size()) + " tokens");
+  auto m = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (m.data()[i] != 0) tokens[i] = kDeadToken;
+}
 
 }  // namespace
 
@@ -51,8 +71,56 @@ void bind_hasher(py::module_& m) {
       },
       py::arg("layout"), py::arg("table_path"), py::arg("compressed_vocab"), py::arg("seed"), py::arg("pad_id"),
       py::arg("expected_compressed_vocab"), py::arg("max_rollback"));
+  py::class_<DeviceStepHash>(m, "_DeviceHasher")
+      .def(py::init([](const std::shared_ptr<NgramHasher>& h, int device) {
+             return take(DeviceStepHash::create(*h, device));
+           }),
+           py::arg("hasher"), py::arg("device"))
+      .def_property_readonly("n_layers", &DeviceStepHash::n_layers)
+      .def_property_readonly("heads", &DeviceStepHash::heads)
+      .def_property_readonly("window", &DeviceStepHash::window)
+      .def(
+          "launch",
+          [](const DeviceStepHash& h, uintptr_t tokens, int64_t n_tokens, uintptr_t query_start_loc, int n_requests,
+             uintptr_t lookback, int64_t lookback_rows, uintptr_t slots, uintptr_t dead_mask, uintptr_t out,
+             uintptr_t stream) {
+            check(h.launch(reinterpret_cast<const int64_t*>(tokens), n_tokens,
+                           reinterpret_cast<const int32_t*>(query_start_loc), n_requests,
+                           reinterpret_cast<const int64_t*>(lookback), lookback_rows,
+                           reinterpret_cast<const int32_t*>(slots), reinterpret_cast<const uint8_t*>(dead_mask),
+                           reinterpret_cast<int64_t*>(out), reinterpret_cast<void*>(stream == 1 ? 0 : stream)));
+          },
+          py::arg("tokens"), py::arg("n_tokens"), py::arg("query_start_loc"), py::arg("n_requests"),
+          py::arg("lookback"), py::arg("lookback_rows"), py::arg("slots"), py::arg("dead_mask"), py::arg("out"),
+          py::arg("stream"),
+          "Enqueues one step's hash on `stream` (raw device pointers; see DeviceStepHash::launch).");
+  m.def(
+      "_hash_batch_reference",
+      [](const std::shared_ptr<NgramHasher>& h, uintptr_t tokens, int64_t n_tokens, uintptr_t query_start_loc,
+         int n_requests, uintptr_t lookback, int64_t lookback_rows, uintptr_t slots, uintptr_t dead_mask,
+         uintptr_t out) {
+        HashBatch b;
+        b.n_requests = n_requests;
+        b.max_tokens = n_tokens;
+        b.query_start_loc = reinterpret_cast<const int32_t*>(query_start_loc);
+        b.tokens = reinterpret_cast<const int64_t*>(tokens);
+        b.dead_mask = reinterpret_cast<const uint8_t*>(dead_mask);
+        b.lookback = reinterpret_cast<const int64_t*>(lookback);
+        b.lookback_rows = lookback_rows;
+        b.lookback_slot = reinterpret_cast<const int32_t*>(slots);
+        Status s;
+        {
+          py::gil_scoped_release release;
+          s = hash_batch_reference(*h, b, HashIdKind::kGlobalRow, reinterpret_cast<int64_t*>(out));
+        }
+        check(s);
+      },
+      py::arg("hasher"), py::arg("tokens"), py::arg("n_tokens"), py::arg("query_start_loc"), py::arg("n_requests"),
+      py::arg("lookback"), py::arg("lookback_rows"), py::arg("slots"), py::arg("dead_mask"), py::arg("out"),
+      "The CPU reference of one step's batch hash (host pointers; the layout of DeviceStepHash::launch).");
   m.def("default_compression_table_path", &default_compression_table_path,
         "Path of the committed DeepSeek-V3 compression table in the source tree.");
+  m.def("_bundled_tokenizer_json_path", &bundled_tokenizer_json_path);
   m.def("_hasher_info", [](const std::shared_ptr<NgramHasher>& h) {
     py::dict d;
     d["compressed_vocab"] = h->compressed_vocab();
@@ -65,8 +133,9 @@ void bind_hasher(py::module_& m) {
   });
   m.def(
       "_hash",
-      [](const std::shared_ptr<NgramHasher>& h, py::object tokens_obj, int layer_index, bool global) {
+      [](const std::shared_ptr<NgramHasher>& h, py::object tokens_obj, int layer_index, bool global, py::object dead) {
         std::vector<int64_t> tokens = int_vector(tokens_obj, "hash tokens");
+        apply_dead_mask(tokens, dead, "hash dead");
         const int heads = h->layout().heads();
         py::array_t<int64_t> out({static_cast<int64_t>(tokens.size()), static_cast<int64_t>(heads)});
         Status s;
@@ -77,7 +146,8 @@ void bind_hasher(py::module_& m) {
         }
         check(s);
         return out;
-      });
+      },
+      py::arg("h"), py::arg("tokens"), py::arg("layer_index"), py::arg("global_ids"), py::arg("dead") = py::none());
   m.def("_begin_sequence",
         [](const std::shared_ptr<NgramHasher>& h) { return PySequence{h, h->begin_sequence()}; });
   m.def("_resume_sequence", [](const std::shared_ptr<NgramHasher>& h, py::object prefix) {
@@ -90,8 +160,9 @@ void bind_hasher(py::module_& m) {
     snap.tail = int_vector(tail, "snapshot tail");
     return PySequence{h, take(h->restore(snap))};
   });
-  m.def("_hash_chunk", [](PySequence& seq, py::object tokens_obj, bool global) {
+  m.def("_hash_chunk", [](PySequence& seq, py::object tokens_obj, bool global, py::object dead) {
     std::vector<int64_t> tokens = int_vector(tokens_obj, "hash_chunk tokens");
+    apply_dead_mask(tokens, dead, "hash_chunk dead");
     const EngramLayout& l = seq.hasher->layout();
     py::array_t<int64_t> out({static_cast<int64_t>(l.n_layers()), static_cast<int64_t>(tokens.size()),
                               static_cast<int64_t>(l.heads())});
@@ -104,8 +175,26 @@ void bind_hasher(py::module_& m) {
     }
     check(s);
     return out;
-  });
-
+  }, py::arg("sequence"), py::arg("tokens"), py::arg("global_ids"), py::arg("dead") = py::none());
+  m.def(
+      "_model_hasher",
+      [](const std::string& dir, const std::string& tensor_names, int64_t seed, int64_t max_rollback) {
+        host::ModelTensorNames names;
+        if (!tensor_names.empty()) names = take(host::parse_model_tensor_names(tensor_names));
+        const host::ModelInfo info = take(host::read_model_dir(dir, names));
+        EngramLayout layout = take(host::model_layout(info, RowFormat::kSplit));
+        ModelTextHashing mh = take(model_text_hashing(dir, tensor_names));
+        NgramHashOptions o = mh.hash;
+        o.seed = seed;
+        o.max_rollback = max_rollback;
+        auto h = std::make_shared<NgramHasher>(take(NgramHasher::create(layout, std::move(mh.table), o)));
+        py::dict d;
+        d["pad_id"] = o.pad_id;
+        d["compression_table"] = mh.table_path;
+        d["compression_table_source"] = mh.table_source;
+        return py::make_tuple(layout, h, d);
+      },
+      py::arg("model_dir"), py::arg("tensor_names"), py::arg("seed"), py::arg("max_rollback"));
 }
 
 }  // namespace engram::py_bind

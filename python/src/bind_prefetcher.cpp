@@ -134,6 +134,17 @@ void bind_prefetcher(py::module_& m) {
         }
         check(s);
       })
+      .def("order_after", [](PyPrefetcher& p, uintptr_t stream) {
+        if (!p.on_cuda()) return;
+        check(cuda_stream_wait(p.engine->main_stream(), reinterpret_cast<void*>(stream), p.engine->device()));
+      }, py::arg("stream"),
+         "CUDA: the queue's main stream waits (on the GPU) for what `stream` (raw cudaStream_t; 0 or 1 = the legacy "
+         "default stream) has enqueued so far.")
+      .def("order_before", [](PyPrefetcher& p, uintptr_t stream) {
+        if (!p.on_cuda()) return;
+        check(cuda_stream_wait(reinterpret_cast<void*>(stream), p.engine->main_stream(), p.engine->device()));
+      }, py::arg("stream"),
+         "CUDA: `stream` waits (on the GPU) for what the queue's main stream has enqueued so far.")
       .def("wait_event", [](PyPrefetcher& p, uintptr_t event) {
         if (!p.on_cuda()) invalid("after_event: only a CUDA Prefetcher waits on CUDA events");
         if (event == 0) invalid("after_event: the event was never recorded (raw handle 0)");

@@ -108,3 +108,60 @@ def test_hash_feeds_lookup(layout, rng):
     ids = h.hash(rng.integers(0, 1000, size=32), 1)
     out, st = eo.lookup(t, 1, ids, checked=True, return_stats=True)
     assert st["dead_rows"] == 0 and st["invalid_ids"] == 0 and out.shape == (32, layout.heads, layout.d)
+
+
+def numpy_hash_dead(hasher, layout, tokens, dead, layer_index):
+    """The DEAD rule of the device kernel's dead_mask (core/hash_batch.hpp), position by position: walking an
+    n-gram back from its newest token, the first DEAD token and every older one count as the pad, as positions
+    before the sequence start do."""
+    m = np.asarray(hasher.multipliers[layer_index], dtype=np.int64)
+    rows = layout.head_rows[layer_index]
+    offs = layout.head_offsets[layer_index]
+    pad = np.int64(hasher.compressed_pad_id)
+    out = np.empty((len(tokens), layout.heads), dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for t in range(len(tokens)):
+            window, stopped = [], False
+            for k in range(layout.max_ngram):
+                p = t - k
+                stopped = stopped or p < 0 or bool(dead[p])
+                window.append(pad if stopped else np.int64(tokens[p]))
+            h = 0
+            for n in range(2, layout.max_ngram + 1):
+                mix = np.int64(0)
+                for k in range(n):
+                    mix ^= window[k] * m[k]
+                for _ in range(layout.heads_per_order):
+                    out[t, h] = offs[h] + np.mod(mix, np.int64(rows[h]))
+                    h += 1
+    return out
+
+
+def test_dead_tokens_block_ngrams(layout, rng):
+    V = 5000
+    h = eo.Hasher(layout, compressed_vocab=V, pad_id=2)
+    tokens = rng.integers(0, V, size=40)
+    dead = np.zeros(40, dtype=bool)
+    dead[[7, 8, 20]] = True
+    for li in range(layout.n_layers):
+        ids = h.hash(tokens, li, dead=dead)
+        np.testing.assert_array_equal(ids, numpy_hash_dead(h, layout, tokens, dead, li))
+        # The same as hashing the pieces around the DEAD tokens as sequences of their own ...
+        np.testing.assert_array_equal(ids[:7], h.hash(tokens[:7], li))
+        np.testing.assert_array_equal(ids[9:20], h.hash(tokens[9:20], li))
+        np.testing.assert_array_equal(ids[21:], h.hash(tokens[21:], li))
+        # ... and a DEAD position gets the all-pad n-grams: those of a lone pad token at a sequence start.
+        for p in (7, 8, 20):
+            np.testing.assert_array_equal(ids[p], h.hash([2], li)[0])
+        # An integer mask and a mask of nothing DEAD.
+        np.testing.assert_array_equal(h.hash(tokens, li, dead=dead.astype(np.uint8)), ids)
+        np.testing.assert_array_equal(h.hash(tokens, li, dead=np.zeros(40, dtype=bool)), h.hash(tokens, li))
+    # Chunks carry the DEAD tokens in the sequence's look-back.
+    seq = h.begin_sequence()
+    parts = [h.hash_chunk(seq, tokens[:8], dead=dead[:8]), h.hash_chunk(seq, tokens[8:21], dead=dead[8:21]),
+             h.hash_chunk(seq, tokens[21:])]
+    whole = np.stack([h.hash(tokens, li, dead=dead) for li in range(layout.n_layers)])
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), whole)
+    with pytest.raises(eo.EngramError) as e:
+        h.hash(tokens, 0, dead=dead[:5])
+    assert e.value.code == "invalid_argument"

@@ -68,3 +68,35 @@ def test_bad_model_directories_and_names_raise(model_dir, tmp_path):
     table = eo.SharedTable.create(other)
     with pytest.raises(eo.EngramError):
         table.load_model(path)
+
+
+def test_hasher_from_a_released_model_directory(tmp_path, monkeypatch):
+    """A directory without a compression table: Hasher.from_model builds it from tokenizer.json (cached under
+    XDG_CACHE_HOME, nothing written into the directory) and hashes as the committed table does."""
+    cli = _engram_cli()
+    if cli is None:
+        pytest.skip("the engram CLI is not next to this build of the module (set ENGRAM_BUILD_DIR)")
+    tokenizer = eo._engram._bundled_tokenizer_json_path()
+    if not os.path.exists(tokenizer):
+        pytest.skip(f"no {tokenizer} (scripts/setup runs npm ci in tools/tokenize)")
+    out = str(tmp_path / "model")
+    r = subprocess.run([cli, "table", "create", "--format", "hf-model", "--layout", "v41-flash-mini", "--table-size",
+                        "1MiB", "--seed", "3", "--compression-table", "none", "--compressed-vocab-size", "98627",
+                        "--tokenizer-json", tokenizer, "--out", out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    before = sorted(os.listdir(out))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ENGRAM_CACHE_DIR", raising=False)
+    h = eo.Hasher.from_model(out)
+    assert h.compressed_vocab == 98627 and h.vocab_size == 128815 and h.pad_id == 2
+    assert h.compression_table.startswith(str(tmp_path / "cache"))
+    assert h.compression_table_source == "built"
+    assert sorted(os.listdir(out)) == before
+    again = eo.Hasher.from_model(out)
+    assert again.compression_table_source == "cache"
+    ref = eo.Hasher(h.layout, compression_table="default")
+    tokens = np.arange(0, 128815, 997)
+    dead = (tokens % 5) == 0
+    for li in range(h.layout.n_layers):
+        np.testing.assert_array_equal(h.hash(tokens, li), ref.hash(tokens, li))
+        np.testing.assert_array_equal(h.hash(tokens, li, dead=dead), ref.hash(tokens, li, dead=dead))

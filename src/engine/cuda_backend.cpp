@@ -87,7 +87,7 @@ class CudaEngineBackend final : public Backend {
                       : call.grid_fraction > 0 ? call.grid_fraction
                                                : 1.0;
     a.checked = call.checked;
-    void* s = call.stream ? call.stream : be_->main_stream();
+    void* s = call.stream;  // the caller's stream; null is the legacy default stream, never an engine stream
     cuda::ScopedDevice scope(be_->device().ordinal);
     cuda::FastLookup* f = be_->fast_lookup(li);
     ENGRAM_ASSIGN_OR_RETURN(cuda::LaunchInfo info, f ? f->launch(a, s) : cuda::launch_lookup(a, s));

@@ -21,15 +21,17 @@ Result<NgramHasher> model_ngram_hasher(const std::string& model_dir, RowFormat f
                                        const std::string& compression_table) {
   ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, host::read_model_dir(model_dir));
   ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, host::model_layout(info, format));
-  auto table = host::read_model_compression_table(info, compression_table);
-  if (!table.is_ok() && table.status().code() == Code::kNotFound)
-    return Status(Code::kNotFound, table.status().message() + " (build it from the model's tokenizer.json: " +
-                                       host::model_compression_table_command(info, compression_table) + ")");
-  if (!table.is_ok()) return table.status();
+  CompressionTable table;
+  if (compression_table.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(host::ModelCompressionTable found, host::model_compression_table(info));
+    table = std::move(found.table);
+  } else {
+    ENGRAM_ASSIGN_OR_RETURN(table, host::read_model_compression_table(info, compression_table));
+  }
   NgramHashOptions options;
   options.pad_id = info.config.pad_token_id;
   options.expected_compressed_vocab = info.config.compressed_vocab_size;
-  return NgramHasher::create(layout, std::move(*table), options);
+  return NgramHasher::create(layout, std::move(table), options);
 }
 
 }  // namespace engram

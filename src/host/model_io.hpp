@@ -21,10 +21,10 @@
 // and ModelLayer::unused_rows() says how many.
 //
 // The tokenizer compression table (V' = engram_compressed_vocab_size; every hash multiplier derives
-// from it) comes from the directory's own tokenizer.json through tools/tokenize, which the C++ side
-// never runs: `node tools/tokenize/tokenize.mjs table --tokenizer-json DIR/tokenizer.json ...` writes
-// engram.compress.bin (+ .json, naming the SHA-256 of the tokenizer.json) next to it, or anywhere
-// (the machine that serves may have no Node: build it elsewhere and carry the two files).
+// from it) comes from the directory's own tokenizer.json: an engram.compress.bin (+ .json) in the directory
+// is used when its sidecar names that tokenizer.json's SHA-256; otherwise the library builds the table
+// itself (host/tokenizer_table.hpp, C++ and ICU) and caches it outside the directory, which may be
+// read-only, under compression_cache_dir() as <SHA-256 of tokenizer.json>.bin (+ .json).
 //
 // Every byte of the directory is untrusted. Errors: kNotFound for a missing directory, config.json,
 // index or shard file; kInvalidArgument for malformed JSON, fields out of range, a tensor missing from
@@ -157,7 +157,7 @@ Status load_model(const ModelInfo& info, const EngramLayout& layout, std::span<c
 
 // ---- tokenizer compression table ---------------------------------------------------------------
 
-// DIR/engram.compress.bin: where a directory's compression table is cached.
+// DIR/engram.compress.bin: where a directory may carry its own compression table.
 std::string model_compression_table_path(const ModelInfo& info);
 
 // kInvalidArgument unless a table's V' equals config.json's engram_compressed_vocab_size, naming both
@@ -175,9 +175,33 @@ Result<std::string> file_sha256(const std::string& path);
 // read_compression_table; kInvalidArgument for each disagreement, naming both values.
 Result<CompressionTable> read_model_compression_table(const ModelInfo& info, const std::string& path = "");
 
+// Where built compression tables are cached: $ENGRAM_CACHE_DIR/compress when set, else
+// $XDG_CACHE_HOME/engram/compress (an absolute XDG_CACHE_HOME), else $HOME/.cache/engram/compress; "" when
+// none of these is set.
+std::string compression_cache_dir();
+
+// A model directory's compression table and where it came from.
+struct ModelCompressionTable {
+  enum class Source { kDirectory, kCache, kBuilt };
+  CompressionTable table;
+  Source source = Source::kBuilt;
+  std::string path;           // the file read (directory, cache) or written (built; "" when not cached)
+  double build_seconds = 0;   // kBuilt: time to build it from tokenizer.json
+  std::string cache_note;     // kBuilt and not cached: why
+};
+const char* compression_source_name(ModelCompressionTable::Source s);  // "directory", "cache", "built"
+
+// The directory's compression table, without Node: DIR/engram.compress.bin when present (checked as
+// read_model_compression_table), else the cached table of DIR/tokenizer.json's SHA-256, else built from
+// DIR/tokenizer.json (build_compression_table) and cached atomically (temporary file + rename; a cache that
+// cannot be written is no error: cache_note says why). Nothing is written into DIR. Then V' must equal
+// engram_compressed_vocab_size (kInvalidArgument naming both numbers). kNotFound when the directory has
+// neither tokenizer.json nor engram.compress.bin; errors of the table's reading or building otherwise.
+Result<ModelCompressionTable> model_compression_table(const ModelInfo& info);
+
 // The shell command that builds a model directory's compression table from its tokenizer.json with
-// tools/tokenize (Node), quoted: node '<tokenize.mjs>' table --tokenizer-json '<DIR>/tokenizer.json'
-// --pad-id <P> --out '<out>' (out default model_compression_table_path).
+// tools/tokenize (Node, a developer cross-check of the C++ build), quoted: node '<tokenize.mjs>' table
+// --tokenizer-json '<DIR>/tokenizer.json' --pad-id <P> --out '<out>' (out default model_compression_table_path).
 std::string model_compression_table_command(const ModelInfo& info, const std::string& out_path = "");
 
 // ---- synthetic model directories ---------------------------------------------------------------

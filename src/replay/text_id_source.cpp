@@ -231,25 +231,34 @@ Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout
   return text_source(layout, std::move(tokens), std::move(table), table_path, opt, options);
 }
 
-Result<std::unique_ptr<IdSource>> make_model_text_id_source(const EngramLayout& layout, const std::string& token_file,
-                                                            const std::string& model_dir,
-                                                            const std::string& tensor_names,
-                                                            const TextIdSourceOptions& options) {
+Result<ModelTextHashing> model_text_hashing(const std::string& model_dir, const std::string& tensor_names) {
   host::ModelTensorNames names;
   if (!tensor_names.empty()) {
     ENGRAM_ASSIGN_OR_RETURN(names, host::parse_model_tensor_names(tensor_names));
   }
-  ENGRAM_ASSIGN_OR_RETURN(TokenFile tokens, read_tokens(token_file));
   ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, host::read_model_dir(model_dir, names));
-  auto table = host::read_model_compression_table(info);
-  if (!table.is_ok() && table.status().code() == Code::kNotFound)
-    return Status(Code::kNotFound, table.status().message() + " (build it from the model's tokenizer.json: " +
-                                       host::model_compression_table_command(info) + ")");
-  if (!table.is_ok()) return table.status();
-  NgramHashOptions opt;
-  opt.pad_id = info.config.pad_token_id;
-  opt.expected_compressed_vocab = info.config.compressed_vocab_size;
-  return text_source(layout, std::move(tokens), std::move(*table), host::model_compression_table_path(info), opt, options);
+  ENGRAM_ASSIGN_OR_RETURN(host::ModelCompressionTable t, host::model_compression_table(info));
+  ModelTextHashing h;
+  h.model_dir = model_dir;
+  h.table = std::move(t.table);
+  h.table_path = t.path;
+  h.table_source = host::compression_source_name(t.source);
+  h.hash.pad_id = info.config.pad_token_id;
+  h.hash.expected_compressed_vocab = info.config.compressed_vocab_size;
+  return h;
+}
+
+Result<std::unique_ptr<IdSource>> make_model_text_id_source(const EngramLayout& layout, const std::string& token_file,
+                                                            const ModelTextHashing& hashing,
+                                                            const TextIdSourceOptions& options) {
+  ENGRAM_ASSIGN_OR_RETURN(TokenFile tokens, read_tokens(token_file));
+  const std::string table_name =
+      hashing.table_path.empty() ? hashing.model_dir + "/" + host::kModelTokenizerFile + " (built, not cached)" : hashing.table_path;
+  if (Status st = check_token_file_matches_table(tokens, hashing.table, table_name); !st.is_ok())
+    return Status(st.code(), st.message() + " (text ids need a token file of the model's own tokenizer; tools/tokenize writes one: " +
+                                 "node " + shell_quote(tokenize_script_path()) + " tokens --tokenizer-json " +
+                                 shell_quote(hashing.model_dir + "/" + host::kModelTokenizerFile) + " --add-bos --out FILE TEXT...)");
+  return text_source(layout, std::move(tokens), hashing.table, table_name, hashing.hash, options);
 }
 
 }  // namespace engram

@@ -3,7 +3,12 @@
 //
 // Input: --tokens FILE (written by tools/tokenize), or --text FILE... which runs the documented Node
 // command (token_io.hpp: tokenize_command) into a temporary directory; with neither, the default text:
-// the files under /usr/share/common-licenses. Each document is one sequence (cut every --seq-len tokens
+// the files under /usr/share/common-licenses (with --model, the default token file of scripts/setup when
+// it exists, so no Node runs).
+// --model DIR hashes with a Hugging Face model directory's own configuration: the layout, pad id and V' of
+// its config.json and its compression table (host::model_compression_table: the directory's own, or built
+// from its tokenizer.json in C++ and cached), so it excludes --layout, --table-size, --compression-table,
+// --pad-id and --expect-vocab. Each document is one sequence (cut every --seq-len tokens
 // when given), hashed from its start; --text puts the BOS id before each document unless --no-bos.
 // Output: a summary and the first --limit positions on stdout (--json: one JSON object); --out FILE
 // writes every id as little-endian int64 [layers][tokens][heads] plus FILE.json describing it;
@@ -28,6 +33,7 @@
 #include "engram/ngram_hash.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
+#include "host/model_io.hpp"
 #include "host/token_io.hpp"
 #include "replay/text_id_source.hpp"
 #include "sys/subprocess.hpp"
@@ -45,6 +51,8 @@ struct HashArgs {
   std::string layout = "v41-flash";
   std::string table_size;
   std::string table;  // compression table; default: the committed DeepSeek-V3 one
+  std::string model;         // Hugging Face model directory: its layout, pad id, V' and compression table
+  std::string tensor_names;  // with model: "WEIGHT,SCALE" ("" = the released names)
   int64_t seed = 0;
   int64_t pad_id = kDefaultPadId;
   int64_t expect_vocab = 0;
@@ -67,8 +75,10 @@ Result<TokenFile> tokenize_texts(const std::vector<std::string>& texts, bool add
     if (!fs::is_regular_file(t, ec)) return Status(Code::kNotFound, "--text " + t + ": no such file");
   }
   if (!sys::program_on_path("node"))
-    return Status(Code::kUnsupported, "--text needs Node.js (node) to tokenize; install it and run scripts/tokenize-setup, "
-                                      "or pass --tokens FILE written by tools/tokenize/tokenize.mjs");
+    return Status(Code::kUnsupported, "tokenizing text needs Node.js (node); install it and run scripts/tokenize-setup, "
+                                      "or pass --tokens FILE written by tools/tokenize/tokenize.mjs (with --model and "
+                                      "neither --text nor --tokens, the default text's token file " +
+                                      default_token_file_path() + " is read when scripts/setup has written it)");
   if (!fs::exists(fs::path(tokenize_script_path()).parent_path() / "node_modules"))
     return Status(Code::kUnsupported, "tools/tokenize/node_modules is missing: run scripts/tokenize-setup (npm ci) first");
   std::random_device rd;
@@ -151,26 +161,52 @@ int run(const HashArgs& a) {
   if (a.batch < 1) return report_failure(cmd, bad("--batch must be >= 1"));
   if (a.seq_len < 0) return report_failure(cmd, bad("--seq-len must be >= 0 (0 = whole documents)"));
 
-  int64_t size = 512LL << 20;
-  if (!a.table_size.empty()) {
-    if (a.layout != "v41-flash-mini")
-      return report_failure(cmd, bad("--table-size applies to the v41-flash-mini preset only"));
-    auto s = parse_size_bytes(a.table_size);
-    if (!s.is_ok()) return report_failure(cmd, s.status().with_context("--table-size"));
-    size = *s;
+  Result<EngramLayout> layout = Status(Code::kInternal, "unset");
+  Result<CompressionTable> table = Status(Code::kInternal, "unset");
+  std::string table_path;
+  NgramHashOptions opt;
+  opt.seed = a.seed;
+  opt.pad_id = a.pad_id;
+  opt.expected_compressed_vocab = a.expect_vocab;
+  if (!a.model.empty()) {
+    host::ModelTensorNames names;
+    if (!a.tensor_names.empty()) {
+      auto n = host::parse_model_tensor_names(a.tensor_names);
+      if (!n.is_ok()) return report_failure(cmd, n.status().with_context("--tensor-names"));
+      names = *n;
+    }
+    auto info = host::read_model_dir(a.model, names);
+    if (!info.is_ok()) return report_failure(cmd, info.status());
+    layout = host::model_layout(*info, RowFormat::kSplit);
+    if (!layout.is_ok()) return report_failure(cmd, layout.status().with_context("--model"));
+    auto hashing = model_text_hashing(a.model, a.tensor_names);
+    if (!hashing.is_ok()) return report_failure(cmd, hashing.status().with_context("--model"));
+    table = std::move(hashing->table);
+    table_path = hashing->table_path.empty() ? info->path(host::kModelTokenizerFile) : hashing->table_path;
+    opt.pad_id = hashing->hash.pad_id;
+    opt.expected_compressed_vocab = hashing->hash.expected_compressed_vocab;
+  } else {
+    int64_t size = 512LL << 20;
+    if (!a.table_size.empty()) {
+      if (a.layout != "v41-flash-mini")
+        return report_failure(cmd, bad("--table-size applies to the v41-flash-mini preset only"));
+      auto s = parse_size_bytes(a.table_size);
+      if (!s.is_ok()) return report_failure(cmd, s.status().with_context("--table-size"));
+      size = *s;
+    }
+    layout = make_preset_layout(a.layout, size);
+    if (!layout.is_ok()) return report_failure(cmd, layout.status().with_context("--layout"));
+    table_path = a.table.empty() ? default_compression_table_path() : a.table;
+    table = read_compression_table(table_path);
+    if (!table.is_ok()) return report_failure(cmd, table.status().with_context("--compression-table"));
   }
-  auto layout = make_preset_layout(a.layout, size);
-  if (!layout.is_ok()) return report_failure(cmd, layout.status().with_context("--layout"));
-
-  const std::string table_path = a.table.empty() ? default_compression_table_path() : a.table;
-  auto table = read_compression_table(table_path);
-  if (!table.is_ok()) return report_failure(cmd, table.status().with_context("--compression-table"));
 
   Result<TokenFile> tf = Status(Code::kInternal, "unset");
   std::string source;  // what the summary names: the token file, or the text file(s)
-  if (!a.tokens.empty()) {
-    tf = read_token_file(a.tokens);
-    source = a.tokens;
+  const bool model_tokens = !a.model.empty() && a.tokens.empty() && a.texts.empty() && fs::exists(default_token_file_path());
+  if (!a.tokens.empty() || model_tokens) {
+    source = model_tokens ? default_token_file_path() : a.tokens;
+    tf = read_token_file(source);
   } else {
     std::vector<std::string> texts = a.texts;
     if (texts.empty()) texts = default_text_files();
@@ -181,10 +217,6 @@ int run(const HashArgs& a) {
   if (!tf.is_ok()) return report_failure(cmd, tf.status());
   if (Status st = check_token_file_matches_table(*tf, *table, table_path); !st.is_ok()) return report_failure(cmd, st);
 
-  NgramHashOptions opt;
-  opt.seed = a.seed;
-  opt.pad_id = a.pad_id;
-  opt.expected_compressed_vocab = a.expect_vocab;
   auto hasher = NgramHasher::create(*layout, *table, opt);
   if (!hasher.is_ok()) return report_failure(cmd, hasher.status());
 
@@ -217,7 +249,9 @@ int run(const HashArgs& a) {
                {"head_rows", l.head_rows},
                {"head_offsets", l.head_offsets},
                {"seed", a.seed},
-               {"pad_id", a.pad_id},
+               {"pad_id", opt.pad_id},
+               {"model", a.model.empty() ? json(nullptr) : json(a.model)},
+               {"compression_table", table_path},
                {"compressed_pad_id", hasher->compressed_pad_id()},
                {"compressed_vocab_size", hasher->compressed_vocab()},
                {"tokenizer", tf->tokenizer},
@@ -273,7 +307,7 @@ int run(const HashArgs& a) {
 
   std::printf("engram hash: %zu tokens in %zu document(s) of %s (%s %s), V' = %lld, pad %lld -> %lld\n", n_tok,
               tf->documents.size(), source.c_str(), tf->tokenizer.c_str(), tf->tokenizer_version.c_str(),
-              static_cast<long long>(hasher->compressed_vocab()), static_cast<long long>(a.pad_id),
+              static_cast<long long>(hasher->compressed_vocab()), static_cast<long long>(opt.pad_id),
               static_cast<long long>(hasher->compressed_pad_id()));
   std::printf("layout %s: Engram layers", l.name.c_str());
   for (int id : l.layer_ids) std::printf(" %d", id);
@@ -322,12 +356,17 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--text", a->texts, "UTF-8 text file(s) to tokenize with tools/tokenize (needs node); "
                                      "default: /usr/share/common-licenses/*");
   sub.add_option("--tokens", a->tokens, "token file written by tools/tokenize/tokenize.mjs (FILE + FILE.json)");
-  sub.add_option("--layout", a->layout, "layout preset: v41-flash, v41-flash-mini or tiny")->capture_default_str();
-  sub.add_option("--table-size", a->table_size, "total table size of v41-flash-mini, e.g. 512MiB");
-  sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)");
+  CLI::Option* model = sub.add_option("--model", a->model,
+                                      "Hugging Face model directory: hash with its config.json (layout, pad id, V') and its "
+                                      "compression table (its own, or built from its tokenizer.json and cached)");
+  sub.add_option("--tensor-names", a->tensor_names, "with --model: Engram tensor names WEIGHT,SCALE with {L}")->needs(model);
+  sub.add_option("--layout", a->layout, "layout preset: v41-flash, v41-flash-mini or tiny")->capture_default_str()->excludes(model);
+  sub.add_option("--table-size", a->table_size, "total table size of v41-flash-mini, e.g. 512MiB")->excludes(model);
+  sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
+      ->excludes(model);
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference")->capture_default_str();
-  sub.add_option("--pad-id", a->pad_id, "pad token id before compression")->capture_default_str();
-  sub.add_option("--expect-vocab", a->expect_vocab, "V' the tables were built for (0: not checked)");
+  sub.add_option("--pad-id", a->pad_id, "pad token id before compression")->capture_default_str()->excludes(model);
+  sub.add_option("--expect-vocab", a->expect_vocab, "V' the tables were built for (0: not checked)")->excludes(model);
   sub.add_option("--kind", a->kind, "global (row ids, head offsets added) or local (per-head ids)")->capture_default_str();
   sub.add_option("--out", a->out, "write all ids: int64 [layers][tokens][heads] + OUT.json");
   sub.add_flag("--json", a->json, "print one JSON object");

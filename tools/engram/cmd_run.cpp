@@ -409,8 +409,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                           ->excludes(layout_opt);
   CLI::Option* model = sub.add_option("--model", a->model,
                                       "Load the table from this Hugging Face model directory (config.json, index, "
-                                      "shards): its layout from config.json, its ids hashed with the directory's "
-                                      "compression table (engram.compress.bin)")
+                                      "shards, tokenizer.json): its layout from config.json, its ids hashed with the "
+                                      "directory's compression table (its engram.compress.bin, else built from its "
+                                      "tokenizer.json and cached)")
                            ->excludes(ckpt)
                            ->excludes(layout_opt);
   sub.add_option("--hash", a->hash,

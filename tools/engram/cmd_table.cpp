@@ -315,7 +315,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   i->add_flag("--json", info_args->json, "Print JSON");
   i->add_option("--tensor-names", info_args->tensor_names, "DIR: " + names_help);
   i->add_option("--compression-table", info_args->compression_table,
-                "DIR: compression table to check against config.json (default DIR/engram.compress.bin)");
+                "DIR: compression table to check against config.json (default: the directory's own, else the one "
+                "built from its tokenizer.json and cached)");
 
   c->footer("SIGINT or SIGTERM stops a checkpoint write and removes the partial file (exit 128 + signal). A writer\n"
             "killed by SIGKILL leaves a hidden temp file; the next create in that directory removes it and says so.");

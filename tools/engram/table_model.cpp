@@ -31,6 +31,7 @@
 #include "host/placement.hpp"
 #include "report/progress_line.hpp"
 #include "host/token_io.hpp"
+#include "host/tokenizer_table.hpp"
 #include "progress_args.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
@@ -94,6 +95,12 @@ int64_t resident_bytes(const std::map<std::string, sys::File>& files) {
     sum += *r;
   }
   return sum;
+}
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
 }
 
 std::string resident_text(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
@@ -239,16 +246,35 @@ int info_model_dir(const ModelInfoArgs& a) {
   std::string tok_sha;
   if (has_tok)
     if (auto sha = host::file_sha256(tok_path); sha.is_ok()) tok_sha = *sha;
-  const std::string table_path = a.compression_table.empty() ? host::model_compression_table_path(info) : a.compression_table;
-  const bool has_table = exists(table_path);
+  // The table: a named file (--compression-table), else the directory's own, cached or built one.
+  std::string table_path = a.compression_table;
+  bool has_table = false;
   Status table_status = Status::ok();
   std::optional<CompressionTable> table;
-  if (has_table) {
-    auto t = host::read_model_compression_table(info, table_path);
-    if (t.is_ok()) table = std::move(t).value();
-    else table_status = t.status();
+  std::string source = "file";
+  double build_s = 0;
+  std::string cache_note;
+  if (!a.compression_table.empty()) {
+    has_table = exists(table_path);
+    if (has_table) {
+      auto t = host::read_model_compression_table(info, table_path);
+      if (t.is_ok()) table = std::move(t).value();
+      else table_status = t.status();
+    }
+  } else {
+    auto t = host::model_compression_table(info);
+    // Absent only when the directory has neither a table nor a tokenizer.json to build one from.
+    has_table = t.is_ok() || has_tok || exists(host::model_compression_table_path(info));
+    if (t.is_ok()) {
+      table = std::move(t->table);
+      table_path = t->path;
+      source = host::compression_source_name(t->source);
+      build_s = t->build_seconds;
+      cache_note = t->cache_note;
+    } else if (has_table) {
+      table_status = t.status();
+    }
   }
-  const std::string build_cmd = host::model_compression_table_command(info, table_path);
 
   if (a.json) {
     json layers = json::array();
@@ -302,7 +328,10 @@ int info_model_dir(const ModelInfoArgs& a) {
         {"vocab_size", table ? json(table->vocab_size()) : json(nullptr)},
         {"matches_config", has_table ? json(table_status.is_ok()) : json(nullptr)},
         {"error", table_status.is_ok() ? json(nullptr) : json(table_status.to_string())},
-        {"build_command", build_cmd}};
+        {"source", table ? json(source) : json(nullptr)},
+        {"build_seconds", table && source == "built" ? json(build_s) : json(nullptr)},
+        {"cache_note", cache_note.empty() ? json(nullptr) : json(cache_note)},
+        {"unicode_version", host::unicode_version()}};
     j["schema"] = "engram.table-info-model/1";
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -334,17 +363,23 @@ int info_model_dir(const ModelInfoArgs& a) {
                   static_cast<unsigned long long>(c.synthetic_seed.value_or(0)));
     if (has_tok) std::printf("tokenizer    %s (sha256 %s)\n", tok_path.c_str(), tok_sha.empty() ? "n/a" : tok_sha.c_str());
     else std::printf("tokenizer    n/a: no %s\n", tok_path.c_str());
-    if (table)
-      std::printf("compression  %s: V' %lld = engram_compressed_vocab_size, %lld token ids, %s\n", table_path.c_str(),
-                  static_cast<long long>(table->compressed_vocab), static_cast<long long>(table->vocab_size()),
-                  table->tokenizer_json_sha256.empty() ? "source tokenizer.json not recorded"
-                  : has_tok                            ? "built from this tokenizer.json"
-                                                       : "built from a tokenizer.json not in the directory");
-    else if (has_table)
-      std::printf("compression  %s: %s\n", table_path.c_str(), table_status.to_string().c_str());
-    else
-      std::printf("compression  V' n/a: no %s; build it (Node) with:\n             %s\n", table_path.c_str(),
-                  build_cmd.c_str());
+    if (table) {
+      std::string from = source == "directory" ? "the directory's own table"
+                         : source == "cache"   ? "cached, built from this tokenizer.json"
+                         : source == "built"   ? "built from this tokenizer.json in " + fmt_seconds(build_s) +
+                                                   (table_path.empty() ? "; " + cache_note : ", cached")
+                         : table->tokenizer_json_sha256.empty() ? "source tokenizer.json not recorded"
+                         : has_tok                              ? "built from this tokenizer.json"
+                                                                : "built from a tokenizer.json not in the directory";
+      std::printf("compression  %s: V' %lld = engram_compressed_vocab_size, %lld token ids (%s)\n",
+                  table_path.empty() ? "(in memory)" : table_path.c_str(), static_cast<long long>(table->compressed_vocab),
+                  static_cast<long long>(table->vocab_size()), from.c_str());
+    } else if (has_table) {
+      std::printf("compression  %s\n", table_status.to_string().c_str());
+    } else {
+      std::printf("compression  V' n/a: no %s in the directory (the table is built from it)%s\n", host::kModelTokenizerFile,
+                  a.compression_table.empty() ? "" : (" and no " + a.compression_table).c_str());
+    }
   }
   if (!table_status.is_ok()) return report_failure(cmd, table_status);
   return 0;

@@ -324,7 +324,7 @@ TEST_F(ModelIo, CompressionTableOfAnotherPadIdOrTokenizerIsRefused) {
   write_text(other, "{\"model\": {}}");
   o = options();
   o.tokenizer_json = other.string();
-  expect_table_refused(*this, o, {"SHA-256", "--tokenizer-json"});
+  expect_table_refused(*this, o, {"SHA-256", "remove it"});
 }
 
 TEST_F(ModelIo, CompressionTableBuiltFromTheDirectorysTokenizer) {
