@@ -25,7 +25,7 @@
 #include <unordered_set>
 
 #include "bench/registry.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "core/stats.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"

@@ -14,7 +14,7 @@
 
 #include "bench/measure.hpp"
 #include "bench/registry.hpp"
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 

@@ -11,7 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engram/export.hpp"
+
 namespace engram {
+ENGRAM_API_BEGIN
 
 enum class CensusPoint { kAfterPlacement, kAfterRegistration, kAfterLoad, kAfterReplay, kOnDemand };
 const char* census_point_name(CensusPoint p) noexcept;  // "after placement", ..., "on demand"
@@ -53,4 +56,5 @@ struct PageCensus {
   std::string to_text() const;
 };
 
+ENGRAM_API_END
 }  // namespace engram

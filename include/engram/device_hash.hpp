@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "engram/export.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
-class NgramHasher;  // core/ngram_hash.hpp
+class NgramHasher;  // engram/ngram_hash.hpp
 
 // The Engram N-gram hash of one step on a CUDA device, for a consumer that keeps each request's look-back itself
 // (the torch op engram::hash, an engine's own scheduler): the hasher's constants are uploaded once, and each launch
@@ -47,4 +49,5 @@ class DeviceStepHash {
   std::unique_ptr<Impl> impl_;
 };
 
+ENGRAM_API_END
 }  // namespace engram

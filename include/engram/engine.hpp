@@ -13,9 +13,9 @@
 //                   "after registration" is taken after it
 //     -> queue      the serial prefetch queue with the lookup path fixed when it is built: the fast path
 //                   (planner, dedup, sort, hot-row cache with its online updates, host-gather hybrid) or the plain
-//                   gather; plus the synthetic layer compute where a harness asks for it (layer_us > 0)
+//                   gather; plus the synthetic layer compute where a harness asks for it
 //
-// A shared group runs the shared-table protocol (host/group.hpp) over a GroupChannel: the leader calls
+// A shared group runs the shared-table protocol over a GroupChannel (engram/group_channel.hpp): the leader calls
 // lead_group(), every peer join_group(); the peers learn the layout from the leader. An engine that already
 // has a process group implements GroupChannel (broadcast, all-gather, barrier) and plugs it in.
 //
@@ -33,22 +33,29 @@
 #include <nlohmann/json.hpp>
 
 #include "engram/census.hpp"
+#include "engram/export.hpp"
+#include "engram/group_channel.hpp"
 #include "engram/layout.hpp"
 #include "engram/lookup.hpp"
 #include "engram/metrics.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/options.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 
 namespace engram {
 
-class PrefetchQueue;
+// Internal types the engine names but a consumer does not use: the harnesses' synthetic layer compute
+// (src/sched/layer_compute.hpp), their knobs (src/engine/harness.hpp), a protocol step record (src/host/group.hpp).
 class LayerCompute;
+struct EngineHarness;
 namespace host {
-class GroupChannel;
 class SharedTableGroup;
 struct StepRecord;
 }  // namespace host
+
+ENGRAM_API_BEGIN
 
 // The GPU hot-row cache of each Engram layer (CUDA fast path with the planner). Filled from `profile` when given
 // (an offline `engram profile`), else from the ids of the first `warmup_steps` steps numbered >= 0 that the
@@ -120,7 +127,6 @@ struct EngineOptions {
   bool checked = false;             // reject ids >= rows before a lookup (host-side pass)
   PrefetchMode prefetch = PrefetchMode::kEarly;  // how a harness submits (the queue serves both)
   int64_t max_tokens = 8192;        // largest batch (tokens) of one prepare()
-  double layer_us = 0;              // synthetic compute per model layer for harnesses; 0 = none
   bool record_timeline = true;
   // create_local: register the table while its content is written (registration pins the pages placement
   // allocated and reads no row); false: register, then write. Either way both censuses follow both steps.
@@ -130,13 +136,13 @@ struct EngineOptions {
   // at the end (done == total). Backends that register nothing never call it.
   std::function<void(int64_t, int64_t, double)> on_register_progress;
   void* main_stream = nullptr;      // CUDA: adopt this cudaStream_t as the consumer's stream; null: create one
-  std::function<double()> clock_ns; // CPU queue's clock (tests); default steady clock
   // Shared groups.
   bool read_only = true;            // peers map the table PROT_READ (and register it read-only)
   int64_t step_timeout_ms = 30000;  // every protocol step
   int64_t load_timeout_ms = 600000; // peers wait this long for the leader's load
-  // Called as this rank enters each protocol step (tracing; tests inject crashes here).
-  std::function<void(const std::string& step, int rank)> on_protocol_step;
+  // The project's own harnesses (replay, benches, tests) set knobs no serving engine uses here: synthetic layer
+  // compute, an injected clock, protocol-step hooks (src/engine/harness.hpp). Null for every other consumer.
+  std::shared_ptr<const EngineHarness> harness;
 };
 
 // How one direct lookup (Engine::lookup) runs.
@@ -177,8 +183,6 @@ bool cuda_backend_built();
 // waits on the GPU for what was enqueued on `producer` so far (nothing when they are the same stream), on device
 // `device`. Streams are cudaStream_t (null = the legacy default stream). kUnsupported without the CUDA backend.
 Status cuda_stream_wait(void* consumer, void* producer, int device);
-
-class NgramHasher;  // core/ngram_hash.hpp
 
 // One step hashed on the device (Engine::hash_and_prepare, hash_chunks_and_prepare).
 struct DeviceHashStep {
@@ -233,8 +237,9 @@ class Engine {
   const std::string& backend_note() const { return backend_note_; }
   bool has_backend() const;  // false for serve_group()
 
-  // The prefetch queue (fast path, planner and cache behind it on CUDA) and the synthetic layer compute (no work
-  // when layer_us == 0). kInvalidArgument-free: an engine without a backend (serve_group) aborts here.
+  // The prefetch queue (fast path, planner and cache behind it on CUDA; engram/prefetch_queue.hpp) and the
+  // harnesses' synthetic layer compute (no work unless a harness asked for it). An engine without a backend
+  // (serve_group) aborts here.
   PrefetchQueue& queue();
   LayerCompute& compute();
   // One lookup outside the queue, through the same lookup path (CUDA: the planner's fast path). CPU: ids/out are
@@ -319,4 +324,5 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+ENGRAM_API_END
 }  // namespace engram

@@ -17,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "engram/export.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 enum class RowFormat { kSplit, kFused };
 
@@ -81,4 +83,5 @@ std::vector<std::string> preset_names();
 // Deterministic primality (Miller-Rabin with bases valid for all 64-bit n).
 bool is_prime_u64(uint64_t n);
 
+ENGRAM_API_END
 }  // namespace engram

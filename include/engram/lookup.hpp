@@ -14,10 +14,12 @@
 
 #include <cstdint>
 
+#include "engram/export.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 inline constexpr int64_t kDeadId = -1;
 
@@ -35,4 +37,5 @@ struct LookupRequest {
   bool checked = false;          // validate every id before writing
 };
 
+ENGRAM_API_END
 }  // namespace engram

@@ -18,9 +18,11 @@
 #include <string_view>
 #include <vector>
 
+#include "engram/export.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 // ---- lookup backend ------------------------------------------------------------------------------------------
 
@@ -150,4 +152,5 @@ struct CacheUpdate {
 // "every=K,rows=M,slice=S,burst=B" (K, M, S, B >= 1; a key left out keeps the value in `base`) or "off" / "0".
 Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdate& base = {});
 
+ENGRAM_API_END
 }  // namespace engram

@@ -13,7 +13,10 @@
 #include <utility>
 #include <variant>
 
+#include "engram/export.hpp"
+
 namespace engram {
+ENGRAM_API_BEGIN
 
 enum class Code : int {
   kOk = 0,
@@ -90,6 +93,7 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+ENGRAM_API_END
 }  // namespace engram
 
 #define ENGRAM_CONCAT_INNER_(a, b) a##b

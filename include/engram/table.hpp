@@ -20,12 +20,14 @@
 #include <vector>
 
 #include "engram/census.hpp"
+#include "engram/export.hpp"
 #include "engram/layout.hpp"
 #include "engram/options.hpp"
 #include "engram/status.hpp"
 #include "engram/tp_slice.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 struct TableView {
   const uint8_t* data = nullptr;    // fused: records [rows][stride]; split: payload [rows][d]
@@ -88,9 +90,11 @@ struct HeadRange {
 // kInvalidArgument naming the text otherwise.
 Result<std::vector<HeadRange>> parse_head_shards(const std::string& text, int heads);
 
+ENGRAM_API_END
 namespace host {
-struct PlacedBacking;
+struct PlacedBacking;  // internal (src/host/placement.hpp)
 }  // namespace host
+ENGRAM_API_BEGIN
 
 // How HostTable::create lays a table out in host memory (backing, placement policy: docs/terms.md). Typed values:
 // text is parsed at the edge (engram/options.hpp: parse_backing, parse_placement; parse_head_shards above).
@@ -243,4 +247,5 @@ class HostTable {
   std::unique_ptr<Storage> storage_;                // create(): backings
 };
 
+ENGRAM_API_END
 }  // namespace engram

@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <string>
 
+#include "engram/export.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 struct TpSlice {
   int size = 1;  // tensor-parallel world size (vLLM's tp_size); 1 = the whole table
@@ -60,4 +62,5 @@ LayerSlice layer_slice(const EngramLayout& layout, int layer_index, const TpSlic
 // P = ceil(heads / tp.size): the staging's heads per token on every rank (heads when tp.whole()).
 int tp_local_heads(int heads, const TpSlice& tp);
 
+ENGRAM_API_END
 }  // namespace engram

@@ -6,8 +6,8 @@
 
 #include "common.hpp"
 #include "engram/device_hash.hpp"
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "host/model_io.hpp"
 #include "host/token_io.hpp"
 #include "replay/text_id_source.hpp"

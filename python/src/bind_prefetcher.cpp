@@ -11,8 +11,9 @@
 
 #include "common.hpp"
 #include "py_engine.hpp"
-#include "sched/prefetch_queue.hpp"
-#include "sched/timeline.hpp"
+#include "engram/prefetch_queue.hpp"
+#include "engram/timeline.hpp"
+#include "engine/harness.hpp"
 
 namespace engram::py_bind {
 namespace {
@@ -87,7 +88,7 @@ void bind_prefetcher(py::module_& m) {
             o.main_stream = reinterpret_cast<void*>(main_stream == 1 ? 0 : main_stream);
             if (clock_ns) {
               auto fn = *clock_ns;
-              o.clock_ns = [fn]() {
+              mutable_engine_harness(o).clock_ns = [fn]() {
                 py::gil_scoped_acquire acquire;
                 return fn();
               };

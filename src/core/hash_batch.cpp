@@ -4,14 +4,14 @@
 // NgramHasher::hash_chunk. So the batch semantics (CSR, look-back, DEAD, rollback) are checked against
 // whole-sequence hashing by the unit tests, and the CUDA kernel is checked against this, bit for bit.
 // Everything is validated before anything is written, so a bad batch leaves out / lookback_out untouched.
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 
 #include <algorithm>
 #include <set>
 #include <span>
 #include <string>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 
 namespace engram {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/fast_mod.hpp"
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 #include "engram/lookup.hpp"
 #include "engram/status.hpp"
 

@@ -6,7 +6,7 @@
 // overflow UB); the final modulo follows Python's sign rule, which only matters for negative ids.
 // DEAD tokens (kDeadToken) pass through compress() like other negative ids and are replaced, with every older
 // token of the walk, by the pad while mixing; without them the loop computes exactly the reference's mix.
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace engram::cpu {
 

@@ -48,7 +48,7 @@
 #include "engram/table.hpp"
 #include "plan/hot_counts.hpp"
 #include "plan/update_budget.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace engram::cuda {
 

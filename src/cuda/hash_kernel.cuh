@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 #include "core/hash_step.hpp"
 #include "engram/status.hpp"
 

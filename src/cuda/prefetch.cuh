@@ -33,7 +33,7 @@
 
 #include "cuda/fast_lookup.cuh"
 #include "cuda/lookup_kernel.cuh"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace engram::cuda {
 

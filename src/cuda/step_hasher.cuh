@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 #include "cuda/hash_kernel.cuh"
 #include "engram/status.hpp"
 

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 #include "engram/engine.hpp"
 #include "sched/layer_compute.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace engram::engine {
 

@@ -12,6 +12,7 @@
 #include "cpu/prefetch.hpp"
 #include "cpu/thread_pool.hpp"
 #include "engine/backend.hpp"
+#include "engine/harness.hpp"
 #include "sys/affinity.hpp"
 
 namespace engram::engine {
@@ -22,7 +23,7 @@ int resolved_threads(int requested) { return sys::threads_or_auto(requested); }
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::unique_ptr<cpu::CpuPrefetchQueue> q, std::vector<TableView> views, const EngineOptions& o)
-      : queue_(std::move(q)), compute_(o.layer_us), views_(std::move(views)), threads_(resolved_threads(o.lookup_threads)),
+      : queue_(std::move(q)), compute_(engine_harness(o).layer_us), views_(std::move(views)), threads_(resolved_threads(o.lookup_threads)),
         heads_(0), cache_requested_(!o.cache.size.off()) {}
   void set_heads(int h) { heads_ = h; }
 
@@ -86,7 +87,7 @@ Result<std::unique_ptr<Backend>> cpu_create(const EngramLayout& layout, const st
   q.lookup_threads = resolved_threads(o.lookup_threads);
   q.checked = o.checked;
   q.record_timeline = o.record_timeline;
-  q.clock_ns = o.clock_ns;
+  q.clock_ns = engine_harness(o).clock_ns;
   ENGRAM_ASSIGN_OR_RETURN(auto queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), q));
   auto be = std::make_unique<CpuBackend>(std::move(queue), views, o);
   be->set_heads(layout.heads());

@@ -4,6 +4,7 @@
 // calibrated GEMM compute). This file has no CUDA API calls; it is compiled with and without the toolkit, and
 // without it the entry does not exist (cuda_backend_entry() is null, so `auto` takes cpu and says why).
 #include "engine/backend.hpp"
+#include "engine/harness.hpp"
 
 #if defined(ENGRAM_HAVE_CUDA)
 #include <algorithm>
@@ -297,7 +298,7 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
   }
   c.record_timeline = o.record_timeline;
   c.checked = o.checked;
-  c.layer_us = o.layer_us;
+  c.layer_us = engine_harness(o).layer_us;
   c.main_stream = o.main_stream;
   c.fast_path = o.fast_path != FastPathMode::kOff;
   c.planner = o.fast_path == FastPathMode::kPlanner;

@@ -3,8 +3,8 @@
 // says the backend was not built.
 #include "engram/device_hash.hpp"
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 
 #if defined(ENGRAM_HAVE_CUDA)
 #include "cuda/device.cuh"

@@ -21,7 +21,7 @@
 #include "engram/engine.hpp"
 #include "engram/metrics.hpp"
 #include "metrics/registry.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace engram::engine {
 

@@ -9,6 +9,7 @@
 #include "engine/backend.hpp"
 #include "engine/engine_impl.hpp"
 #include "engine/guardian.hpp"
+#include "engine/harness.hpp"
 #include "host/census.hpp"
 #include "host/group.hpp"
 #include "sys/process.hpp"
@@ -24,7 +25,7 @@ host::ProtocolTimeouts timeouts_of(const EngineOptions& o) {
 // {"backend", "registration" (what this rank had registered when the census was taken; null: nothing), "censuses"}.
 host::ProtocolHooks hooks_for(Engine& e, Engine::Impl& im, const EngineOptions& o, bool leader) {
   host::ProtocolHooks h;
-  h.on_step = o.on_protocol_step;
+  h.on_step = engine_harness(o).on_protocol_step;
   h.register_memory = [&im, &o](const std::shared_ptr<HostTable>& t, int) -> Status {
     if (!im.entry) return Status::ok();  // a serving leader has no backend of its own
     im.table = t;

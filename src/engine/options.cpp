@@ -10,6 +10,8 @@
 
 #include "engram/engine.hpp"
 
+#include "engine/harness.hpp"
+
 namespace engram {
 namespace {
 
@@ -148,7 +150,7 @@ const std::vector<Row>& rows() {
       {"max_tokens", "largest batch (tokens) of one lookup",
        [](O& o, S v) { return assign(parse_int(v, 1, int64_t{1} << 24), [&](int64_t x) { o.max_tokens = x; }); }},
       {"layer_us", "synthetic compute per model layer in microseconds (harnesses); 0 = none",
-       [](O& o, S v) { return assign(parse_double(v, 0, 1e7, false), [&](double x) { o.layer_us = x; }); }},
+       [](O& o, S v) { return assign(parse_double(v, 0, 1e7, false), [&](double x) { mutable_engine_harness(o).layer_us = x; }); }},
       {"record_timeline", "record the prefetch timeline",
        [](O& o, S v) { return assign(parse_bool(v), [&](bool b) { o.record_timeline = b; }); }},
       {"read_only", "group peers map the table read-only",

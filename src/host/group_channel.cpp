@@ -1,4 +1,4 @@
-// Group channel (see group_channel.hpp): UnixGroupListener admits peers, UnixGroupChannel runs the
+// Group channel (engram/group_channel.hpp, host/group_channel.hpp): UnixGroupListener admits peers, UnixGroupChannel runs the
 // collectives over a star of SOCK_SEQPACKET connections.
 //
 // Every collective is leader-centred: an all-gather is "peers send their entry, the leader collects
@@ -179,6 +179,24 @@ Result<std::unique_ptr<UnixGroupChannel>> UnixGroupListener::accept_group(int n_
 }
 
 // ---- UnixGroupChannel -----------------------------------------------------------------------------
+
+Result<std::unique_ptr<GroupChannel>> UnixGroupListener::accept(int n_peers, Millis timeout,
+                                                                const std::function<bool()>& cancelled) {
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<UnixGroupChannel> channel, accept_group(n_peers, timeout, cancelled));
+  return std::unique_ptr<GroupChannel>(std::move(channel));
+}
+
+Result<std::unique_ptr<GroupListener>> listen_unix_group(const UnixGroupOptions& options) {
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<UnixGroupListener> listener, UnixGroupListener::listen(options));
+  return std::unique_ptr<GroupListener>(std::move(listener));
+}
+
+Result<std::unique_ptr<GroupChannel>> connect_unix_group(const std::string& socket_path,
+                                                         const UnixGroupOptions& options, Millis timeout) {
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<UnixGroupChannel> channel,
+                          UnixGroupChannel::connect(socket_path, options, timeout));
+  return std::unique_ptr<GroupChannel>(std::move(channel));
+}
 
 UnixGroupChannel::~UnixGroupChannel() = default;
 

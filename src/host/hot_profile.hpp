@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 #include "host/token_io.hpp"

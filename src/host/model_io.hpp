@@ -40,7 +40,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/status.hpp"
 
 namespace engram {

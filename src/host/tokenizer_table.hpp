@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/status.hpp"
 
 namespace engram::host {

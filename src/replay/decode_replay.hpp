@@ -17,7 +17,7 @@
 #include "engram/layout.hpp"
 #include "replay/id_source.hpp"
 #include "sched/layer_compute.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace engram {
 

@@ -22,6 +22,7 @@
 
 #include "core/splitmix.hpp"
 #include "core/units.hpp"
+#include "engine/harness.hpp"
 #include "host/census.hpp"
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
@@ -29,7 +30,7 @@
 #include "replay/decode_ids.hpp"
 #include "replay/decode_replay.hpp"
 #include "sched/layer_compute.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "replay/text_id_source.hpp"
 #include "report/numbers.hpp"
 #include "sys/affinity.hpp"
@@ -492,14 +493,14 @@ Status run_rank_worker(const RankWorkerOptions& o) {
   eo.step_timeout_ms = o.timeouts.step.count();
   eo.load_timeout_ms = o.timeouts.load.count();
   eo.read_only = true;
-  eo.on_protocol_step = [&](const std::string& step, int) { fault(step); };
+  mutable_engine_harness(eo).on_protocol_step = [&](const std::string& step, int) { fault(step); };
   auto configure = [&](const std::string& job_text, const EngramLayout&, EngineOptions& opts) -> Status {
     ENGRAM_ASSIGN_OR_RETURN(job, RankJob::from_json(job_text));
     for (const auto& [k, v] : job.engine) ENGRAM_RETURN_IF_ERROR(set_engine_option(opts, k, v));
     opts.lookup_threads = sys::threads_or_auto(opts.lookup_threads, job.ranks);
     if (job.gpus > 0) opts.device = rank % job.gpus;  // else rank % visible devices
     opts.max_tokens = job.batch;
-    opts.layer_us = job.layer_us;
+    mutable_engine_harness(opts).layer_us = job.layer_us;
     ENGRAM_ASSIGN_OR_RETURN(opts.prefetch, parse_prefetch_mode(job.prefetch));
     return Status::ok();
   };

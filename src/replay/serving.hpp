@@ -38,13 +38,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 #include "host/token_io.hpp"
 #include "sched/layer_compute.hpp"
-#include "sched/prefetch_queue.hpp"
-#include "sched/timeline.hpp"
+#include "engram/prefetch_queue.hpp"
+#include "engram/timeline.hpp"
 
 namespace engram {
 

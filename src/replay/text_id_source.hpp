@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 #include "host/token_io.hpp"

@@ -1,5 +1,5 @@
 // Timeline export (JSON, Chrome trace) and the serial-queue recurrence (see timeline.hpp).
-#include "sched/timeline.hpp"
+#include "engram/timeline.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

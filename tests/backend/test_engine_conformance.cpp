@@ -4,7 +4,7 @@
 // reference. The cuda cases of the same matrix are in tests/cuda/test_engine_conformance.cpp.
 #include <gtest/gtest.h>
 
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "support/conformance.hpp"
 
 namespace engram {

@@ -16,7 +16,7 @@
 #include "host/census.hpp"
 #include "host/checkpoint.hpp"
 #include "host/placement.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "support/conformance.hpp"
 #include "support/tp_reference.hpp"
 

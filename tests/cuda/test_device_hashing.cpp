@@ -11,15 +11,15 @@
 #include <optional>
 #include <random>
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "cuda_test_support.hpp"
 #include "replay/decode_replay.hpp"
 #include "replay/device_hashing.hpp"
 #include "replay/serving_hashing.hpp"
 #include "replay/serving.hpp"
 #include "replay/text_id_source.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "support/conformance.hpp"
 #include "support/hash_support.hpp"
 

@@ -17,7 +17,7 @@
 #include "cuda/dedup.cuh"
 #include "cuda/hot_cache.cuh"
 #include "cuda_test_support.hpp"
-#include "sched/timeline.hpp"
+#include "engram/timeline.hpp"
 
 namespace engram {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_test_support.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "support/conformance.hpp"
 
 namespace engram {

@@ -6,7 +6,7 @@
 
 #include "cuda_test_support.hpp"
 #include "engram/metrics.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "support/conformance.hpp"
 
 namespace engram {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "cuda/hash_kernel.cuh"
 #include "cuda_test_support.hpp"
 #include "support/hash_runner.hpp"

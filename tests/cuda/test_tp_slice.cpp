@@ -10,7 +10,7 @@
 #include "cuda/registration.cuh"
 #include "cuda_test_support.hpp"
 #include "host/checkpoint.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "support/tp_reference.hpp"
 
 namespace engram {

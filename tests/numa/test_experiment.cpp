@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "engine/harness.hpp"
 #include "replay/experiment.hpp"
 #include "sys/numa.hpp"
 
@@ -20,7 +21,7 @@ ExperimentOptions tiny_options(const std::string& id) {
   o.base.table.backing.kind = BackingKind::kMemfd;
   o.base.table.group = "guest";
   o.base.lookup_threads = 1;
-  o.base.layer_us = 20;
+  mutable_engine_harness(o.base).layer_us = 20;
   o.base.max_tokens = 64;
   o.serving.model = *ModelShape::preset("tiny");
   o.serving.rates = {400, 4000, 20};

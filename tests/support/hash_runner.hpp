@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "support/hash_support.hpp"
 
 namespace engram::testing {

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "engram/lookup.hpp"
 #include "host/token_io.hpp"

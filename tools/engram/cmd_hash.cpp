@@ -31,7 +31,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
 #include "host/model_io.hpp"

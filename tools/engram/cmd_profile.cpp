@@ -23,7 +23,7 @@
 #include "bench/lookup.hpp"
 #include "args.hpp"
 #include "command.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"

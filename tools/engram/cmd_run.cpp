@@ -13,12 +13,13 @@
 #include "command.hpp"
 #include "default_paths.hpp"
 #include "core/units.hpp"
+#include "engine/harness.hpp"
 #include "engine_args.hpp"
 #include "metrics_serve.hpp"
 #include "named_tables.hpp"
 #include "progress_args.hpp"
 #include "engram/engine.hpp"
-#include "host/census.hpp"
+#include "engram/census.hpp"
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "replay/decode_replay.hpp"
@@ -28,7 +29,7 @@
 #include "report.hpp"
 #include "run_ranks.hpp"
 #include "sched/layer_compute.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 #include "sys/process.hpp"
 
 namespace engram::cli {
@@ -171,7 +172,7 @@ int run(const RunArgs& a) {
   EngineOptions eo;
   eo.table.group = "run";
   eo.max_tokens = a.batch;
-  eo.layer_us = a.layer_us;
+  mutable_engine_harness(eo).layer_us = a.layer_us;
   eo.prefetch = mode;
   eo.content = content;
   show_load_progress(eo, progress_display(a.progress));
@@ -229,8 +230,8 @@ int run(const RunArgs& a) {
       " ...");
   auto rep = run_decode_replay(*layout, *source, *queue, *compute, wired);
   if (!rep.is_ok()) return report_failure("run", rep.status());
-  engine.add_censuses(engine.census(host::CensusPoint::kAfterReplay));
-  const std::vector<host::PageCensus>& censuses = engine.censuses();
+  engine.add_censuses(engine.census(CensusPoint::kAfterReplay));
+  const std::vector<PageCensus>& censuses = engine.censuses();
   const nlohmann::json details = engine.describe();  // after the run: paths taken, cache figures
   if (Status st = write_metrics_file(a.metrics, prometheus_text(engine.metrics())); !st.is_ok())
     return report_failure("run", st);
@@ -325,7 +326,7 @@ int run(const RunArgs& a) {
   std::printf("Memory    %s backing, placement %s\n", eo.table.backing.to_string().c_str(),
               eo.table.placement.to_string().c_str());
   for (const auto& c : censuses) {
-    if (c.point != host::CensusPoint::kAfterReplay) continue;
+    if (c.point != CensusPoint::kAfterReplay) continue;
     std::string nodes;
     for (auto& [node, pages] : c.pages_per_node)
       nodes += " N" + std::to_string(node) + "=" + fmt_num(100.0 * c.fraction_on(node), "%.1f%%");

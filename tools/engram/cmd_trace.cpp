@@ -12,7 +12,7 @@
 #include "command.hpp"
 #include "report/plot.hpp"
 #include "report.hpp"
-#include "sched/timeline.hpp"
+#include "engram/timeline.hpp"
 #include "sys/file.hpp"
 
 namespace engram::cli {

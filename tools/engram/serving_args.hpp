@@ -10,6 +10,7 @@
 
 #include "core/units.hpp"
 #include "args.hpp"
+#include "engine/harness.hpp"
 #include "engine_args.hpp"
 #include "engram/engine.hpp"
 #include "engram/layout.hpp"
@@ -135,7 +136,7 @@ inline Result<ServingSetup> resolve_serving(const ServingArgs& a, const std::fun
   s.engine.table.group = "replay";
   s.engine.content.seed = a.seed;
   s.engine.max_tokens = a.token_budget;
-  s.engine.layer_us = a.unit_us;
+  mutable_engine_harness(s.engine).layer_us = a.unit_us;
   ENGRAM_RETURN_IF_ERROR(apply_engine_args(a.engine, s.layout, kServingCacheWarmup, s.engine));
   // Backend: decided once (auto: cuda when usable, else cpu with the reason), so every arm uses the same one.
   ENGRAM_ASSIGN_OR_RETURN(s.engine.backend, Engine::resolve_backend(s.engine, &s.backend_note));

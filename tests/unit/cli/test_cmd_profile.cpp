@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "support/cli.hpp"
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"

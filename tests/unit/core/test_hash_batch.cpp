@@ -15,8 +15,8 @@
 #include <span>
 #include <vector>
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "host/token_io.hpp"
 #include "support/hash_support.hpp"

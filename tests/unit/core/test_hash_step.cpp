@@ -12,9 +12,9 @@
 #include <random>
 #include <vector>
 
-#include "core/hash_batch.hpp"
+#include "engram/hash_batch.hpp"
 #include "core/hash_step.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "support/hash_runner.hpp"
 
 namespace engram {

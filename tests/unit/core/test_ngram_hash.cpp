@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "support/hash_support.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "engram/engine.hpp"
 #include "engram/metrics.hpp"
-#include "sched/prefetch_queue.hpp"
+#include "engram/prefetch_queue.hpp"
 
 namespace {
 

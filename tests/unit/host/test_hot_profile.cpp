@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "host/hot_profile.hpp"
 

@@ -11,8 +11,8 @@
 #include <set>
 #include <random>
 
-#include "core/hash_batch.hpp"
-#include "core/ngram_hash.hpp"
+#include "engram/hash_batch.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/engine.hpp"
 #include "engram/layout.hpp"
 #include "replay/device_hashing.hpp"

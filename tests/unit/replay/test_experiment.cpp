@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "engine/harness.hpp"
 #include "replay/experiment.hpp"
 #include "sys/numa.hpp"
 
@@ -108,7 +109,7 @@ TEST(Experiment, B1OnTheCpuBackendComputesTheChain) {
   o.base.backend = BackendKind::kCpu;
   o.base.table.backing.kind = BackingKind::kMemfd;
   o.base.lookup_threads = 1;
-  o.base.layer_us = 5;
+  mutable_engine_harness(o.base).layer_us = 5;
   o.base.max_tokens = 32;
   o.serving.model = *ModelShape::preset("tiny");
   o.serving.rates = {400, 4000, 5};

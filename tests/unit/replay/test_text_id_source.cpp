@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ngram_hash.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/layout.hpp"
 #include "replay/text_id_source.hpp"
 #include "support/hash_support.hpp"

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sched/timeline.hpp"
+#include "engram/timeline.hpp"
 
 namespace engram {
 namespace {

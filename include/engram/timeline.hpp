@@ -13,6 +13,7 @@
 // r, L and c and reports the residual between modelled and measured s (large = another dependency).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -21,9 +22,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engram/export.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 inline constexpr double kNotRecorded = std::numeric_limits<double>::quiet_NaN();
 
@@ -173,4 +176,5 @@ std::vector<LayerAnalysis> analyze_timeline_moved(const Timeline& timeline, int 
 // Lookups of one step of one rank, for drawing its lanes (main stream waits, prefetch queue). Sorted by submission.
 std::vector<LayerTiming> step_rows(const Timeline& timeline, int rank, int64_t step);
 
+ENGRAM_API_END
 }  // namespace engram

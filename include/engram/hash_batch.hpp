@@ -32,12 +32,14 @@
 #include <limits>
 #include <vector>
 
+#include "engram/export.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 class NgramHasher;
-enum class HashIdKind;  // core/ngram_hash.hpp
+enum class HashIdKind;  // engram/ngram_hash.hpp
 
 // Raw token id of a DEAD position (an image-span token), and of a look-back slot before the sequence start.
 inline constexpr int64_t kDeadToken = std::numeric_limits<int64_t>::min();
@@ -100,4 +102,5 @@ Status update_lookback_reference(int window, const HashBatch& b, const int32_t* 
 // kDeadToken for the slots before the sequence start.
 void lookback_of_prefix(const int64_t* prefix, int64_t n, int window, int64_t* row);
 
+ENGRAM_API_END
 }  // namespace engram

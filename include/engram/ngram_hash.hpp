@@ -10,6 +10,9 @@
 // where positions before the sequence start hold the compressed pad id; head j of order n gives
 // mix mod p_{n,j} with Python's sign rule (a result in [0, p) even for a negative mix). Heads are ordered
 // by n then j, as EngramLayout orders head_rows; a global row id adds head_offsets[h].
+// A whole engine step of many requests at once (ragged chunks, look-back rows, DEAD masks, rollback of a rejected
+// draft by accepting fewer tokens) is engram/hash_batch.hpp's reference; the engine's GPU hashing of the same step is
+// Engine::hash_chunks_and_prepare.
 //
 // Incremental hashing: position t only needs the N-1 compressed tokens before it, so a SequenceState
 // keeps the last N-1 (plus a rollback reserve) of one sequence. Prefill chunks and decode steps fed
@@ -17,7 +20,7 @@
 // prefix-cache hit starts from resume_sequence() (or a saved SequenceSnapshot) in the middle of a
 // sequence; rollback(k) drops the last k tokens after a rejected speculative draft.
 //
-// DEAD tokens (kDeadToken, core/hash_batch.hpp: image-span positions) take part in no n-gram: walking an n-gram
+// DEAD tokens (kDeadToken, engram/hash_batch.hpp: image-span positions) take part in no n-gram: walking an n-gram
 // from its newest token back, the first DEAD token and every older one count as the compressed pad id, as the
 // positions before the sequence start do. A DEAD position thus hashes the all-pad n-grams; a SequenceState keeps
 // DEAD tokens as kDeadToken. Inputs without kDeadToken hash exactly as the reference does.
@@ -32,17 +35,19 @@
 #include <string>
 #include <vector>
 
-#include "core/hash_batch.hpp"
+#include "engram/export.hpp"
+#include "engram/hash_batch.hpp"
 #include "engram/layout.hpp"
 #include "engram/status.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 inline constexpr int64_t kEngramLayerSeedStride = 10007;  // PRIME_1 of the reference
 inline constexpr int64_t kDefaultPadId = 2;               // EngramConfig.pad_id of the reference
 
 // The tokenizer compression table (reference CompressedTokenizer.lookup_table), as tools/tokenize
-// writes it and src/host/token_io reads it.
+// writes it (ngram_hasher_from_table_file, model_ngram_hasher below read it).
 struct CompressionTable {
   std::string tokenizer;               // e.g. "deepseek-ai/DeepSeek-V3"
   std::string tokenizer_version;       // version of the package that built the table
@@ -163,6 +168,23 @@ class NgramHasher {
   std::vector<std::vector<int64_t>> multipliers_;  // [layer][max_ngram]
 };
 
+// ---- Hashers from files -----------------------------------------------------------------------------------------
+
+// The hasher of raw token ids compressed through the table at `path` (tools/tokenize's output: the uint32 map and
+// its `path`.json sidecar; docs/format.md). Errors of the file (kNotFound, kInvalidArgument naming the file and what
+// is wrong) or of create().
+Result<NgramHasher> ngram_hasher_from_table_file(const EngramLayout& layout, const std::string& path,
+                                                 const NgramHashOptions& options = {});
+
+// The hasher of a Hugging Face model directory as released (config.json's Engram fields: layout, pad id, V'): its
+// layout is the model's with rows of `format` (what content_layout(TableContent::model(dir), format) gives, so
+// Engine::enable_device_hashing accepts it), its compression table the directory's own (DIR/engram.compress.bin), a
+// cached one, or one built from DIR/tokenizer.json -- or the file `compression_table` when given -- checked against
+// config.json (V', pad id). kNotFound when the directory has neither tokenizer.json nor a table; the readers' and
+// the table builder's errors otherwise.
+Result<NgramHasher> model_ngram_hasher(const std::string& model_dir, RowFormat format = RowFormat::kFused,
+                                       const std::string& compression_table = "");
+
 // half_bound of the reference for a compressed vocabulary V' >= 1: max(1, (INT64_MAX // V') // 2).
 int64_t ngram_multiplier_half_bound(int64_t compressed_vocab);
 
@@ -170,4 +192,5 @@ int64_t ngram_multiplier_half_bound(int64_t compressed_vocab);
 // half_bound, max_ngram, int64) + 1. kInvalidArgument for a negative seed + 10007 * layer_id.
 Result<std::vector<int64_t>> ngram_layer_multipliers(int64_t seed, int layer_id, int64_t compressed_vocab, int max_ngram);
 
+ENGRAM_API_END
 }  // namespace engram

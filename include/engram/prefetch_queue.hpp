@@ -11,12 +11,14 @@
 
 #include <cstdint>
 
+#include "engram/export.hpp"
 #include "engram/lookup.hpp"
 #include "engram/options.hpp"
 #include "engram/status.hpp"
-#include "sched/timeline.hpp"
+#include "engram/timeline.hpp"
 
 namespace engram {
+ENGRAM_API_BEGIN
 
 struct StagingView {
   const uint16_t* data = nullptr;  // [tokens][heads][d] bf16 bits (host memory for CPU, device for CUDA)
@@ -26,7 +28,7 @@ struct StagingView {
   bool on_device = false;
 };
 
-class PrefetchQueue {
+class ENGRAM_API PrefetchQueue {
  public:
   virtual ~PrefetchQueue() = default;
   // Starts decode step `step` (timeline rows of this step carry it).
@@ -43,4 +45,5 @@ class PrefetchQueue {
   virtual const char* backend_name() const = 0;
 };
 
+ENGRAM_API_END
 }  // namespace engram

@@ -1,0 +1,37 @@
+// The public hashers made from files (engram/ngram_hash.hpp): a compression table file, or a model directory's
+// config.json and compression table. Here rather than in src/core because reading the files is host code; the
+// checks are the ones the text id sources apply (host/token_io.hpp, host/model_io.hpp), so a consumer's hasher and
+// the engine's replays agree on what a model's ids are.
+#include <string>
+#include <utility>
+
+#include "engram/ngram_hash.hpp"
+#include "host/model_io.hpp"
+#include "host/token_io.hpp"
+
+namespace engram {
+
+Result<NgramHasher> ngram_hasher_from_table_file(const EngramLayout& layout, const std::string& path,
+                                                 const NgramHashOptions& options) {
+  ENGRAM_ASSIGN_OR_RETURN(CompressionTable table, read_compression_table(path));
+  return NgramHasher::create(layout, std::move(table), options);
+}
+
+Result<NgramHasher> model_ngram_hasher(const std::string& model_dir, RowFormat format,
+                                       const std::string& compression_table) {
+  ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, host::read_model_dir(model_dir));
+  ENGRAM_ASSIGN_OR_RETURN(EngramLayout layout, host::model_layout(info, format));
+  CompressionTable table;
+  if (compression_table.empty()) {
+    ENGRAM_ASSIGN_OR_RETURN(host::ModelCompressionTable found, host::model_compression_table(info));
+    table = std::move(found.table);
+  } else {
+    ENGRAM_ASSIGN_OR_RETURN(table, host::read_model_compression_table(info, compression_table));
+  }
+  NgramHashOptions options;
+  options.pad_id = info.config.pad_token_id;
+  options.expected_compressed_vocab = info.config.compressed_vocab_size;
+  return NgramHasher::create(layout, std::move(table), options);
+}
+
+}  // namespace engram
