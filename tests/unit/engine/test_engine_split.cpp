@@ -17,7 +17,6 @@ std::unique_ptr<Engine> cpu_engine(const EngramLayout& l, int64_t max_tokens) {
   EngineOptions o;
   o.backend = BackendKind::kCpu;
   o.max_tokens = max_tokens;
-  o.layer_us = 0;
   o.content.seed = 5;
   auto e = Engine::create_local(l, o);
   EXPECT_TRUE(e.is_ok()) << e.status().to_string();
