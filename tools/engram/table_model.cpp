@@ -4,7 +4,8 @@
 // directory) and the library writes into a temporary directory renamed into place, so bad input exits
 // 2 and leaves nothing behind. info prints what read_model_dir found (config, layout, where each
 // Engram tensor lies, rows past the primes) and the tokenizer and compression-table state; a cached
-// compression table that disagrees with config.json exits 2 after the report. load places a table
+// compression table that disagrees with config.json exits 2 after the report, and so does load --verify (before
+// it loads anything: check_model_table is the check both make). load places a table
 // (backing, placement), streams the rows in, and reports place and load time and GB/s; with
 // --compare-sequential it first reads the same byte ranges sequentially on one thread with the same
 // 64 MiB reads (what `dd bs=64M` of the tensor ranges measures) under the same page-cache condition,
@@ -226,6 +227,40 @@ int create_model_dir(const ModelCreateArgs& a) {
   return 0;
 }
 
+// ---- the tokenizer and compression table of a model directory ------------------------------------
+
+ModelTableCheck check_model_table(const host::ModelInfo& info, const std::string& compression_table) {
+  ModelTableCheck c;
+  c.tokenizer_path = info.path(host::kModelTokenizerFile);
+  c.has_tokenizer = exists(c.tokenizer_path);
+  if (c.has_tokenizer)
+    if (auto sha = host::file_sha256(c.tokenizer_path); sha.is_ok()) c.tokenizer_sha256 = *sha;
+  // The table: a named file (--compression-table), else the directory's own, cached or built one.
+  c.table_path = compression_table;
+  if (!compression_table.empty()) {
+    c.has_table = exists(c.table_path);
+    if (c.has_table) {
+      auto t = host::read_model_compression_table(info, c.table_path);
+      if (t.is_ok()) c.table = std::move(t).value();
+      else c.status = t.status();
+    }
+    return c;
+  }
+  auto t = host::model_compression_table(info);
+  // Absent only when the directory has neither a table nor a tokenizer.json to build one from.
+  c.has_table = t.is_ok() || c.has_tokenizer || exists(host::model_compression_table_path(info));
+  if (t.is_ok()) {
+    c.table = std::move(t->table);
+    c.table_path = t->path;
+    c.source = host::compression_source_name(t->source);
+    c.build_seconds = t->build_seconds;
+    c.cache_note = t->cache_note;
+  } else if (c.has_table) {
+    c.status = t.status();
+  }
+  return c;
+}
+
 // ---- info --------------------------------------------------------------------------------------
 
 int info_model_dir(const ModelInfoArgs& a) {
@@ -240,41 +275,17 @@ int info_model_dir(const ModelInfoArgs& a) {
   EngramLayout fused = l;
   fused.format = RowFormat::kFused;
 
-  // Tokenizer and compression table.
-  const std::string tok_path = info.path(host::kModelTokenizerFile);
-  const bool has_tok = exists(tok_path);
-  std::string tok_sha;
-  if (has_tok)
-    if (auto sha = host::file_sha256(tok_path); sha.is_ok()) tok_sha = *sha;
-  // The table: a named file (--compression-table), else the directory's own, cached or built one.
-  std::string table_path = a.compression_table;
-  bool has_table = false;
-  Status table_status = Status::ok();
-  std::optional<CompressionTable> table;
-  std::string source = "file";
-  double build_s = 0;
-  std::string cache_note;
-  if (!a.compression_table.empty()) {
-    has_table = exists(table_path);
-    if (has_table) {
-      auto t = host::read_model_compression_table(info, table_path);
-      if (t.is_ok()) table = std::move(t).value();
-      else table_status = t.status();
-    }
-  } else {
-    auto t = host::model_compression_table(info);
-    // Absent only when the directory has neither a table nor a tokenizer.json to build one from.
-    has_table = t.is_ok() || has_tok || exists(host::model_compression_table_path(info));
-    if (t.is_ok()) {
-      table = std::move(t->table);
-      table_path = t->path;
-      source = host::compression_source_name(t->source);
-      build_s = t->build_seconds;
-      cache_note = t->cache_note;
-    } else if (has_table) {
-      table_status = t.status();
-    }
-  }
+  const ModelTableCheck check = check_model_table(info, a.compression_table);
+  const std::string& tok_path = check.tokenizer_path;
+  const bool has_tok = check.has_tokenizer;
+  const std::string& tok_sha = check.tokenizer_sha256;
+  const std::string& table_path = check.table_path;
+  const bool has_table = check.has_table;
+  const Status& table_status = check.status;
+  const std::optional<CompressionTable>& table = check.table;
+  const std::string& source = check.source;
+  const double build_s = check.build_seconds;
+  const std::string& cache_note = check.cache_note;
 
   if (a.json) {
     json layers = json::array();
@@ -401,6 +412,10 @@ int load_model_dir(const ModelLoadArgs& a) {
   const host::ModelEngramConfig& c = info->config;
   if (a.verify && !(c.synthetic_generator == std::string("synth_row") && c.synthetic_seed))
     return report_failure(cmd, bad("--verify: " + a.dir + " is not a synthetic model directory (no generator/seed)"));
+  // --verify also checks what `table info` checks: the tokenizer.json and compression table agree with config.json.
+  if (a.verify)
+    if (const ModelTableCheck check = check_model_table(*info, ""); !check.status.is_ok())
+      return report_failure(cmd, check.status);
   auto layout = host::model_layout(*info, *fmt);
   if (!layout.is_ok()) return report_failure(cmd, layout.status());
 

@@ -197,7 +197,8 @@ TEST_F(ReleasedModelDir, CompressedVocabOtherThanConfigExitsTwo) {
   const std::string dir = create("model", 99092);
   const std::vector<std::string> before = listing(dir);
   const std::string tokens = token_file();
-  for (const std::string& args : {"table info " + dir, "run --model " + dir + " --steps 1 --timeline none",
+  for (const std::string& args : {"table info " + dir, "table load " + dir + " --verify",
+                                 "run --model " + dir + " --steps 1 --timeline none",
                                  "hash --model " + dir + " --tokens " + tokens}) {
     SCOPED_TRACE(args);
     const auto r = cli(args);

@@ -2,7 +2,8 @@
 // directory is written, described (--json: tensors, shards, rows past the primes, the compression
 // table's V'), loaded and verified row by row in both row layouts (prefaulted or first touched by
 // the readers) and with the side-by-side sequential read; bad input (existing output, options of the other format, a V' mismatch, a
-// truncated shard, a wrong dtype, unknown tensor names) exits 2 and leaves nothing behind.
+// truncated shard, a wrong dtype, unknown tensor names, a tokenizer.json that cannot be parsed) exits 2 and leaves
+// nothing behind; `table load --verify` refuses what `table info` refuses.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -47,6 +48,18 @@ class TableModelCli : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(root_)) out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
+  }
+  // `table load DIR --verify` refuses a directory `table info DIR` refused (`info`), with the same message, before
+  // any row is loaded.
+  void expect_load_verify_refuses_as_info(const testing::CliSplitResult& info) const {
+    const std::string prefix = "engram table info: ";
+    const size_t at = info.err.find(prefix);
+    ASSERT_NE(at, std::string::npos) << info.err;
+    const std::string message = info.err.substr(at + prefix.size());
+    const auto r = cli("table load " + dir_ + " --verify");
+    EXPECT_EQ(r.code, info.code) << r.out << r.err;
+    EXPECT_NE(r.err.find("engram table load: " + message), std::string::npos) << r.err << "\nexpected: " << message;
+    EXPECT_EQ(r.out.find("loaded"), std::string::npos) << r.out;
   }
   static json parse(const std::string& text) {
     json j = json::parse(text, nullptr, false);
@@ -133,6 +146,7 @@ TEST_F(TableModelCli, MalformedDirectoriesExitTwo) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("98627"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("99092"), std::string::npos) << r.err;
+  expect_load_verify_refuses_as_info(r);
   r = cli("table load " + dir_ + " --tensor-names 'a.{L}.w,a.{L}.s'");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("a.1.w is not in"), std::string::npos) << r.err;
@@ -156,6 +170,18 @@ TEST_F(TableModelCli, MalformedDirectoriesExitTwo) {
   r = cli("table info " + (root_ / "x.safetensors").string() + " --tensor-names 'a{L},b{L}'");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("applies to a model directory only"), std::string::npos) << r.err;
+}
+
+// A tokenizer.json the compression table cannot be built from: info and load --verify exit 2 naming it.
+TEST_F(TableModelCli, UnreadableTokenizerJsonExitsTwo) {
+  create("--compression-table none --tokenizer-json none --compressed-vocab-size 98627");
+  { std::ofstream(fs::path(dir_) / "tokenizer.json") << "{\"model\": [1, 2"; }
+  const auto r = cli("table info " + dir_);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+  expect_load_verify_refuses_as_info(r);
+  // Without --verify the rows are loaded as before: the tokenizer is not what a load reads.
+  EXPECT_EQ(cli("table load " + dir_).code, 0);
 }
 
 // `engram run --model DIR` takes the layout from config.json and hashes the default text with the directory's

@@ -1,0 +1,131 @@
+// The command tree, its parse and the run of the chosen command (command_line.hpp).
+#include "command_line.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <new>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+
+#include "args.hpp"
+#include "command.hpp"
+#include "engram/version.hpp"
+
+namespace engram::cli {
+
+namespace {
+
+// Levenshtein distance, for "did you mean" on a mistyped command.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first word that is not an option: the command the user asked for ("" if none, or after an option that is
+// not a top-level one, which the parser then names). Only --help and --version come before it.
+std::string command_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w == "--help" || w == "-h" || w == "--version") continue;
+    if (!w.empty() && w[0] == '-') return "";
+    return w;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<CommandLine> build_command_line() {
+  auto cl = std::make_unique<CommandLine>();
+  CLI::App& app = cl->app;
+  app.description(
+      "engram: serve DeepSeek Engram tables from host memory (shared, NUMA-placed, GPU zero-copy)\n"
+      "and measure them. Run `engram <command> --help` for each command; `engram run` with no\n"
+      "arguments runs the main job on a 512 MiB synthetic V4.1-Flash-shaped table.");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("engram-offload ") + engram::kVersion + " (" + ENGRAM_GIT_REV + ")");
+
+  auto& reg = command_registry();
+  std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (auto& e : reg) {
+    CLI::App* sub = app.add_subcommand(e.name, e.description);
+    cl->commands.emplace_back(sub, e.setup(*sub));
+  }
+  harden_options(app);
+  return cl;
+}
+
+std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App& app = cl.app;
+  // A word that names no command is a mistake the user can fix: say which command it is closest to.
+  if (const std::string word = command_word(argc, argv); !word.empty()) {
+    std::string best;
+    size_t best_d = std::string::npos;
+    bool known = false;
+    for (const auto& [sub, run] : cl.commands) {
+      const std::string& name = sub->get_name();
+      if (name == word) known = true;
+      const size_t d = edit_distance(word, name);
+      if (d < best_d) best_d = d, best = name;
+    }
+    if (!known) {
+      err << "engram: unknown command '" << word << "'"
+          << (best_d <= std::max<size_t>(2, word.size() / 3) ? " (did you mean '" + best + "'?)" : std::string())
+          << "; `engram --help` lists the commands\n";
+      err.flush();
+      return 2;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e, out, err);
+    return 2;
+  }
+  return std::nullopt;
+}
+
+int run_command(CommandLine& cl) {
+  for (auto& [sub, run] : cl.commands) {
+    if (!sub->parsed()) continue;
+    const std::string name = sub->get_name();
+    try {
+      return run();
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "engram %s: invalid argument: %s\n", name.c_str(), e.what());
+      return 2;
+    } catch (const std::out_of_range& e) {
+      std::fprintf(stderr, "engram %s: out of range: %s\n", name.c_str(), e.what());
+      return 2;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "engram %s: out of memory\n", name.c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "engram %s: %s\n", name.c_str(), e.what());
+      return 1;
+    } catch (...) {
+      std::fprintf(stderr, "engram %s: failed with an unknown exception\n", name.c_str());
+      return 1;
+    }
+  }
+  return 2;
+}
+
+}  // namespace engram::cli
