@@ -23,29 +23,8 @@ using namespace engram::test;
 
 namespace {
 
-// fork + exec of the CLI in a process group of its own (so a signal can go to the group, as a terminal's Ctrl-C
-// does), stdout and stderr into `log`.
 int spawn_cli_group(const std::vector<std::string>& args, const std::string& log) {
-  std::fflush(nullptr);
-  const int pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> argv;
-    static std::string exe = ENGRAM_CLI_PATH;
-    argv.push_back(exe.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(exe.c_str(), argv.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from the parent: the signal below must not race the child's own call
-  return pid;
+  return engram::testing::spawn_engram(args, log, /*own_group=*/true);
 }
 
 std::string read_all(const std::string& path) {

@@ -20,27 +20,7 @@ using namespace engram::test;
 
 namespace {
 
-// fork + exec of the CLI with stdout and stderr into `log`.
-int spawn_cli(const std::vector<std::string>& args, const std::string& log) {
-  std::fflush(nullptr);
-  const int pid = fork();
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> argv;
-    static std::string exe = ENGRAM_CLI_PATH;
-    argv.push_back(exe.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(exe.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
+int spawn_cli(const std::vector<std::string>& args, const std::string& log) { return engram::testing::spawn_engram(args, log); }
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path);

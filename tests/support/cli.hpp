@@ -2,6 +2,7 @@
 // tests check what a user sees: exit code and stdout (stderr discarded or merged).
 #pragma once
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace engram::testing {
 
@@ -51,9 +53,12 @@ struct CliSplitResult {
   std::string err;
 };
 
-inline CliSplitResult run_engram_split(const std::string& args, const std::filesystem::path& dir) {
+// `engram ARGS` run by the shell after `prefix` (e.g. "env -i PATH=... "): stdout captured, stderr through
+// dir/stderr.txt.
+inline CliSplitResult run_engram_split(const std::string& args, const std::filesystem::path& dir,
+                                       const std::string& prefix = "") {
   const std::filesystem::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(ENGRAM_CLI_PATH) + " " + args + " 2>" + err.string();
+  const std::string cmd = prefix + ENGRAM_CLI_PATH + " " + args + " 2>" + err.string();
   CliSplitResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -65,6 +70,31 @@ inline CliSplitResult run_engram_split(const std::string& args, const std::files
   std::ifstream ef(err);
   r.err.assign(std::istreambuf_iterator<char>(ef), std::istreambuf_iterator<char>());
   return r;
+}
+
+// fork + exec of `engram ARGS` with stdout and stderr into `log`, returning the child's pid. own_group: the child
+// leads a process group of its own, so that a signal can go to the group as a terminal's Ctrl-C does.
+inline int spawn_engram(const std::vector<std::string>& args, const std::string& log, bool own_group = false) {
+  std::fflush(nullptr);
+  const int pid = fork();
+  if (pid == 0) {
+    if (own_group) setpgid(0, 0);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    static std::string exe = ENGRAM_CLI_PATH;
+    argv.push_back(exe.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  if (own_group) setpgid(pid, pid);  // also from the parent: a signal sent next must not race the child's own call
+  return pid;
 }
 
 }  // namespace engram::testing

@@ -55,19 +55,7 @@ class ReleasedModelDir : public ::testing::Test {
     return "env -i PATH=" + (base_ / "bin").string() + " HOME=" + (base_ / "home").string() +
            " XDG_CACHE_HOME=" + (base_ / "cache").string() + " ENGRAM_DATA_DIR=" + (base_ / "nodata").string() + " ";
   }
-  testing::CliSplitResult cli(const std::string& args) const {
-    const std::string cmd = env() + ENGRAM_CLI_PATH + " " + args + " 2>" + (base_ / "stderr.txt").string();
-    testing::CliSplitResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int st = pclose(p);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.err = read_file(base_ / "stderr.txt");
-    return r;
-  }
+  testing::CliSplitResult cli(const std::string& args) const { return testing::run_engram_split(args, base_, env()); }
 
   // `table create --format hf-model` without a compression table, then only the released files kept, read-only.
   std::string create(const std::string& name, int64_t compressed_vocab) {
