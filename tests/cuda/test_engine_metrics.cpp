@@ -23,13 +23,9 @@ TEST(CudaEngineMetrics, CacheAndPlannerFiguresMatchDescribe) {
   std::mt19937_64 rng(test::conformance_seed());
   const EngramLayout layout = test::conformance_layout(c.format);
   const int64_t tokens = 64;
-  EngineOptions o = test::conformance_options(c, tokens);
-  o.device = 0;
-  auto e = Engine::create_local(layout, o);
+  auto e = test::conformance_engine(c, layout, tokens, rng, /*device=*/0);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   Engine& engine = **e;
-  ASSERT_EQ(engine.backend(), BackendKind::kCuda);
-  test::randomize_table(engine.table(), rng);
   PrefetchQueue& q = engine.queue();
   const int steps = 8;
   for (int64_t step = 0; step < steps; ++step) {

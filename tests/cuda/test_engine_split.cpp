@@ -19,13 +19,9 @@ TEST_P(CudaSplit, ALookupLargerThanMaxTokensMatchesTheReference) {
   std::mt19937_64 rng(seed);
   const EngramLayout layout = test::conformance_layout(c.format);
   const int64_t max_tokens = 16, tokens = 104;
-  EngineOptions o = test::conformance_options(c, max_tokens);
-  o.device = 0;
-  auto e = Engine::create_local(layout, o);
+  auto e = test::conformance_engine(c, layout, max_tokens, rng, /*device=*/0);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   Engine& engine = **e;
-  ASSERT_EQ(engine.backend(), BackendKind::kCuda);
-  test::randomize_table(engine.table(), rng);
   const size_t per_token = static_cast<size_t>(layout.heads() * layout.d);
   testing::DeviceBuffer<int64_t> d_ids(static_cast<size_t>(tokens * layout.heads()));
   testing::DeviceBuffer<uint16_t> d_out(static_cast<size_t>(tokens) * per_token);

@@ -103,6 +103,19 @@ inline std::vector<int64_t> conformance_ids(const EngramLayout& l, int li, int64
   return ids;
 }
 
+// An engine of case `c` on device `device` over a fresh random table (the set-up of the engine tests of the
+// conformance matrix): the options of conformance_options, the table's rows randomized from `rng`.
+inline Result<std::unique_ptr<Engine>> conformance_engine(const ConformanceCase& c, const EngramLayout& layout,
+                                                          int64_t max_tokens, std::mt19937_64& rng, int device = -1) {
+  EngineOptions o = conformance_options(c, max_tokens);
+  o.device = device;
+  ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create_local(layout, o));
+  if (e->backend() != c.backend)
+    return Status(Code::kInternal, std::string("the engine runs on ") + e->backend_name() + ", the case asks for another");
+  randomize_table(e->table(), rng);
+  return e;
+}
+
 // Position of the first output element that differs from the scalar reference (-1: none).
 inline int64_t first_reference_mismatch(const TableView& v, const std::vector<int64_t>& ids, const uint16_t* out) {
   std::vector<uint16_t> ref(static_cast<size_t>(v.d));
