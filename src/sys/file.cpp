@@ -368,6 +368,15 @@ Status writable_directory(const std::string& dir, const std::string& what) {
     const int err = errno;
     return Status(Code::kInvalidArgument, what + ": directory " + dir + " is not writable (" + errno_name(err) + ")", err);
   }
+  // access() answers yes to root everywhere, also in /proc and /sys, which take no new file: create one and remove it.
+  const std::string probe = (dir == "/" ? std::string() : dir) + "/.engram-probe." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    return Status(Code::kInvalidArgument, what + ": directory " + dir + " takes no new file (" + errno_name(err) + ")", err);
+  }
+  ::close(fd);
+  (void)::unlink(probe.c_str());
   return Status::ok();
 }
 }  // namespace

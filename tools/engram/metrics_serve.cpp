@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "args.hpp"
 #include "engram/metrics.hpp"
 #include "sys/file.hpp"
 #include "sys/process.hpp"
@@ -20,7 +21,8 @@ void add_metrics_options(CLI::App& sub, MetricsArgs& a) {
                  "Serve GET /metrics (Prometheus text format) on 127.0.0.1:PORT while the command runs; 0 = any free "
                  "port (printed on stderr); docs/metrics.md")
       ->check(CLI::Range(0, 65535));
-  sub.add_option("--metrics-file", a.file, "Write the final metrics snapshot (Prometheus text format) to this file");
+  sub.add_option("--metrics-file", a.file, "Write the final metrics snapshot (Prometheus text format) to this file")
+      ->check(output_file());
 }
 
 Status check_metrics_args(const MetricsArgs& a) {

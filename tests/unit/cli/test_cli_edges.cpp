@@ -44,6 +44,11 @@ const Row kRows[] = {
     {"run --timeline /nonexistent-engram-dir/dir/x.json", 2, "--timeline"},
     {"run --timeline {S}", 2, "--timeline"},
     {"run --timeline {P}", 2, "--timeline"},
+    {"run --timeline /proc/engram-edges.json", 2, "--timeline"},  // root may write anywhere but /proc takes no file
+    {"run --metrics-file {P}", 2, "--metrics-file"},
+    {"run --metrics-file ''", 2, "--metrics-file"},
+    {"run --metrics-file {S}", 2, "--metrics-file"},
+    {"experiment B1 --reps 5 --layout tiny --out /proc/engram-edges", 2, "--out"},
     {"run --checkpoint {P}", 2, "--checkpoint"},
     {"run --checkpoint {S}", 2, "--checkpoint"},
     {"run --tokens {P}", 2, "--tokens"},
