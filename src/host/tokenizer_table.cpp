@@ -249,20 +249,18 @@ Result<CompressionBuild> build_compression_table(std::string_view tokenizer_json
   return b;
 }
 
-std::string unicode_version() {
+namespace {
+// ICU's dotted text of a version that `read` fills ("15.0", "72.1").
+std::string icu_version_text(void (*read)(UVersionInfo)) {
   char text[U_MAX_VERSION_STRING_LENGTH];
   UVersionInfo v;
-  u_getUnicodeVersion(v);
+  read(v);
   u_versionToString(v, text);
   return text;
 }
+}  // namespace
 
-std::string icu_version() {
-  char text[U_MAX_VERSION_STRING_LENGTH];
-  UVersionInfo v;
-  u_getVersion(v);
-  u_versionToString(v, text);
-  return text;
-}
+std::string unicode_version() { return icu_version_text(&u_getUnicodeVersion); }
+std::string icu_version() { return icu_version_text(&u_getVersion); }
 
 }  // namespace engram::host

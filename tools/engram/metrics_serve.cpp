@@ -27,19 +27,7 @@ void add_metrics_options(CLI::App& sub, MetricsArgs& a) {
 
 Status check_metrics_args(const MetricsArgs& a) {
   if (a.file.empty()) return Status::ok();
-  const std::string& f = a.file;
-  if (f.back() == '/' || sys::is_directory(f))
-    return Status(Code::kInvalidArgument, "--metrics-file '" + f + "': is a directory");
-  const size_t slash = f.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : f.substr(0, slash);
-  if (!sys::is_directory(dir))
-    return Status(Code::kInvalidArgument, "--metrics-file '" + f + "': directory '" + dir + "' does not exist");
-  const std::string probe = f + ".probe." + std::to_string(sys::process_id());
-  if (Status s = sys::write_new_file(probe, ""); !s.is_ok())
-    return Status(Code::kInvalidArgument, "--metrics-file '" + f + "': cannot create a file in '" + dir +
-                                              "': " + s.to_string());
-  (void)sys::unlink_path(probe);
-  return Status::ok();
+  return sys::check_output_path(a.file, sys::OutputKind::kFile).with_context("--metrics-file");
 }
 
 struct MetricsServer::Impl {

@@ -20,7 +20,8 @@ struct MetricsArgs {
 };
 
 void add_metrics_options(CLI::App& sub, MetricsArgs& a);
-// The file path: not a directory, its directory exists and accepts a new file (probed with a temp file, removed).
+// The file path as every output file is checked (sys::check_output_path: not a directory or FIFO, its directory
+// exists and takes a new file).
 // kInvalidArgument naming the option otherwise.
 Status check_metrics_args(const MetricsArgs& a);
 
