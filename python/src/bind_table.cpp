@@ -10,12 +10,12 @@
 #include <optional>
 
 #include "common.hpp"
-#include "py_channel.hpp"
-#include "engram/engine.hpp"
-#include "engram/format.hpp"
 #include "engram/backing_info.hpp"
 #include "engram/checkpoint.hpp"
+#include "engram/engine.hpp"
+#include "engram/format.hpp"
 #include "progress_line.hpp"
+#include "py_channel.hpp"
 
 namespace engram::py_bind {
 namespace {

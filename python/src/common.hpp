@@ -19,13 +19,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engram/census.hpp"
 #include "engram/engine.hpp"
+#include "engram/group_channel.hpp"
 #include "engram/layout.hpp"
 #include "engram/lookup.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
-#include "engram/census.hpp"
-#include "engram/group_channel.hpp"
 
 namespace engram::py_bind {
 
