@@ -25,11 +25,11 @@
 #include <unordered_set>
 
 #include "bench/registry.hpp"
-#include "engram/ngram_hash.hpp"
 #include "core/stats.hpp"
-#include "core/units.hpp"
 #include "engram/layout.hpp"
+#include "engram/ngram_hash.hpp"
 #include "engram/options.hpp"
+#include "engram/units.hpp"
 #include "host/hot_profile.hpp"
 #include "host/token_io.hpp"
 #include "plan/hot_counts.hpp"

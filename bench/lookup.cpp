@@ -34,14 +34,15 @@
 
 #include "bench/gpu.hpp"
 #include "core/parallel.hpp"
-#include "core/units.hpp"
 #include "cpu/lookup.hpp"
 #include "cpu/thread_pool.hpp"
+#include "engram/census.hpp"
 #include "engram/layout.hpp"
-#include "host/census.hpp"
-#include "host/placement.hpp"
-#include "host/token_io.hpp"
+#include "engram/options.hpp"
+#include "engram/table.hpp"
+#include "engram/units.hpp"
 #include "host/hot_profile.hpp"
+#include "host/token_io.hpp"
 #include "replay/id_source.hpp"
 #include "replay/text_id_source.hpp"
 #include "sys/affinity.hpp"
@@ -347,7 +348,7 @@ Result<Report> run_lookup(Context& ctx) {
       fill_table(view, ctx.seed, ctx.threads);
       const double fill_s = (now_ns() - tc0) * 1e-9;
       const int64_t tbytes = layout.table_bytes(0);
-      const auto census = table->census(host::CensusPoint::kAfterLoad, uint64_t{1} << 16);
+      const auto census = table->census(CensusPoint::kAfterLoad, uint64_t{1} << 16);
       nlohmann::json tj = {{"layout", lname}, {"d", d}, {"rows", view.rows}, {"stride_bytes", view.stride_bytes},
                            {"bytes", tbytes}, {"backing", o.backing}, {"placement_requested", o.placement},
                            {"create_fill_s", fill_s}};

@@ -25,10 +25,10 @@
 #include <fmt/format.h>
 
 #include "bench/gpu.hpp"
-#include "core/units.hpp"
 #include "cuda/cuda_status.cuh"
 #include "cuda/fast_lookup.cuh"
 #include "cuda/registration.cuh"
+#include "engram/units.hpp"
 #include "replay/id_source.hpp"
 #include "sys/affinity.hpp"
 

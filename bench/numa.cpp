@@ -25,7 +25,7 @@
 #include "bench/measure.hpp"
 #include "bench/registry.hpp"
 #include "core/splitmix.hpp"
-#include "core/units.hpp"
+#include "engram/units.hpp"
 #include "host/census.hpp"
 #include "host/placement.hpp"
 #include "sys/affinity.hpp"

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "bench/gpu.hpp"
-#include "core/units.hpp"
 #include "cuda/registration.cuh"
+#include "engram/units.hpp"
 #include "host/placement.hpp"
 
 namespace engram::bench {

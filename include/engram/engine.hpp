@@ -47,12 +47,11 @@
 namespace engram {
 
 // Internal types the engine names but a consumer does not use: the harnesses' synthetic layer compute
-// (src/sched/layer_compute.hpp), their knobs (src/engine/harness.hpp), a protocol step record (src/host/group.hpp).
+// (src/sched/layer_compute.hpp), their knobs (src/engine/harness.hpp), the group protocol (src/host/group.hpp).
 class LayerCompute;
 struct EngineHarness;
 namespace host {
 class SharedTableGroup;
-struct StepRecord;
 }  // namespace host
 
 ENGRAM_API_BEGIN
@@ -136,12 +135,16 @@ struct EngineOptions {
   // at the end (done == total). Backends that register nothing never call it.
   std::function<void(int64_t, int64_t, double)> on_register_progress;
   void* main_stream = nullptr;      // CUDA: adopt this cudaStream_t as the consumer's stream; null: create one
+  // CPU queue: the time source of its timeline (ns; must not go backwards; called from the consumer's thread
+  // and the queue's worker). Empty: steady_clock from the queue's start. An engine that stamps its own steps
+  // passes its clock so that both lines share one time base.
+  std::function<double()> clock_ns;
   // Shared groups.
   bool read_only = true;            // peers map the table PROT_READ (and register it read-only)
   int64_t step_timeout_ms = 30000;  // every protocol step
   int64_t load_timeout_ms = 600000; // peers wait this long for the leader's load
   // The project's own harnesses (replay, benches, tests) set knobs no serving engine uses here: synthetic layer
-  // compute, an injected clock, protocol-step hooks (src/engine/harness.hpp). Null for every other consumer.
+  // compute and protocol-step hooks (src/engine/harness.hpp). Null for every other consumer.
   std::shared_ptr<const EngineHarness> harness;
 };
 

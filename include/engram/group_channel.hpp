@@ -33,6 +33,14 @@ struct RankEntry {
   std::string message;  // free text or JSON (e.g. a census, a replay report)
 };
 
+// What happened at one step of the shared-table protocol (Engine::group_steps): its duration on this rank and every
+// rank's entry.
+struct StepRecord {
+  std::string step;
+  double seconds = 0;
+  std::vector<RankEntry> entries;
+};
+
 // First failed entry as a Status with that entry's code: "step 'attach': rank 2 (pid 4242): <error>".
 // OK when every entry is OK.
 Status first_failure(const std::string& step, const std::vector<RankEntry>& entries);

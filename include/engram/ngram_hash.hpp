@@ -185,6 +185,21 @@ Result<NgramHasher> ngram_hasher_from_table_file(const EngramLayout& layout, con
 Result<NgramHasher> model_ngram_hasher(const std::string& model_dir, RowFormat format = RowFormat::kFused,
                                        const std::string& compression_table = "");
 
+// A Hugging Face model directory's hashing as released, with where each part came from: its layout (rows of
+// `format`), its compression table (the directory's own DIR/engram.compress.bin, a cached one, or one built from
+// DIR/tokenizer.json, checked against config.json's V') and config.json's pad id and V' as hash options (seed and
+// max_rollback at their defaults, for the caller to set before NgramHasher::create). `tensor_names`: "WEIGHT,SCALE"
+// with {L} for the layer id ("" = the released names). Errors as model_ngram_hasher's.
+struct ModelHashing {
+  EngramLayout layout;
+  CompressionTable table;
+  std::string table_path;    // the file the table was read from or cached at ("" = built, not cached)
+  std::string table_source;  // "directory", "cache" or "built"
+  NgramHashOptions hash;
+};
+Result<ModelHashing> read_model_hashing(const std::string& model_dir, RowFormat format = RowFormat::kFused,
+                                        const std::string& tensor_names = "");
+
 // half_bound of the reference for a compressed vocabulary V' >= 1: max(1, (INT64_MAX // V') // 2).
 int64_t ngram_multiplier_half_bound(int64_t compressed_vocab);
 

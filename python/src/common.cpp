@@ -3,7 +3,7 @@
 
 #include <pybind11/stl.h>
 
-#include "core/units.hpp"
+#include "engram/units.hpp"
 
 namespace engram::py_bind {
 
@@ -29,7 +29,7 @@ py::array_t<int64_t, py::array::c_style> ids_array(const py::handle& obj, int he
   return ids;
 }
 
-py::object census_to_py(const host::PageCensus& c) {
+py::object census_to_py(const PageCensus& c) {
   nlohmann::json j = c.to_json();
   py::object d = json_to_py(j);
   if (j["pages_per_node"].is_object()) {
@@ -78,10 +78,10 @@ py::dict launch_dict(const LaunchShape& l) {
   return d;
 }
 
-host::CensusPoint parse_census_point(const std::string& s) {
-  using P = host::CensusPoint;
+CensusPoint parse_census_point(const std::string& s) {
+  using P = CensusPoint;
   for (P p : {P::kAfterPlacement, P::kAfterRegistration, P::kAfterLoad, P::kAfterReplay, P::kOnDemand}) {
-    std::string name = host::census_point_name(p);
+    std::string name = census_point_name(p);
     std::string underscored = name;
     for (char& c : underscored) c = c == ' ' ? '_' : c;
     if (s == name || s == underscored) return p;

@@ -19,12 +19,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engram/census.hpp"
 #include "engram/engine.hpp"
+#include "engram/group_channel.hpp"
 #include "engram/layout.hpp"
 #include "engram/lookup.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
-#include "host/census.hpp"
 
 namespace engram::py_bind {
 
@@ -48,7 +49,7 @@ T take(Result<T> r) {
 
 py::object json_to_py(const nlohmann::json& j);
 // A page census as a dict (PageCensus::to_json), pages_per_node keyed by the node number (int), as Python indexes it.
-py::object census_to_py(const host::PageCensus& c);
+py::object census_to_py(const PageCensus& c);
 
 // ids as a C-contiguous int64 [tokens, heads] array: read in place when already so; other integer dtypes are
 // converted (a copy); non-integer dtypes are an error (never a silent float -> id cast).
@@ -58,7 +59,7 @@ std::vector<int64_t> int_vector(const py::handle& obj, const char* what);
 int64_t size_arg(const py::object& v, const char* what);
 py::dict stats_dict(const LookupStats& s);
 py::dict launch_dict(const LaunchShape& l);
-host::CensusPoint parse_census_point(const std::string& s);
+CensusPoint parse_census_point(const std::string& s);
 // Engine options from Python keyword arguments: each key=value through set_engine_option (values as text:
 // str(value), booleans as true/false).
 void apply_options(EngineOptions& o, const py::dict& options);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "host/group.hpp"
+#include "engram/group_channel.hpp"
 
 namespace engram::py_bind {
 

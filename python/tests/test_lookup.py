@@ -147,6 +147,22 @@ def test_save_load_round_trip(tmp_path, random_table, rng):
     np.testing.assert_array_equal(eo.lookup(other, 0, ids), eo.lookup(random_table, 0, ids))
 
 
+def test_load_progress_line(tmp_path, capfd):
+    """progress=True draws the load's line on stderr (a pipe here: whole lines, the last one at 100%) and still
+    calls on_progress."""
+    table = eo.SharedTable.create(eo.Layout.preset("tiny"))
+    table.fill_synthetic(3)
+    path = str(tmp_path / "p.safetensors")
+    table.save(path)
+    capfd.readouterr()
+    seen = []
+    table.load(path, progress=True, on_progress=lambda done, total, s: seen.append((done, total)))
+    err = capfd.readouterr().err
+    assert seen and seen[-1][0] == seen[-1][1]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("load " + path + ": ") and "(100%)" in last and "\r" not in err, err
+
+
 def test_load_layout_mismatch(tmp_path, rng):
     small = eo.SharedTable.create(eo.Layout.preset("tiny"))
     small.fill_synthetic(1)

@@ -87,7 +87,7 @@ Result<std::unique_ptr<Backend>> cpu_create(const EngramLayout& layout, const st
   q.lookup_threads = resolved_threads(o.lookup_threads);
   q.checked = o.checked;
   q.record_timeline = o.record_timeline;
-  q.clock_ns = engine_harness(o).clock_ns;
+  q.clock_ns = o.clock_ns;
   ENGRAM_ASSIGN_OR_RETURN(auto queue, cpu::CpuPrefetchQueue::create(views, layout.layer_ids, layout.heads(), q));
   auto be = std::make_unique<CpuBackend>(std::move(queue), views, o);
   be->set_heads(layout.heads());

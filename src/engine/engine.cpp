@@ -82,7 +82,10 @@ Status write_content(HostTable& table, const TableContent& c) {
         auto fn = c.on_progress;
         lo.on_progress = [fn](const host::CheckpointProgress& p) { fn(p.done_bytes, p.total_bytes, p.elapsed_s); };
       }
-      return host::load_checkpoint(c.path, table, lo).with_context("checkpoint " + c.path);
+      // The loader's messages already name the file ("checkpoint PATH: ..."); others get that context here.
+      const Status s = host::load_checkpoint(c.path, table, lo);
+      const std::string context = "checkpoint " + c.path;
+      return s.is_ok() || s.message().rfind(context, 0) == 0 ? s : s.with_context(context);
     }
     case TableContent::Kind::kModel: {
       ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, read_model(c));

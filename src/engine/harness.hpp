@@ -1,6 +1,6 @@
 // EngineHarness: the engine knobs only this project's harnesses use (the replay and serving loops, the benches, the
-// tests, the Python module's test clock), kept out of the public EngineOptions. A serving engine has its own layer
-// compute, clock and tracing; these exist to measure and to inject faults.
+// tests), kept out of the public EngineOptions. A serving engine has its own layer compute and tracing; these exist
+// to measure and to inject faults.
 //
 // EngineOptions carries them as an opaque shared_ptr<const EngineHarness> (null: no harness), so that copying the
 // options copies the knobs and the installed headers never define them. engine_harness(options) reads them (the
@@ -17,7 +17,6 @@ namespace engram {
 
 struct EngineHarness {
   double layer_us = 0;               // synthetic compute per model layer (LayerCompute); 0 = none
-  std::function<double()> clock_ns;  // CPU queue's clock (tests); default: steady clock
   // Called as this rank enters each shared-group protocol step (tracing; tests inject crashes here).
   std::function<void(const std::string& step, int rank)> on_protocol_step;
 };

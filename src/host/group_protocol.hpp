@@ -80,13 +80,6 @@ struct PeerOptions {
   int gpu_node = -1;       // replica-per-node: attach the replica on this node (-1: this CPU's node)
 };
 
-// What happened at one step: its duration on this rank and every rank's entry.
-struct StepRecord {
-  std::string step;
-  double seconds = 0;
-  std::vector<RankEntry> entries;
-};
-
 class SharedTableGroup {
  public:
   // Leader, after steps 1-2: shares `table`, created and placed by HostTable::create (every backing shareable:

@@ -1,6 +1,6 @@
 // The harness knobs live outside the public EngineOptions (src/engine/harness.hpp): a copy of the options carries
-// them, writing through mutable_engine_harness changes those options only, the text key layer_us still sets them,
-// and the injected clock is the one the CPU queue's timeline records. The file hashers of the public header
+// them, writing through mutable_engine_harness changes those options only, the text key layer_us still sets them;
+// the clock EngineOptions::clock_ns injects is the one the CPU queue's timeline records. The file hashers of the public header
 // (ngram_hasher_from_table_file) give the hasher NgramHasher::create gives from the same table.
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@ TEST(EngineHarness, OptionsWithoutAHarnessReadTheDefaults) {
   const EngineOptions o;
   EXPECT_EQ(o.harness, nullptr);
   EXPECT_EQ(engine_harness(o).layer_us, 0);
-  EXPECT_FALSE(engine_harness(o).clock_ns);
+  EXPECT_FALSE(o.clock_ns);
   EXPECT_FALSE(engine_harness(o).on_protocol_step);
 }
 
@@ -42,7 +42,7 @@ TEST(EngineHarness, TheTextKeyLayerUsSetsTheHarness) {
   EXPECT_EQ(set_engine_option(o, "layer_us", "-1").code(), Code::kInvalidArgument);
 }
 
-TEST(EngineHarness, TheInjectedClockTimesTheCpuQueue) {
+TEST(EngineOptions, TheInjectedClockTimesTheCpuQueue) {
   auto layout = make_preset_layout("tiny");
   ASSERT_TRUE(layout.is_ok());
   EngineOptions o;
@@ -52,7 +52,7 @@ TEST(EngineHarness, TheInjectedClockTimesTheCpuQueue) {
   // Read by the driving thread and the queue's worker: an atomic tick count.
   std::atomic<int64_t> ticks{0};
   const double kTick = 1000;
-  mutable_engine_harness(o).clock_ns = [&ticks, kTick] { return static_cast<double>(++ticks) * kTick; };
+  o.clock_ns = [&ticks, kTick] { return static_cast<double>(++ticks) * kTick; };
   auto e = Engine::create_local(*layout, o);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   PrefetchQueue& q = (*e)->queue();
