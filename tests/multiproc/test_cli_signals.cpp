@@ -185,7 +185,9 @@ TEST(CliSignals, QuitAndUserSignalsCleanUpLikeTerm) {
       (void)kill(c.group ? -pid : pid, c.sig);
       const int rc = wait_exit(pid);
       const std::string said = read_all(log);
-      EXPECT_TRUE(rc == 0 || rc == 128 + c.sig) << what << ": " << rc << "\n" << said;
+      // Done before the signal, stopped by its handler, or (a signal before the handler is installed, under load)
+      // ended by the default action before anything was written.
+      EXPECT_TRUE(rc == 0 || rc == 128 + c.sig || rc == 1000 + c.sig) << what << ": " << rc << "\n" << said;
       std::vector<std::string> left_out;
       for (auto& n : out.entries())
         if (!(rc == 0 && n == "t.safetensors")) left_out.push_back(n);

@@ -72,17 +72,6 @@ inline CLI::Validator finite_number(double lo, double hi) {
       "in " + range);
 }
 
-// A finite number > 0.
-inline CLI::Validator positive_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        const auto v = detail::read_finite(text);
-        if (!v || !(*v > 0)) return "expected a finite number > 0, got '" + text + "'";
-        return {};
-      },
-      "> 0");
-}
-
 // A decimal integer in [lo, hi] (no clamping: a value outside is refused). The text is rewritten in canonical
 // decimal, so that CLI11's own conversion reads what was checked.
 inline CLI::Validator integer_in(int64_t lo, int64_t hi) {

@@ -77,7 +77,6 @@ void harden_one(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) harden_one(*sub);
 }
 
-
 }  // namespace
 
 CLI::Validator socket_path() {
@@ -86,8 +85,10 @@ CLI::Validator socket_path() {
     auto info = sys::lstat_path(path);
     if (!info.is_ok()) return info.status().code() == Code::kNotFound ? std::string() : info.status().message();
     if (info->kind == sys::PathKind::kSocket) return {};
-    return "'" + path + "' exists and is not a socket (" +
-           (info->kind == sys::PathKind::kDirectory ? "a directory" : info->kind == sys::PathKind::kRegular ? "a regular file" : "another kind of file") +
+    const char* kind = info->kind == sys::PathKind::kDirectory ? "a directory"
+                       : info->kind == sys::PathKind::kRegular ? "a regular file"
+                                                               : "another kind of file";
+    return "'" + path + "' exists and is not a socket (" + kind +
            "): give the path of the socket to create, in a directory of mode 0700";
   });
 }

@@ -213,6 +213,16 @@ int run(const HashArgs& a) {
   }
 
   // The hasher first: a pad id or V' that the table refuses is bad input, told before any text is tokenized.
+  if (a.model.empty()) {
+    if (a.pad_id >= table->vocab_size())
+      return report_failure(cmd, bad("--pad-id " + std::to_string(a.pad_id) + ": expected a token id of the compression "
+                                     "table, 0.." + std::to_string(table->vocab_size() - 1)));
+    if (a.expect_vocab != 0 && a.expect_vocab != table->compressed_vocab)
+      return report_failure(cmd, bad("--expect-vocab " + std::to_string(a.expect_vocab) + ": the tables were built for V' = " +
+                                     std::to_string(a.expect_vocab) + ", the compression table " + table_path +
+                                     " gives V' = " + std::to_string(table->compressed_vocab) +
+                                     " (hashing with it would address other rows)"));
+  }
   auto hasher = NgramHasher::create(*layout, *table, opt);
   if (!hasher.is_ok()) return report_failure(cmd, hasher.status());
 

@@ -145,6 +145,8 @@ const Row kRows[] = {
     {"hash --text {S}", 2, "--text"},
     {"hash --pad-id -1", 2, "--pad-id"},
     {"hash --expect-vocab -1", 2, "--expect-vocab"},
+    {"hash --pad-id 999999999", 2, "--pad-id 999999999: expected a token id"},
+    {"hash --expect-vocab 5", 2, "--expect-vocab 5: the tables were built for V' = 5"},
     {"hash --kind bogus", 2, "--kind"},
     // profile
     {"profile --tokens {F} --out {S}", 2, "--out"},
