@@ -405,6 +405,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_flag("--stats", a->stats, "N-gram statistics: distinct ids, top-10 share, in-batch repeat rate");
   sub.add_option("--batch", a->batch, "sequences per batch for --stats")->check(integer_in(1, 1 << 20))->capture_default_str();
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens (0 = whole documents; --stats uses 512)")
+      ->check(integer_in(0, int64_t{1} << 30))
       ->capture_default_str();
   sub.add_flag("--no-bos", a->no_bos, "with --text: do not put the BOS id 0 before each document");
   return [a] { return run(*a); };

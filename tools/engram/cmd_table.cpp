@@ -277,8 +277,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(integer_in(0, 4096));
   add_progress_option(*c, create_args->progress);
   c->add_option("--extra-rows", create_args->extra_rows,
-                "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)");
-  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)");
+                "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)")
+      ->check(integer_in(0, int64_t{1} << 32));
+  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)")
+      ->check(integer_in(1, 64));
   c->add_option("--tokenizer-json", create_args->tokenizer_json,
                 "hf-model: tokenizer.json to copy in; auto = the DeepSeek-V3 one tools/tokenize bundles when npm ci has "
                 "run; none");

@@ -134,9 +134,8 @@ const Row kRows[] = {
     {"table create --format hf-model --layout tiny --compressed-vocab-size -1 --out {D}/m", 2, "--compressed-vocab-size"},
     {"table create --layout tiny --threads -1 --out {D}/t.safetensors", 2, "--threads"},
     {"table load --reader-node -1 {F}", 2, "--reader-node"},
-    // An integer that passes the 64-bit check but not the option's own type: CLI11's conversion error, said again
-    // with the option's name.
-    {"table create --layout tiny --shards 99999999999 --out {D}/t.safetensors", 2, "--shards: '99999999999' is out of"},
+    {"table create --format hf-model --layout tiny --shards -1 --out {D}/m", 2, "--shards"},
+    {"table create --format hf-model --layout tiny --extra-rows -1 --out {D}/m", 2, "--extra-rows"},
     // hash
     {"hash --seed -1", 2, "--seed"},
     {"hash --out {S}", 2, "--out"},
@@ -148,6 +147,7 @@ const Row kRows[] = {
     {"hash --pad-id 999999999", 2, "--pad-id 999999999: expected a token id"},
     {"hash --expect-vocab 5", 2, "--expect-vocab 5: the tables were built for V' = 5"},
     {"hash --kind bogus", 2, "--kind"},
+    {"hash --seq-len -1", 2, "--seq-len"},
     // profile
     {"profile --tokens {F} --out {S}", 2, "--out"},
     {"profile --tokens {F} --out /nonexistent-engram-dir/p", 2, "--out"},
@@ -157,6 +157,10 @@ const Row kRows[] = {
     {"profile --tokens {F} --out {D}/p --holdout-seed -1", 2, "--holdout-seed"},
     {"profile --tokens {F} --out {D}/p --compression-table {P}", 2, "--compression-table"},
     {"profile --tokens {F} --out {D}/p --holdout 0.5 --holdout-out {S}", 2, "--holdout-out"},
+    {"profile --tokens {F} --out {D}/p --top -1", 2, "--top"},
+    {"profile --tokens {F} --out {D}/p --min-count 0", 2, "--min-count"},
+    {"profile --tokens {F} --out {D}/p --seq-len -1", 2, "--seq-len"},
+    {"profile --tokens {F} --out {D}/p --d 33", 2, "--d"},
     // trace
     {"trace analyze {S}", 2, "{S}"},
     {"trace analyze {P}", 2, "{P}"},
