@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <unordered_set>
 
+#include "tools/engram/arg_checks.hpp"
 #include "bench/registry.hpp"
 #include "core/stats.hpp"
 #include "engram/layout.hpp"
@@ -313,21 +314,26 @@ ENGRAM_BENCH(cache_follow,
                              "switches corpus, against static and oracle caches",
               .add_options =
                   [](CLI::App& s) {
-                    s.add_option("--first", g_follow.first, "Token file before the switch (default corpus/corpus-test)");
-                    s.add_option("--then", g_follow.then, "Token file after the switch (default other/corpus-test)");
+                    s.add_option("--first", g_follow.first, "Token file before the switch (default corpus/corpus-test)")
+                        ->check(cli::input_file());
+                    s.add_option("--then", g_follow.then, "Token file after the switch (default other/corpus-test)")
+                        ->check(cli::input_file());
                     s.add_option("--oracle-tokens", g_follow.oracle,
-                                 "Token file of the held-out oracle's profile (default other/corpus-train)");
+                                 "Token file of the held-out oracle's profile (default other/corpus-train)")
+                        ->check(cli::input_file());
                     s.add_option("--fill", g_follow.fill,
                                  "Fill the static and online caches at start from a profile of this token file "
-                                 "(default: the warm-up window)");
-                    s.add_option("--table-size", g_follow.table_size, "v41-flash-mini table size (default 8GiB)");
+                                 "(default: the warm-up window)")
+                        ->check(cli::input_file());
+                    s.add_option("--table-size", g_follow.table_size, "v41-flash-mini table size (default 8GiB)")
+                        ->check(cli::size_in(int64_t{1} << 20, int64_t{1} << 50));
                     s.add_option("--cache-size", g_follow.cache_size, "Cache per layer (default 5%)");
-                    s.add_option("--batch", g_follow.batch, "Sequences per step (default 64)")->check(CLI::Range(1, 1 << 16));
-                    s.add_option("--cache-warmup", g_follow.warmup, "Warm-up window of the cache in steps (default 8)")->check(CLI::Range(1, 1 << 20));
-                    s.add_option("--switch-at", g_follow.switch_at, "Step of the switch (default 400)");
-                    s.add_option("--steps", g_follow.steps, "Steps in all (default 1000)");
+                    s.add_option("--batch", g_follow.batch, "Sequences per step (default 64)")->check(cli::range(1, 1 << 16));
+                    s.add_option("--cache-warmup", g_follow.warmup, "Warm-up window of the cache in steps (default 8)")->check(cli::range(1, 1 << 20));
+                    s.add_option("--switch-at", g_follow.switch_at, "Step of the switch (default 400)")->check(cli::range(int64_t{1}, int64_t{1} << 30));
+                    s.add_option("--steps", g_follow.steps, "Steps in all (default 1000)")->check(cli::range(int64_t{1}, int64_t{1} << 30));
                     s.add_option("--window", g_follow.window, "Moving-average window in steps (default 16)")
-                        ->check(CLI::Range(1, 100000));
+                        ->check(cli::range(1, 100000));
                     s.add_option("--updates", g_follow.updates,
                                  "Online policies as --cache-update takes them, ';'-separated (default: the engine's "
                                  "without and with bursts of up to 16x)")

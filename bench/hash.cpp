@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <span>
 
+#include "tools/engram/arg_checks.hpp"
 #include "bench/gpu.hpp"
 #include "engram/hash_batch.hpp"
 #include "engram/ngram_hash.hpp"
@@ -263,11 +264,15 @@ ENGRAM_BENCH(hash, {.key = "hash",
                         [](CLI::App& s) {
                           s.add_option("--decode-batches", g_hash.decode_batches, "Requests per decode step (1 token each)")
                               ->delimiter(',')
-                              ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+                              ->check(cli::range(int64_t{1}, int64_t{1} << 20));
                           s.add_option("--prefill-tokens", g_hash.prefill_tokens, "Tokens of the prefill step (0 = none)")
-                              ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+                              ->check(cli::range(int64_t{0}, int64_t{1} << 24));
                           s.add_option("--tokens", g_hash.tokens_path, "Token file of the text (default: the default text)")
-                              ->check(CLI::ExistingFile);
+                              ->check(cli::parsed_by([](const std::string& path) {
+                                // A regular file first (a FIFO would block the read), then a token file.
+                                ENGRAM_RETURN_IF_ERROR(sys::check_input_path(path, sys::InputKind::kFile));
+                                return read_token_file(path).status();
+                              }));
                           s.add_flag("--cpu-only", g_hash.cpu_only, "Time the CPU hasher only (runs without a GPU)");
                         },
                     .filter = [](const Context&) -> std::optional<std::string> {

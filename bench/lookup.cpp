@@ -46,6 +46,7 @@
 #include "replay/id_source.hpp"
 #include "replay/text_id_source.hpp"
 #include "sys/affinity.hpp"
+#include "tools/engram/arg_checks.hpp"
 
 namespace engram::bench {
 
@@ -509,35 +510,64 @@ ENGRAM_BENCH(lookup, {.key = "lookup",
                                      "placement, backend (cuda/cpu/host-dma) vs link and plain-gather ceilings",
                       .add_options =
                           [](CLI::App& s) {
-                            s.add_option("--backends", g_opt.backends, "auto, or a list of cuda,cpu,host-dma");
-                            s.add_option("--layouts", g_opt.layouts, "Row layouts: fused,split")->delimiter(',');
-                            s.add_option("--d", g_opt.d, "Row widths d (multiples of 32)")->delimiter(',');
-                            s.add_option("--ids", g_opt.dists, "Id distributions: uniform,zipf,text")->delimiter(',');
-                            s.add_option("--zipf-alpha", g_opt.zipf_alpha, "Zipf exponent");
-                            s.add_option("--sorted", g_opt.sorted, "no, yes or no,yes (ids sorted per call)")->delimiter(',');
-                            s.add_option("--batches", g_opt.batches, "Tokens per call (x 24 heads rows)")->delimiter(',');
-                            s.add_option("--grid-fractions", g_opt.grid_fractions, "CUDA grid caps (fractions of SMs)")->delimiter(',');
-                            s.add_option("--table-size", g_opt.table_size, "Table bytes (the largest span; default 32GiB)");
-                            s.add_option("--spans", g_opt.spans, "Spans the ids cover (<= table size), e.g. 1GiB,32GiB")->delimiter(',');
-                            s.add_option("--placement", g_opt.placement, "Table placement policy (host/placement.hpp)");
-                            s.add_option("--backing", g_opt.backing, "Table backing: memfd, shm, hugetlb, anon-thp");
-                            s.add_option("--tlb-scrub-rows", g_opt.tlb_scrub_rows, "Rows of the GPU translation scrub (0 = none)");
-                            s.add_option("--tokens", g_opt.tokens, "Token file of the text ids (default: the default text)");
+                            s.add_option("--backends", g_opt.backends, "auto, or a list of cuda,cpu,host-dma")
+                                ->check(cli::list_of({"auto", "cuda", "cpu", "host-dma"}));
+                            s.add_option("--layouts", g_opt.layouts, "Row layouts: fused,split")->delimiter(',')->check(CLI::IsMember({"fused", "split"}));
+                            s.add_option("--d", g_opt.d, "Row widths d (multiples of 32)")
+                                ->delimiter(',')
+                                ->check(cli::multiple_in(32, 8192, 32));
+                            s.add_option("--ids", g_opt.dists, "Id distributions: uniform,zipf,text")
+                                ->delimiter(',')
+                                ->check(CLI::IsMember({"uniform", "zipf", "text"}));
+                            s.add_option("--zipf-alpha", g_opt.zipf_alpha, "Zipf exponent")->check(cli::range(1e-6, 100.0));
+                            s.add_option("--sorted", g_opt.sorted, "no, yes or no,yes (ids sorted per call)")
+                                ->delimiter(',')
+                                ->check(CLI::IsMember({"no", "yes"}));
+                            s.add_option("--batches", g_opt.batches, "Tokens per call (x 24 heads rows)")
+                                ->delimiter(',')
+                                ->check(cli::range(int64_t{1}, int64_t{1} << 20));
+                            s.add_option("--grid-fractions", g_opt.grid_fractions, "CUDA grid caps (fractions of SMs)")
+                                ->delimiter(',')
+                                ->check(cli::range(0.01, 1.0));
+                            s.add_option("--table-size", g_opt.table_size, "Table bytes (the largest span; default 32GiB)")
+                                ->check(cli::size_in(int64_t{1} << 20, int64_t{1} << 50));
+                            s.add_option("--spans", g_opt.spans, "Spans the ids cover (<= table size), e.g. 1GiB,32GiB")
+                                ->delimiter(',')
+                                ->check(cli::size_in(int64_t{1} << 20, int64_t{1} << 50));
+                            s.add_option("--placement", g_opt.placement, "Table placement policy (host/placement.hpp)")
+                                ->check(cli::parsed_by([](const std::string& t) { return parse_placement(t).status(); }));
+                            s.add_option("--backing", g_opt.backing, "Table backing: memfd, shm, hugetlb, anon-thp")
+                                ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
+                            s.add_option("--tlb-scrub-rows", g_opt.tlb_scrub_rows, "Rows of the GPU translation scrub (0 = none)")
+                                ->check(cli::range(int64_t{0}, int64_t{1} << 30));
+                            s.add_option("--tokens", g_opt.tokens, "Token file of the text ids (default: the default text)")
+                                ->check(cli::input_file());
                             s.add_option("--sections", g_opt.sections,
-                                         "sweep, fast (= calibration,prefill,decode,sort-sweep) or any of those")->delimiter(',');
+                                         "sweep, fast (= calibration,prefill,decode,sort-sweep) or any of those")
+                                ->delimiter(',')
+                                ->check(CLI::IsMember({"sweep", "fast", "calibration", "prefill", "decode", "sort-sweep"}));
                             s.add_option("--techniques", g_opt.techniques,
                                          "Technique variants: plain,dedup-hash,dedup-sort,cache-fp8,cache-bf16,hybrid,planner,"
                                          "planner-unsplit (the planner without host threads beside device dedup/cache; "
                                          "prefill only) (default all; plain always runs)")->delimiter(',');
-                            s.add_option("--fast-ids", g_opt.fast_ids, "Id distributions of the technique sections")->delimiter(',');
-                            s.add_option("--prefill-tokens", g_opt.prefill_tokens, "Prefill batch of the technique sections (x 24 heads)");
-                            s.add_option("--decode", g_opt.decode, "Decode batches of the technique sections (tokens)")->delimiter(',');
-                            s.add_option("--sort-sweep", g_opt.sort_sweep, "Batches (tokens) of the sort-threshold sweep")->delimiter(',');
+                            s.add_option("--fast-ids", g_opt.fast_ids, "Id distributions of the technique sections")
+                                ->delimiter(',')
+                                ->check(CLI::IsMember({"uniform", "zipf", "text"}));
+                            s.add_option("--prefill-tokens", g_opt.prefill_tokens, "Prefill batch of the technique sections (x 24 heads)")
+                                ->check(cli::range(int64_t{1}, int64_t{1} << 20));
+                            s.add_option("--decode", g_opt.decode, "Decode batches of the technique sections (tokens)")
+                                ->delimiter(',')
+                                ->check(cli::range(int64_t{1}, int64_t{1} << 20));
+                            s.add_option("--sort-sweep", g_opt.sort_sweep, "Batches (tokens) of the sort-threshold sweep")
+                                ->delimiter(',')
+                                ->check(cli::range(int64_t{1}, int64_t{1} << 20));
                             s.add_option("--cache-size", g_opt.cache_size, "GPU hot-row cache: bytes (1GiB), share of the table (5%) or off");
                             s.add_option("--cache-profile", g_opt.cache_profile,
-                                         "Hot-row profile for the text cache (engram profile --layout bench --table-size SAME)");
-                            s.add_option("--warm-steps", g_opt.warm_steps, "Warm-up window (prefill batches) of in-sample cache profiles");
-                            s.add_option("--host-threads", g_opt.host_threads, "Host-gather threads (0 = cores - 2)");
+                                         "Hot-row profile for the text cache (engram profile --layout bench --table-size SAME)")
+                                ->check(cli::input_file());
+                            s.add_option("--warm-steps", g_opt.warm_steps, "Warm-up window (prefill batches) of in-sample cache profiles")
+                                ->check(cli::range(0, 1 << 20));
+                            s.add_option("--host-threads", g_opt.host_threads, "Host-gather threads (0 = cores - 2)")->check(cli::range(0, 4096));
                             s.add_option("--hash-seed", g_opt.hash_seed, "Hash seed of the technique sections' text ids");
                           },
                       .filter = nullptr,

@@ -30,6 +30,7 @@
 #include "host/placement.hpp"
 #include "sys/affinity.hpp"
 #include "sys/numa.hpp"
+#include "tools/engram/arg_checks.hpp"
 
 namespace engram::bench {
 namespace {
@@ -368,10 +369,14 @@ ENGRAM_BENCH(numa, {.key = "numa",
                                    "latency, random 256-B gather; memory placed with bind:N and censused",
                     .add_options =
                         [](CLI::App& s) {
-                          s.add_option("--numa-bytes", g_opt.bytes, "Buffer per memory node (>> LLC; default 1GiB)");
-                          s.add_option("--gather-rows", g_opt.gather_rows, "256-B rows per gather repetition");
-                          s.add_option("--chase-hops", g_opt.chase_hops, "Pointer-chase hops per repetition");
-                          s.add_option("--chase-chunks", g_opt.chase_chunks, "Latency samples per repetition");
+                          s.add_option("--numa-bytes", g_opt.bytes, "Buffer per memory node (>> LLC; default 1GiB)")
+                              ->check(cli::size_in(int64_t{1} << 20, int64_t{1} << 40));
+                          s.add_option("--gather-rows", g_opt.gather_rows, "256-B rows per gather repetition")
+                              ->check(cli::range(int64_t{1}, int64_t{1} << 32));
+                          s.add_option("--chase-hops", g_opt.chase_hops, "Pointer-chase hops per repetition")
+                              ->check(cli::range(int64_t{1}, int64_t{1} << 32));
+                          s.add_option("--chase-chunks", g_opt.chase_chunks, "Latency samples per repetition")
+                              ->check(cli::range(1, 1 << 20));
                         },
                     .filter = nullptr,
                     .run = run_numa,

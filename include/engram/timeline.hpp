@@ -29,6 +29,11 @@ namespace engram {
 ENGRAM_API_BEGIN
 
 inline constexpr double kNotRecorded = std::numeric_limits<double>::quiet_NaN();
+// The largest rank and layer number a timeline file may name (from_json refuses a larger one).
+inline constexpr int kMaxTimelineRank = 1 << 20;
+inline constexpr int kMaxTimelineLayer = 1 << 16;
+// The largest step number (2^53: what a JSON double holds exactly).
+inline constexpr int64_t kMaxTimelineStep = int64_t{1} << 53;
 
 struct LayerTiming {
   int rank = 0;
@@ -123,7 +128,9 @@ class Timeline {
   // Wall-clock time (CLOCK_REALTIME, ns since the Unix epoch) of this timeline's time origin; NaN when unknown.
   double origin_unix_ns = kNotRecorded;
 
-  // Reads to_json() output, or a Chrome trace written by to_chrome_trace() (its "engram_timeline" key).
+  // Reads to_json() output, or a Chrome trace written by to_chrome_trace() (its "engram_timeline" key). A field of
+  // the wrong kind or out of its range (a time that is not a number in [0, 1e18] ns or null, a fractional or
+  // negative rank) is refused with its place, e.g. "timeline: rows[3].c_ns: ...".
   static Result<Timeline> from_json(const nlohmann::json& j);
   // JSON: {"unit":"ns","origin_unix_ns":..,"rows":[{rank,step,layer_id,r_ns,...,warmup}],"steps":[...]} with
   // null for NaN.

@@ -181,9 +181,12 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
     b.mode = PrefetchMode::kOnDemand;
     arms = {a, b};
   } else if (id == "B2") {
-    if (caps.size() < 2) return Status(Code::kInvalidArgument, "B2: --caps needs at least two caps to compare");
+    if (caps.size() < 2)
+      return Status(Code::kInvalidArgument, "B2: --caps: expected two or more caps to compare (e.g. --caps 0.25 1.0), got " +
+                                                std::to_string(caps.size()));
     for (double c : caps) {
-      if (!(c > 0 && c <= 1)) return Status(Code::kInvalidArgument, "B2: a cap must be in (0, 1]");
+      if (!(c > 0 && c <= 1))
+        return Status(Code::kInvalidArgument, "B2: --caps: expected fractions in (0, 1], got " + num(c, "%g"));
       ArmSpec a = arm("cap=" + num(c, "%.2f"), "");
       if (base.backend == BackendKind::kCuda) {
         a.rig.grid_fraction = c;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +20,11 @@
 namespace engram {
 
 namespace {
+
+// The bounds of a --trace-file line: a request's lengths (the serving setup refuses more than 16 M tokens in all)
+// and its arrival time in seconds from the replay's start (115 days).
+constexpr int64_t kMaxTraceTokens = int64_t{1} << 24;
+constexpr double kMaxTraceArrivalS = 1e7;
 
 double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53; }
 
@@ -81,8 +87,7 @@ Result<LengthDist> LengthDist::parse(const std::string& text) {
   // clipped.
   const double top = d.kind == Kind::kUniform ? d.b : d.a;
   if (top > static_cast<double>(d.max_tokens))
-    return Status(Code::kInvalidArgument, "length distribution '" + text + "': " + std::to_string(static_cast<int64_t>(
-                                              std::min(top, 9.2e18))) + " tokens is more than the most a request may have (" +
+    return Status(Code::kInvalidArgument, "length distribution '" + text + "': more tokens than the most a request may have (" +
                                               std::to_string(d.max_tokens) + ")");
   return d;
 }
@@ -134,18 +139,44 @@ Result<std::vector<ServingRequest>> make_requests(const WorkloadOptions& o, int6
     while (std::getline(f, line)) {
       ++lineno;
       if (line.empty() || line[0] == '#') continue;
-      std::replace(line.begin(), line.end(), ',', ' ');
-      std::istringstream is(line);
-      int64_t p = 0, n = 0;
+      // Fields read whole (std::from_chars): "10.5" is no token count, "abc" no arrival time.
+      std::vector<std::string> fields;
+      for (size_t b = 0;;) {
+        const size_t e = line.find(',', b);
+        std::string field = line.substr(b, e == std::string::npos ? std::string::npos : e - b);
+        field.erase(0, field.find_first_not_of(" \t\r"));
+        field.erase(field.find_last_not_of(" \t\r") + 1);
+        fields.push_back(field);
+        if (e == std::string::npos) break;
+        b = e + 1;
+      }
+      const std::string where = o.trace_file + ":" + std::to_string(lineno);
+      if (fields.size() < 2 || fields.size() > 3)
+        return Status(Code::kInvalidArgument, where + ": expected 'prompt_tokens,output_tokens[,arrival_s]', got '" + line + "'");
+      int64_t len[2] = {0, 0};
+      for (int k = 0; k < 2; ++k) {
+        const std::string& field = fields[static_cast<size_t>(k)];
+        const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), len[k]);
+        if (ec != std::errc() || end != field.data() + field.size() || len[k] < 1 || len[k] > kMaxTraceTokens)
+          return Status(Code::kInvalidArgument, where + ": " + (k == 0 ? "prompt_tokens" : "output_tokens") +
+                                                    ": expected an integer in [1, " + std::to_string(kMaxTraceTokens) +
+                                                    "], got '" + field + "'");
+      }
+      const int64_t p = len[0], n = len[1];
       double arr_s = -1;
-      if (!(is >> p >> n) || p < 1 || n < 1)
-        return Status(Code::kInvalidArgument, o.trace_file + ":" + std::to_string(lineno) +
-                                                  ": expected 'prompt_tokens,output_tokens[,arrival_s]' with both >= 1");
+      if (fields.size() == 3) {
+        const std::string& field = fields[2];
+        const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), arr_s);
+        if (ec != std::errc() || end != field.data() + field.size() || !std::isfinite(arr_s) || arr_s < 0 ||
+            arr_s > kMaxTraceArrivalS)
+          return Status(Code::kInvalidArgument, where + ": arrival_s: expected seconds in [0, " +
+                                                    std::to_string(static_cast<int64_t>(kMaxTraceArrivalS)) + "], got '" + field + "'");
+      }
       ServingRequest r;
       r.id = static_cast<int64_t>(out.size());
       r.prompt_tokens = p;
       r.output_tokens = n;
-      r.arrival_ns = (is >> arr_s) ? arr_s * 1e9 : next_arrival();
+      r.arrival_ns = fields.size() == 3 ? arr_s * 1e9 : next_arrival();
       out.push_back(r);
     }
     if (out.empty()) return Status(Code::kInvalidArgument, "workload: trace file '" + o.trace_file + "' has no requests");

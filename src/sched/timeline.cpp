@@ -2,6 +2,8 @@
 #include "engram/timeline.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/json_num.hpp"
@@ -29,44 +31,102 @@ std::vector<ModelRow> explain_serial_queue(const std::vector<LayerTiming>& queue
   return out;
 }
 
+namespace {
+
+// The strict field readers of from_json: a field that is there must be of its kind and in its range, so that a
+// malformed or hand-edited file is refused with the field's place ("rows[3].c_ns") instead of read as 0 or as a
+// time that no clock gives. Times are ns on the timeline's clock (from its origin; a caller's clock may count
+// from boot): finite, in [0, kMaxTimeNs], or null / absent (not recorded).
+constexpr double kMaxTimeNs = 1e18;          // 31 years
+constexpr double kMaxStep = static_cast<double>(kMaxTimelineStep);
+
+Status field_error(const std::string& where, const char* key, const std::string& expected, const nlohmann::json& v) {
+  return Status(Code::kInvalidArgument, "timeline: " + where + "." + key + ": expected " + expected + ", got " + v.dump());
+}
+
+Status read_time(const nlohmann::json& r, const char* key, const std::string& where, double* out) {
+  *out = kNotRecorded;
+  if (!r.contains(key) || r[key].is_null()) return Status::ok();
+  const nlohmann::json& v = r[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > kMaxTimeNs)
+    return field_error(where, key, "a time in ns in [0, 1e+18] or null", v);
+  *out = v.get<double>();
+  return Status::ok();
+}
+
+// An integer field in [lo, hi] (a JSON integer, or a double with no fraction); `def` when absent.
+template <typename T>
+Status read_int(const nlohmann::json& r, const char* key, const std::string& where, double lo, double hi, T def, T* out) {
+  *out = def;
+  if (!r.contains(key)) return Status::ok();
+  const nlohmann::json& v = r[key];
+  const double d = v.is_number() ? v.get<double>() : 0.0;
+  if (!v.is_number() || !std::isfinite(d) || d != std::floor(d) || d < lo || d > hi) {
+    char range[64];
+    std::snprintf(range, sizeof range, "an integer in [%.0f, %.0f]", lo, hi);
+    return field_error(where, key, range, v);
+  }
+  *out = v.is_number_integer() ? v.get<T>() : static_cast<T>(d);
+  return Status::ok();
+}
+
+Status read_bool(const nlohmann::json& r, const char* key, const std::string& where, bool* out) {
+  *out = false;
+  if (!r.contains(key)) return Status::ok();
+  if (!r[key].is_boolean()) return field_error(where, key, "true or false", r[key]);
+  *out = r[key].get<bool>();
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<Timeline> Timeline::from_json(const nlohmann::json& j) {
   const nlohmann::json* rows = nullptr;
-  if (j.is_object() && j.contains("engram_timeline")) rows = &j["engram_timeline"]["rows"];
+  if (j.is_object() && j.contains("engram_timeline") && j["engram_timeline"].is_object() &&
+      j["engram_timeline"].contains("rows"))
+    rows = &j["engram_timeline"]["rows"];
   else if (j.is_object() && j.contains("rows")) rows = &j["rows"];
   if (!rows || !rows->is_array())
     return Status(Code::kInvalidArgument, "timeline: no 'rows' array (expected a file written by engram run)");
-  auto num = [](const nlohmann::json& r, const char* k) {
-    return r.contains(k) && r[k].is_number() ? r[k].get<double>() : kNotRecorded;
-  };
   Timeline tl;
   const nlohmann::json& top = j.contains("engram_timeline") ? j["engram_timeline"] : j;
-  if (top.contains("origin_unix_ns") && top["origin_unix_ns"].is_number()) tl.origin_unix_ns = top["origin_unix_ns"].get<double>();
-  if (top.contains("steps") && top["steps"].is_array())
+  if (top.contains("origin_unix_ns") && !top["origin_unix_ns"].is_null()) {
+    const nlohmann::json& o = top["origin_unix_ns"];
+    if (!o.is_number() || !std::isfinite(o.get<double>()) || o.get<double>() < 0)
+      return Status(Code::kInvalidArgument, "timeline: origin_unix_ns: expected ns since the Unix epoch or null, got " + o.dump());
+    tl.origin_unix_ns = o.get<double>();
+  }
+  if (top.contains("steps") && top["steps"].is_array()) {
+    size_t i = 0;
     for (const auto& s : top["steps"]) {
-      if (!s.is_object()) return Status(Code::kInvalidArgument, "timeline: a step is not an object");
+      const std::string where = "steps[" + std::to_string(i++) + "]";
+      if (!s.is_object()) return Status(Code::kInvalidArgument, "timeline: " + where + " is not an object");
       StepSpan sp;
-      sp.rank = s.value("rank", 0);
-      sp.step = s.value("step", int64_t{0});
-      sp.begin_ns = num(s, "begin_ns");
-      sp.end_ns = num(s, "end_ns");
-      sp.warmup = s.value("warmup", false);
+      ENGRAM_RETURN_IF_ERROR(read_int(s, "rank", where, 0, kMaxTimelineRank, 0, &sp.rank));
+      ENGRAM_RETURN_IF_ERROR(read_int(s, "step", where, -kMaxStep, kMaxStep, int64_t{0}, &sp.step));
+      ENGRAM_RETURN_IF_ERROR(read_time(s, "begin_ns", where, &sp.begin_ns));
+      ENGRAM_RETURN_IF_ERROR(read_time(s, "end_ns", where, &sp.end_ns));
+      ENGRAM_RETURN_IF_ERROR(read_bool(s, "warmup", where, &sp.warmup));
       tl.add_step(sp);
     }
+  }
+  size_t i = 0;
   for (const auto& r : *rows) {
-    if (!r.is_object()) return Status(Code::kInvalidArgument, "timeline: a row is not an object");
+    const std::string where = "rows[" + std::to_string(i++) + "]";
+    if (!r.is_object()) return Status(Code::kInvalidArgument, "timeline: " + where + " is not an object");
     LayerTiming t;
-    t.rank = r.value("rank", 0);
-    t.step = r.value("step", int64_t{0});
-    t.layer_index = r.value("layer_index", 0);
-    t.layer_id = r.value("layer_id", 0);
-    t.rows = r.value("rows", int64_t{0});
-    t.r_ns = num(r, "r_ns");
-    t.submit_ns = num(r, "submit_ns");
-    t.s_ns = num(r, "s_ns");
-    t.f_ns = num(r, "f_ns");
-    t.c_ns = num(r, "c_ns");
-    t.wait_end_ns = num(r, "wait_end_ns");
-    t.warmup = r.value("warmup", false);
+    ENGRAM_RETURN_IF_ERROR(read_int(r, "rank", where, 0, kMaxTimelineRank, 0, &t.rank));
+    ENGRAM_RETURN_IF_ERROR(read_int(r, "step", where, -kMaxStep, kMaxStep, int64_t{0}, &t.step));
+    ENGRAM_RETURN_IF_ERROR(read_int(r, "layer_index", where, 0, kMaxTimelineLayer, 0, &t.layer_index));
+    ENGRAM_RETURN_IF_ERROR(read_int(r, "layer_id", where, 0, kMaxTimelineLayer, 0, &t.layer_id));
+    ENGRAM_RETURN_IF_ERROR(read_int(r, "rows", where, 0, kMaxStep, int64_t{0}, &t.rows));
+    ENGRAM_RETURN_IF_ERROR(read_time(r, "r_ns", where, &t.r_ns));
+    ENGRAM_RETURN_IF_ERROR(read_time(r, "submit_ns", where, &t.submit_ns));
+    ENGRAM_RETURN_IF_ERROR(read_time(r, "s_ns", where, &t.s_ns));
+    ENGRAM_RETURN_IF_ERROR(read_time(r, "f_ns", where, &t.f_ns));
+    ENGRAM_RETURN_IF_ERROR(read_time(r, "c_ns", where, &t.c_ns));
+    ENGRAM_RETURN_IF_ERROR(read_time(r, "wait_end_ns", where, &t.wait_end_ns));
+    ENGRAM_RETURN_IF_ERROR(read_bool(r, "warmup", where, &t.warmup));
     tl.add(t);
   }
   return tl;

@@ -414,7 +414,9 @@ Status check_input_path(const std::string& path, InputKind kind) {
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     return Status(Code::kInvalidArgument,
-                  path + ": " + (err == ENOENT ? std::string("no such file") : "cannot be read (" + errno_name(err) + ")"), err);
+                  path + ": " + (err == ENOENT ? std::string(kind == InputKind::kDirectory ? "no such directory" : "no such file")
+                                               : "cannot be read (" + errno_name(err) + ")"),
+                  err);
   }
   if (S_ISDIR(st.st_mode)) {
     if (kind == InputKind::kFile) return Status(Code::kInvalidArgument, path + ": is a directory, not a file", EISDIR);

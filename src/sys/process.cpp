@@ -114,11 +114,9 @@ void guardian_line(const char* line) {
       if (fd != rd) (void)::close(fd);
   struct sigaction ign{};
   ign.sa_handler = SIG_IGN;
-  // A terminal's Ctrl-C or a SIGTERM to the process group must not take the guardian before the
-  // leader: it has to outlive it to do its job.
-  (void)::sigaction(SIGINT, &ign, nullptr);
-  (void)::sigaction(SIGTERM, &ign, nullptr);
-  (void)::sigaction(SIGHUP, &ign, nullptr);
+  // A terminal's Ctrl-C or Ctrl-\ (SIGQUIT), or any termination signal sent to the process group, must not
+  // take the guardian before the leader: it has to outlive it to do its job.
+  for (int sig : kTerminationSignals) (void)::sigaction(sig, &ign, nullptr);
   (void)::sigaction(SIGPIPE, &ign, nullptr);
   size_t len = 0;
   char buf[512];
@@ -155,6 +153,10 @@ const char* signal_name(int sig) {
     case SIGKILL: return "SIGKILL";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
     case SIGSEGV: return "SIGSEGV";
     case SIGABRT: return "SIGABRT";
     case SIGBUS: return "SIGBUS";
@@ -233,7 +235,7 @@ Status install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns EINTR and the caller looks at the flag
-  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+  for (int sig : kTerminationSignals)
     if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
   return Status::ok();
 }
@@ -266,7 +268,7 @@ Status install_deferred_termination() {
   sa.sa_handler = on_terminate_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // a held signal must not make a blocking call fail
-  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+  for (int sig : kTerminationSignals)
     if (::sigaction(sig, &sa, nullptr) != 0) return errno_status(errno, "sigaction(" + std::to_string(sig) + ")");
   return Status::ok();
 }
@@ -283,8 +285,7 @@ int stop_signal() noexcept { return g_stop_signal; }
 std::thread start_thread_without_stop_signals(std::function<void()> fn) {
   sigset_t block, old;
   sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigaddset(&block, SIGTERM);
+  for (int sig : kTerminationSignals) sigaddset(&block, sig);
   (void)::pthread_sigmask(SIG_BLOCK, &block, &old);
   std::thread t(std::move(fn));
   (void)::pthread_sigmask(SIG_SETMASK, &old, nullptr);

@@ -1,5 +1,5 @@
 // Process primitives of the shared group: spawning rank processes, waiting for them with a deadline,
-// signals, SIGINT/SIGTERM as a stop request, and a file guardian that removes named files when the
+// signals, the termination signals as a stop request, and a file guardian that removes named files when the
 // process that made them dies without removing them itself (kill -9 included).
 //
 // Why a guardian: a named /dev/shm table exists from its creation until the leader unlinks it once
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -46,16 +47,22 @@ Status kill_process(int pid, int sig);
 // readlink(/proc/self/exe).
 Result<std::string> self_exe_path();
 
-// Installs SIGINT, SIGTERM and SIGHUP handlers that only record the signal (no SA_RESTART, so blocking calls
-// return EINTR). stop_requested() / stop_signal() read the record.
+// The signals whose default action ends the process and that a user or a supervisor sends to stop one: Ctrl-C
+// (SIGINT), kill (SIGTERM), a closed terminal (SIGHUP), Ctrl-\ (SIGQUIT, whose default action also dumps core),
+// and the user signals SIGUSR1/SIGUSR2, which no command uses for anything else. Every handler below treats them
+// alike: the named objects of a command are removed whichever of them ends it.
+inline constexpr int kTerminationSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+// Installs handlers of kTerminationSignals that only record the signal (no SA_RESTART, so blocking calls return
+// EINTR). stop_requested() / stop_signal() read the record.
 Status install_stop_handlers();
 bool stop_requested() noexcept;
 int stop_signal() noexcept;
-// A thread that runs fn with SIGINT and SIGTERM blocked (the mask is set around its creation and inherited), so the
+// A thread that runs fn with kTerminationSignals blocked (the mask is set around its creation and inherited), so the
 // process's stop signals interrupt the threads that wait for them (EINTR above), never a helper thread.
 std::thread start_thread_without_stop_signals(std::function<void()> fn);
 
-// Termination signals (SIGINT, SIGTERM, SIGHUP) arriving while a named object is half made -- its owner record
+// Termination signals (kTerminationSignals) arriving while a named object is half made -- its owner record
 // written, the object not yet armed with its guardian -- would leave a record (or an object) no guardian knows.
 // install_deferred_termination() installs handlers that give each such signal its default action at once, except
 // inside a DeferTermination section, where it is held and taken when the last section ends. For commands that

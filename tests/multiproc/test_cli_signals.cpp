@@ -2,15 +2,18 @@
 // --backing shm`, `census --backing shm` or `table create` left the named table in the shm directory (until
 // `engram cleanup`) or a temp file in the output directory: every such command now leaves nothing (its table's
 // guardian, or the writer's own handler, removes what it made). And a process killed together with its guardian
-// (SIGKILL of the group) leaves its table to the next single-process run, which sweeps it and says so.
+// (SIGKILL of the group) leaves its table to the next single-process run, which sweeps it and says so. SIGQUIT and
+// the user signals, whose default action also ends the process, clean up the same way.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -128,4 +131,67 @@ TEST(CliSignals, ARunSweepsTheTableOfAKilledGroup) {
   EXPECT_NE(said.find("engram run: removed " + shm.path + "/engram"), std::string::npos) << said;
   EXPECT_NE(said.find("is gone"), std::string::npos) << said;
   EXPECT_TRUE(shm.wait_until_no("", std::chrono::seconds(10)).empty());
+}
+
+// Ctrl-\ (SIGQUIT, to the process group as a terminal sends it) and the user signals SIGUSR1 / SIGUSR2 (to the
+// process, and to the group) end a command like SIGTERM does: by their default action for `engram run` (SIGQUIT
+// dumps core where core files are enabled; they are off here), at the next chunk with exit 128 + signal for
+// `table create`, and its table or temp file is removed in both cases, the guardian surviving a group signal.
+TEST(CliSignals, QuitAndUserSignalsCleanUpLikeTerm) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  struct rlimit no_core{0, 0};
+  ASSERT_EQ(setrlimit(RLIMIT_CORE, &no_core), 0);  // inherited by the spawned commands
+  TempDir logs("/tmp", "engram-sig-logs");
+  struct Case {
+    int sig;
+    bool group;
+  };
+  for (const Case c : {Case{SIGQUIT, true}, Case{SIGUSR1, false}, Case{SIGUSR2, true}}) {
+    // engram run, signalled once its table is in the shm directory (long enough to be still running).
+    {
+      TempDir shm("/dev/shm", "engram-sig-shm");
+      auto args = commands(shm.path, logs.path)[0];
+      for (size_t i = 0; i + 1 < args.size(); ++i)
+        if (args[i] == "--steps") args[i + 1] = "1000000";
+      const std::string what = "run " + std::string(strsignal(c.sig)) + (c.group ? " (group)" : "");
+      const std::string log = logs.path + "/run.txt";
+      const int pid = spawn_cli_group(args, log);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      bool made = false;
+      while (!made && std::chrono::steady_clock::now() < deadline) {
+        for (auto& n : shm.entries())
+          if (n.rfind("engram", 0) == 0) made = true;
+        if (!made) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      EXPECT_TRUE(made) << what << "\n" << read_all(log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      (void)kill(c.group ? -pid : pid, c.sig);
+      const int rc = wait_exit(pid);
+      const std::string said = read_all(log);
+      EXPECT_EQ(rc, 1000 + c.sig) << what << "\n" << said;
+      EXPECT_EQ(said.find("terminate called"), std::string::npos) << what << "\n" << said;
+      const auto left = shm.wait_until_no("", std::chrono::seconds(10));
+      EXPECT_TRUE(left.empty()) << what << " left " << left.size() << " in the shm dir, first " << left.front() << "\n"
+                                << said;
+    }
+    // engram table create: its stop handler removes the partial file.
+    {
+      TempDir out("/tmp", "engram-sig-out");
+      const auto args = commands(logs.path, out.path)[3];
+      const std::string what = "table create " + std::string(strsignal(c.sig));
+      const std::string log = logs.path + "/create.txt";
+      const int pid = spawn_cli_group(args, log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      (void)kill(c.group ? -pid : pid, c.sig);
+      const int rc = wait_exit(pid);
+      const std::string said = read_all(log);
+      // Done before the signal, stopped by its handler, or (a signal before the handler is installed, under load)
+      // ended by the default action before anything was written.
+      EXPECT_TRUE(rc == 0 || rc == 128 + c.sig || rc == 1000 + c.sig) << what << ": " << rc << "\n" << said;
+      std::vector<std::string> left_out;
+      for (auto& n : out.entries())
+        if (!(rc == 0 && n == "t.safetensors")) left_out.push_back(n);
+      EXPECT_TRUE(left_out.empty()) << what << " left " << left_out.front() << " in the output dir\n" << said;
+    }
+  }
 }

@@ -1,10 +1,6 @@
-// The argument checks shared by every command (args.hpp). Numbers are read with std::from_chars, which refuses
-// what is out of its type's range instead of saturating, and reads decimal only.
+// The argument checks shared by every command (args.hpp; the number checks are in arg_checks.hpp).
 #include "args.hpp"
 
-#include <charconv>
-#include <cmath>
-#include <cstdio>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -15,41 +11,10 @@ namespace engram::cli {
 
 namespace {
 
-std::string num_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
+using detail::read_finite;
+using detail::read_integer;
 
-// The text as a finite double, or nothing (not a number, trailing characters, NaN, infinite, out of range).
-std::optional<double> read_finite(const std::string& text) {
-  const char* b = text.data();
-  const char* e = b + text.size();
-  if (b != e && *b == '+') ++b;
-  double v = 0;
-  const auto [p, ec] = std::from_chars(b, e, v);
-  if (ec != std::errc() || p != e || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-// The text as a decimal integer of type T (optional sign), or nothing; `overflow` is set when it is an integer
-// that T cannot hold.
-template <typename T>
-std::optional<T> read_integer(const std::string& text, bool* overflow) {
-  *overflow = false;
-  const char* b = text.data();
-  const char* e = b + text.size();
-  if (b != e && *b == '+') ++b;
-  T v{};
-  const auto [p, ec] = std::from_chars(b, e, v, 10);
-  if (ec == std::errc::result_out_of_range && p == e) *overflow = true;
-  if (ec != std::errc() || p != e || b == e) return std::nullopt;
-  return v;
-}
-
-CLI::Validator quiet(std::function<std::string(std::string&)> check) {
-  return CLI::Validator(std::move(check), "");
-}
+using detail::quiet;
 
 // Checks attached by value type (harden_options).
 CLI::Validator any_finite() {
@@ -112,67 +77,19 @@ void harden_one(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) harden_one(*sub);
 }
 
-std::string path_check(const Status& s) { return s.is_ok() ? std::string() : s.message(); }
-
 }  // namespace
 
-CLI::Validator finite_number(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        const auto v = read_finite(text);
-        if (!v || *v < lo || *v > hi)
-          return "expected a finite number in [" + num_text(lo) + ", " + num_text(hi) + "], got '" + text + "'";
-        return {};
-      },
-      "in [" + num_text(lo) + ", " + num_text(hi) + "]");
-}
-
-CLI::Validator positive_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        const auto v = read_finite(text);
-        if (!v || !(*v > 0)) return "expected a finite number > 0, got '" + text + "'";
-        return {};
-      },
-      "> 0");
-}
-
-CLI::Validator integer_in(int64_t lo, int64_t hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        bool overflow = false;
-        const auto v = read_integer<int64_t>(text, &overflow);
-        if (!v || *v < lo || *v > hi)
-          return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + text + "'";
-        text = std::to_string(*v);
-        return {};
-      },
-      "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-}
-
-CLI::Validator output_file(std::vector<std::string> special) {
-  return quiet([special = std::move(special)](std::string& path) -> std::string {
-    for (const auto& w : special)
-      if (path == w) return {};
-    return path_check(sys::check_output_path(path, sys::OutputKind::kFile));
-  });
-}
-
-CLI::Validator output_dir() {
+CLI::Validator socket_path() {
   return quiet([](std::string& path) -> std::string {
-    return path_check(sys::check_output_path(path, sys::OutputKind::kDirectory));
-  });
-}
-
-CLI::Validator input_file() {
-  return quiet([](std::string& path) -> std::string {
-    return path_check(sys::check_input_path(path, sys::InputKind::kFile));
-  });
-}
-
-CLI::Validator input_path() {
-  return quiet([](std::string& path) -> std::string {
-    return path_check(sys::check_input_path(path, sys::InputKind::kFileOrDirectory));
+    if (path.empty()) return "expected a socket path, got ''";
+    auto info = sys::lstat_path(path);
+    if (!info.is_ok()) return info.status().code() == Code::kNotFound ? std::string() : info.status().message();
+    if (info->kind == sys::PathKind::kSocket) return {};
+    const char* kind = info->kind == sys::PathKind::kDirectory ? "a directory"
+                       : info->kind == sys::PathKind::kRegular ? "a regular file"
+                                                               : "another kind of file";
+    return "'" + path + "' exists and is not a socket (" + kind +
+           "): give the path of the socket to create, in a directory of mode 0700";
   });
 }
 

@@ -7,9 +7,12 @@
 // inside its type's full range (CLI11 reads with base 0, so "010" is 8 and "0x10" 16, and strtoull saturates
 // 18446744073709551616 to 2^64 - 1 and wraps "-1"); an option whose name ends in "seed" takes no negative value.
 // The checked text is rewritten in canonical decimal, so CLI11's own conversion then reads what was checked.
-// The second part is per option: the validators below for ranges (printed with %g, never a 309-digit DBL_MAX),
-// output paths (parent exists and is writable, not a directory, not a FIFO: checked at parse time, so nothing is
-// computed for an output that cannot be written) and input files (regular files: a FIFO would block the read).
+// The second part is per option: the validators of arg_checks.hpp for ranges (printed with %g, never a 309-digit
+// DBL_MAX), sizes, lists, output paths (parent exists and is writable, not a directory, not a FIFO: checked at
+// parse time, so nothing is computed for an output that cannot be written) and input files (regular files: a
+// FIFO would block the read), and socket_path below.
+// A value CLI11 cannot convert after these checks (an integer that the option's own type cannot hold) is
+// reported by parse_command_line with the option's accepted values.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,22 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "arg_checks.hpp"
+
 namespace engram::cli {
 
-// A finite number in [lo, hi].
-CLI::Validator finite_number(double lo, double hi);
-// A finite number > 0.
-CLI::Validator positive_number();
-// A decimal integer in [lo, hi] (no clamping: a value outside is refused).
-CLI::Validator integer_in(int64_t lo, int64_t hi);
+// The per-option checks (finite_number, integer_in, range, size_in, list_of, parsed_by, non_empty, output_file,
+// output_dir, input_file, input_path, input_dir) are in arg_checks.hpp.
 
-// An output file (sys::check_output_path kFile). `special` words pass unchecked ("none", "-" for stdout).
-CLI::Validator output_file(std::vector<std::string> special = {});
-// An output directory that exists or can be made (its parent exists and is writable).
-CLI::Validator output_dir();
-// An input file that exists and is a regular file; input_path() also takes a directory.
-CLI::Validator input_file();
-CLI::Validator input_path();
+// A socket path: not empty; when something is there already, a socket (a leftover of an earlier leader).
+CLI::Validator socket_path();
 
 // Attaches the type-based checks of the file comment to every option of `app` and of its subcommands, nested.
 void harden_options(CLI::App& app);

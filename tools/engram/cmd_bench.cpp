@@ -169,13 +169,14 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
 
 void add_common(CLI::App& s, BenchArgs& a) {
   s.add_option("--reps", a.ctx.reps, "Timed repetitions per case (median, p5/p95, p99 for latencies)")
-      ->check(CLI::Range(1, 100000));
-  s.add_option("--warmup", a.ctx.warmup, "Untimed warm-up repetitions per case")->check(CLI::Range(0, 100000));
+      ->check(range(1, 100000));
+  s.add_option("--warmup", a.ctx.warmup, "Untimed warm-up repetitions per case")->check(range(0, 100000));
   s.add_flag("--smoke", a.ctx.smoke, "Tiny sizes that finish in seconds (CI); figures are not meaningful");
   s.add_option("--seed", a.ctx.seed, "Seed of every random choice (ids, A/B order, content)")->check(unsigned_integer());
   s.add_option("--threads", a.ctx.threads, std::string("Host threads (default 0; ") + kAutoThreadsHelp + ")")
-      ->check(CLI::Range(0, 4096));
-  s.add_option("--data-dir", a.ctx.data_dir, "Token files of scripts/tokenize-setup for text ids (default: search)");
+      ->check(range(0, 4096));
+  s.add_option("--data-dir", a.ctx.data_dir, "Token files of scripts/tokenize-setup for text ids (default: search)")
+      ->check(input_dir());
   s.add_flag("--json", a.json, "Print the report as JSON on stdout (the human text goes to stderr)");
   s.add_option("--json-out", a.json_path, "Write the report as JSON to FILE (the human text stays on stdout)")
       ->check(output_file());

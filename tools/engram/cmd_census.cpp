@@ -122,15 +122,19 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--prefix", a->prefix, "Backing-name prefix that marks a table mapping (default engram:)");
   sub.add_flag("--json", a->json, "Print JSON");
   add_progress_option(sub, a->progress);
-  sub.add_option("--table-size", a->table_size, "Without --pid: size of the synthetic table to build (e.g. 64MiB)");
-  sub.add_option("--layout", a->layout, "Without --pid: layout preset (v41-flash-mini, tiny)");
-  sub.add_option("--backing", a->backing, "Without --pid: memfd | shm | hugetlb | hugetlb-1g | anon-thp");
+  sub.add_option("--table-size", a->table_size, "Without --pid: size of the synthetic table to build (e.g. 64MiB)")
+      ->check(size_in(1, int64_t{1} << 50));
+  sub.add_option("--layout", a->layout, "Without --pid: layout preset (v41-flash-mini, tiny)")
+      ->check(CLI::IsMember(preset_names()));
+  sub.add_option("--backing", a->backing, "Without --pid: memfd | shm | hugetlb | hugetlb-1g | anon-thp")
+      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
   sub.add_option("--shm-dir", a->shm_dir, "Without --pid: directory (a tmpfs) of the named files of --backing shm")
-      ->check(CLI::ExistingDirectory);
+      ->check(input_dir());
   sub.add_option("--placement", a->placement,
                  "Without --pid: none | local | bind:NODES | preferred:N | interleave:NODES | "
                  "weighted-interleave:N=w,... | replica-per-node; NODES as numactl writes them (0,2, 0-3, all, "
-                 "!LIST, +LIST)");
+                 "!LIST, +LIST)")
+      ->check(parsed_by([](const std::string& t) { return parse_placement(t).status(); }));
   sub.add_flag("--allow-fallback", a->allow_fallback, "Placement refused: keep the default policy and report it");
   sub.add_option("--head-shards", a->head_shards,
                  "Without --pid: shard each layer by head ranges (tensor parallelism), each its own backing: "

@@ -144,8 +144,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   add_serving_options(sub, a->s);
   sub.add_option("--reps", a->reps, "Repetitions, arm order shuffled in each (default 5, at least 5: fewer make the "
                                     "bootstrap interval a point)")
-      ->check(CLI::Range(kMinExperimentReps, 1000));
-  sub.add_option("--caps", a->caps, "B2: grid caps to sweep, fractions in (0,1], first = baseline (default 0.25 0.5 1.0)");
+      ->check(range(kMinExperimentReps, 1000));
+  sub.add_option("--caps", a->caps, "B2: grid caps to sweep, two or more fractions in [0.01, 1], first = baseline "
+                                    "(default 0.25 0.5 1.0)")
+      ->check(range(0.01, 1.0));
   sub.add_option("--out", a->out, "Results folder (default engram-experiment-<ID>)")->check(output_dir());
   sub.add_option("--batches", a->batches, "Recorded batches (engram replay --record); default: recorded live once, untimed")
       ->check(input_file());

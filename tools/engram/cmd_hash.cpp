@@ -212,6 +212,20 @@ int run(const HashArgs& a) {
     if (!table.is_ok()) return report_failure(cmd, table.status().with_context("--compression-table"));
   }
 
+  // The hasher first: a pad id or V' that the table refuses is bad input, told before any text is tokenized.
+  if (a.model.empty()) {
+    if (a.pad_id >= table->vocab_size())
+      return report_failure(cmd, bad("--pad-id " + std::to_string(a.pad_id) + ": expected a token id of the compression "
+                                     "table, 0.." + std::to_string(table->vocab_size() - 1)));
+    if (a.expect_vocab != 0 && a.expect_vocab != table->compressed_vocab)
+      return report_failure(cmd, bad("--expect-vocab " + std::to_string(a.expect_vocab) + ": the tables were built for V' = " +
+                                     std::to_string(a.expect_vocab) + ", the compression table " + table_path +
+                                     " gives V' = " + std::to_string(table->compressed_vocab) +
+                                     " (hashing with it would address other rows)"));
+  }
+  auto hasher = NgramHasher::create(*layout, *table, opt);
+  if (!hasher.is_ok()) return report_failure(cmd, hasher.status());
+
   Result<TokenFile> tf = Status(Code::kInternal, "unset");
   std::string source;  // what the summary names: the token file, or the text file(s)
   const bool model_tokens = !a.model.empty() && a.tokens.empty() && a.texts.empty() && fs::exists(default_token_file_path());
@@ -227,9 +241,6 @@ int run(const HashArgs& a) {
   }
   if (!tf.is_ok()) return report_failure(cmd, tf.status());
   if (Status st = check_token_file_matches_table(*tf, *table, table_path); !st.is_ok()) return report_failure(cmd, st);
-
-  auto hasher = NgramHasher::create(*layout, *table, opt);
-  if (!hasher.is_ok()) return report_failure(cmd, hasher.status());
 
   const HashIdKind kind = a.kind == "global" ? HashIdKind::kGlobalRow : HashIdKind::kHeadLocal;
   const EngramLayout& l = *layout;
@@ -378,15 +389,23 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
       ->excludes(model);
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference")->capture_default_str();
-  sub.add_option("--pad-id", a->pad_id, "pad token id before compression")->capture_default_str()->excludes(model);
-  sub.add_option("--expect-vocab", a->expect_vocab, "V' the tables were built for (0: not checked)")->excludes(model);
-  sub.add_option("--kind", a->kind, "global (row ids, head offsets added) or local (per-head ids)")->capture_default_str();
+  sub.add_option("--pad-id", a->pad_id, "pad token id before compression")
+      ->check(integer_in(0, int64_t{1} << 32))
+      ->capture_default_str()
+      ->excludes(model);
+  sub.add_option("--expect-vocab", a->expect_vocab, "V' the tables were built for (0: not checked)")
+      ->check(integer_in(0, int64_t{1} << 32))
+      ->excludes(model);
+  sub.add_option("--kind", a->kind, "global (row ids, head offsets added) or local (per-head ids)")
+      ->check(CLI::IsMember({"global", "local"}))
+      ->capture_default_str();
   sub.add_option("--out", a->out, "write all ids: int64 [layers][tokens][heads] + OUT.json")->check(output_file());
   sub.add_flag("--json", a->json, "print one JSON object");
-  sub.add_option("--limit", a->limit, "positions to print (0 = all)")->capture_default_str();
+  sub.add_option("--limit", a->limit, "positions to print (0 = all)")->check(integer_in(0, INT64_MAX))->capture_default_str();
   sub.add_flag("--stats", a->stats, "N-gram statistics: distinct ids, top-10 share, in-batch repeat rate");
-  sub.add_option("--batch", a->batch, "sequences per batch for --stats")->capture_default_str();
+  sub.add_option("--batch", a->batch, "sequences per batch for --stats")->check(integer_in(1, 1 << 20))->capture_default_str();
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens (0 = whole documents; --stats uses 512)")
+      ->check(integer_in(0, int64_t{1} << 30))
       ->capture_default_str();
   sub.add_flag("--no-bos", a->no_bos, "with --text: do not put the BOS id 0 before each document");
   return [a] { return run(*a); };

@@ -3,7 +3,10 @@
 //   kv        KV swap-in vs prefill recompute for a model shape and context length
 //   engram    B_source, B_staging and the request-bound lookup time for a layout and batch
 //   capacity  host bytes of one shared copy (W) vs one replica per NUMA node (nodes x W)
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -21,9 +24,42 @@ struct ModelArgs {
   std::string bytes = "16GB", path, layout = "v41-flash", table_size = "512MiB";
   double gbps = 0, tflops = 600, params = 70e9, rows_per_s = 0;
   int layers = 80, kv_heads = 8, head_dim = 128, nodes = 2;
-  double elem_bytes = 2, context = 32768, tokens = 64;
+  double elem_bytes = 2;
+  int64_t context = 32768, tokens = 64;
+  bool table_size_given = false;
   bool json = false;
 };
+
+// The bounds of every input: wide enough for any real model, machine or batch, narrow enough that no product of
+// them leaves a double's range (finite() below still refuses one that would).
+constexpr double kMinGbps = 1e-3, kMaxGbps = 1e7;          // 1 MB/s .. 10 PB/s
+constexpr double kMinTflops = 1e-6, kMaxTflops = 1e9;      // 1 MFLOP/s .. 1 ZFLOP/s
+constexpr double kMaxParams = 1e16;
+constexpr int64_t kMaxTokens = int64_t{1} << 40;          // context / batch tokens
+constexpr double kMinRowsPerS = 1e-3, kMaxRowsPerS = 1e15;
+
+// Exit 2 when a result is not a finite number (the inputs multiply past a double's range).
+bool finite(const char* cmd, std::initializer_list<double> results) {
+  for (double r : results)
+    if (!std::isfinite(r)) {
+      report_failure(cmd, Status(Code::kInvalidArgument, "the inputs give a result outside a double's range; "
+                                                         "smaller values are needed"));
+      return false;
+    }
+  return true;
+}
+
+// The layout of `engram model engram / capacity`: --table-size sizes v41-flash-mini only.
+Result<EngramLayout> model_layout(const ModelArgs& a) {
+  if (a.table_size_given && a.layout != "v41-flash-mini")
+    return Status(Code::kInvalidArgument, "--table-size applies to --layout v41-flash-mini only (layout '" + a.layout +
+                                              "' has a fixed size)");
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return size.status().with_context("--table-size");
+  auto l = make_preset_layout(a.layout, *size);
+  if (!l.is_ok()) return l.status().with_context("--layout");
+  return l;
+}
 
 int print(nlohmann::json j, bool json, const std::string& text) {
   j["schema"] = "engram.model/1";
@@ -61,29 +97,30 @@ int transfer(const ModelArgs& a) {
 int kv(const ModelArgs& a) {
   const model::KvShape s{a.layers, a.kv_heads, a.head_dim, a.elem_bytes};
   const double bw = (a.gbps > 0 ? a.gbps : 50) * 1e9;
-  const double per_token = model::kv_bytes_per_token(s), total = per_token * a.context;
+  const double per_token = model::kv_bytes_per_token(s), total = per_token * static_cast<double>(a.context);
   const double swap_s = model::transfer_s(total, bw);
-  const double flops = model::recompute_flops(a.params, a.context), recompute_s = flops / (a.tflops * 1e12);
+  const double context = static_cast<double>(a.context);
+  const double flops = model::recompute_flops(a.params, context), recompute_s = flops / (a.tflops * 1e12);
+  if (!finite("model kv", {per_token, total, swap_s, flops, recompute_s})) return 2;
   char text[768];
   std::snprintf(text, sizeof text,
                 "KV per token = layers*kv_heads*head_dim*2*bytes = %.0f B; context %.0f tokens -> %.3f GB (%.2f GiB)\n"
                 "swap-in   = KV / BW = %.3f s at %.1f GB/s\n"
                 "recompute = 2*params*tokens / FLOPS = %.3g FLOP / %.0f TFLOPS = %.3f s\n",
-                per_token, a.context, total / 1e9, total / (1u << 30), swap_s, bw / 1e9, flops, a.tflops, recompute_s);
+                per_token, context, total / 1e9, total / (1u << 30), swap_s, bw / 1e9, flops, a.tflops, recompute_s);
   return print({{"kv_bytes_per_token", per_token}, {"kv_bytes", total}, {"swap_s", swap_s}, {"recompute_flops", flops},
                 {"recompute_s", recompute_s}},
                a.json, text);
 }
 
 int engram_bytes(const ModelArgs& a) {
-  auto size = parse_size_bytes(a.table_size);
-  if (!size.is_ok()) return report_failure("model engram", size.status().with_context("--table-size"));
-  auto l = make_preset_layout(a.layout, *size);
-  if (!l.is_ok()) return report_failure("model engram", l.status().with_context("--layout"));
-  const double h = l->heads(), n = a.tokens;
+  auto l = model_layout(a);
+  if (!l.is_ok()) return report_failure("model engram", l.status());
+  const double h = l->heads(), n = static_cast<double>(a.tokens);
   const double src = model::engram_source_bytes(n, h, l->d), stg = model::engram_staging_bytes(n, h, l->d);
   const double rows = n * h;
   const double t = a.rows_per_s > 0 ? model::lookup_s(rows, a.rows_per_s) : std::numeric_limits<double>::quiet_NaN();
+  if (!finite("model engram", {src, stg, rows, a.rows_per_s > 0 ? t : 0.0})) return 2;
   char text[768];
   std::snprintf(text, sizeof text,
                 "%s: N=%.0f tokens, H=%.0f heads, d=%d, per Engram layer\n"
@@ -96,10 +133,8 @@ int engram_bytes(const ModelArgs& a) {
 }
 
 int capacity(const ModelArgs& a) {
-  auto size = parse_size_bytes(a.table_size);
-  if (!size.is_ok()) return report_failure("model capacity", size.status().with_context("--table-size"));
-  auto l = make_preset_layout(a.layout, *size);
-  if (!l.is_ok()) return report_failure("model capacity", l.status().with_context("--layout"));
+  auto l = model_layout(a);
+  if (!l.is_ok()) return report_failure("model capacity", l.status());
   const double w = static_cast<double>(l->total_bytes());
   char text[512];
   std::snprintf(text, sizeof text,
@@ -113,32 +148,38 @@ int capacity(const ModelArgs& a) {
 auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<ModelArgs>();
   sub.require_subcommand(1);
+  const CLI::Validator gbps = finite_number(kMinGbps, kMaxGbps);
+  const CLI::Validator table_size = size_in(1, int64_t{1} << 50);
   auto* t = sub.add_subcommand("transfer", "t = B / BW over named paths (practical link rates) or --gbps");
-  t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB");
+  t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB")->check(size_in(1, INT64_MAX));
   t->add_option("--path", a->path, "One named path (default: all): pcie4-pinned, pcie4-pageable, pcie5-pinned, "
                                    "nvlink-c2c, rdma-400g, h200-pinned, h200-pageable");
-  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(positive_number());
+  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(gbps);
   auto* k = sub.add_subcommand("kv", "KV swap-in (KV/BW) vs prefill recompute (2*params*tokens/FLOPS)");
-  k->add_option("--layers", a->layers, "Decoder layers (default 80)")->check(positive_number());
-  k->add_option("--kv-heads", a->kv_heads, "KV heads (default 8, GQA)")->check(positive_number());
-  k->add_option("--head-dim", a->head_dim, "Head dimension (default 128)")->check(positive_number());
-  k->add_option("--elem-bytes", a->elem_bytes, "Bytes per element (default 2, BF16)")->check(positive_number());
-  k->add_option("--context", a->context, "Context tokens (default 32768)")->check(positive_number());
-  k->add_option("--params", a->params, "Model parameters (default 70e9)")->check(positive_number());
-  k->add_option("--gbps", a->gbps, "Link bandwidth in GB/s (default 50, PCIe 5.0 pinned)")->check(positive_number());
-  k->add_option("--tflops", a->tflops, "Effective compute in TFLOP/s (default 600)")->check(positive_number());
+  k->add_option("--layers", a->layers, "Decoder layers (default 80)")->check(integer_in(1, 100000));
+  k->add_option("--kv-heads", a->kv_heads, "KV heads (default 8, GQA)")->check(integer_in(1, 1 << 16));
+  k->add_option("--head-dim", a->head_dim, "Head dimension (default 128)")->check(integer_in(1, 1 << 16));
+  k->add_option("--elem-bytes", a->elem_bytes, "Bytes per element (default 2, BF16)")->check(finite_number(0.125, 64));
+  k->add_option("--context", a->context, "Context tokens (default 32768)")->check(integer_in(1, kMaxTokens));
+  k->add_option("--params", a->params, "Model parameters (default 70e9)")->check(finite_number(1, kMaxParams));
+  k->add_option("--gbps", a->gbps, "Link bandwidth in GB/s (default 50, PCIe 5.0 pinned)")->check(gbps);
+  k->add_option("--tflops", a->tflops, "Effective compute in TFLOP/s (default 600)")
+      ->check(finite_number(kMinTflops, kMaxTflops));
   auto* e = sub.add_subcommand("engram", "B_source = N*H*(d+d/32), B_staging = 2*N*H*d, lookup = N*H/rows_per_s");
   e->add_option("--layout", a->layout, "Layout preset (default v41-flash)")->check(CLI::IsMember(preset_names()));
-  e->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)");
-  e->add_option("--tokens", a->tokens, "Tokens N in the batch (default 64)")->check(positive_number());
+  CLI::Option* e_size = e->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)")
+                            ->check(table_size);
+  e->add_option("--tokens", a->tokens, "Tokens N in the batch (default 64)")->check(integer_in(1, kMaxTokens));
   e->add_option("--rows-per-s", a->rows_per_s, "Measured lookup rows/s (engram run / bench) for the lookup time")
-      ->check(positive_number());
+      ->check(finite_number(kMinRowsPerS, kMaxRowsPerS));
   auto* c = sub.add_subcommand("capacity", "Host bytes: one shared copy W vs one replica per node (nodes x W)");
   c->add_option("--layout", a->layout, "Layout preset (default v41-flash)")->check(CLI::IsMember(preset_names()));
-  c->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)");
-  c->add_option("--nodes", a->nodes, "NUMA nodes with a replica (default 2)")->check(positive_number());
+  CLI::Option* c_size = c->add_option("--table-size", a->table_size, "Total size for v41-flash-mini (default 512MiB)")
+                            ->check(table_size);
+  c->add_option("--nodes", a->nodes, "NUMA nodes with a replica (default 2)")->check(integer_in(1, 4096));
   for (auto* s : {t, k, e, c}) s->add_flag("--json", a->json, "Print JSON");
-  return [a, t, k, e] {
+  return [a, t, k, e, e_size, c_size] {
+    a->table_size_given = e_size->count() > 0 || c_size->count() > 0;
     if (t->parsed()) return transfer(*a);
     if (k->parsed()) return kv(*a);
     if (e->parsed()) return engram_bytes(*a);

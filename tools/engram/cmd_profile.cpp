@@ -202,14 +202,20 @@ std::function<int()> setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini");
   sub.add_option("--row-format", a->row_format, "bench layout rows: fused or split")->capture_default_str();
-  sub.add_option("--d", a->d, "bench layout row width")->capture_default_str();
+  sub.add_option("--d", a->d, "bench layout row width")->check(multiple_in(32, 8192, 32))->capture_default_str();
   sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
       ->check(input_file());
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference hash")->capture_default_str();
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens, as the text id source "
-                                          "does (0 = whole documents)")->capture_default_str();
-  sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")->capture_default_str();
-  sub.add_option("--min-count", a->min_count, "keep ids seen at least N times")->capture_default_str();
+                                          "does (0 = whole documents)")
+      ->check(integer_in(0, int64_t{1} << 30))
+      ->capture_default_str();
+  sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")
+      ->check(integer_in(0, int64_t{1} << 40))
+      ->capture_default_str();
+  sub.add_option("--min-count", a->min_count, "keep ids seen at least N times")
+      ->check(integer_in(1, int64_t{1} << 40))
+      ->capture_default_str();
   sub.add_option("--holdout", a->holdout, "leave this share of the documents out (deterministic, by document)");
   sub.add_option("--holdout-seed", a->holdout_seed, "seed of the held-out split")->check(unsigned_integer())->capture_default_str();
   sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)")

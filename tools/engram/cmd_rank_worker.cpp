@@ -1,6 +1,7 @@
 // `engram rank-worker` (hidden): one rank of `engram run --ranks N`, started by the parent with the
 // group's socket and name. It joins the shared group, replays on the shared table and reports back
 // through the group (src/replay/multi_rank.hpp); errors go to stderr and the exit code.
+#include "args.hpp"
 #include "command.hpp"
 #include "replay/multi_rank.hpp"
 
@@ -20,10 +21,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.group("");  // hidden from `engram --help`: started by `engram run --ranks N` only
   sub.add_option("--socket", a->socket, "Leader's socket")->required();
   sub.add_option("--group", a->group, "Shared group name")->required();
-  sub.add_option("--join-timeout-ms", a->join_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  sub.add_option("--step-timeout-ms", a->step_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  sub.add_option("--load-timeout-ms", a->load_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  sub.add_option("--replay-timeout-ms", a->replay_ms)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--join-timeout-ms", a->join_ms)->check(range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--step-timeout-ms", a->step_ms)->check(range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--load-timeout-ms", a->load_ms)->check(range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--replay-timeout-ms", a->replay_ms)->check(range(int64_t{1}, int64_t{1} << 40));
   sub.add_option("--fault-at", a->fault_at, "Testing: SIGKILL this rank on entering this protocol step");
   sub.add_option("--fault-rank", a->fault_rank, "Testing: only this rank (default: every rank)");
   return [a] {

@@ -395,17 +395,17 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--row-layout", a->row_layout, "Row layout in memory: fused (payload|scales record, default) or split")
       ->check(CLI::IsMember({"fused", "split"}));
   sub.add_option("--seed", a->seed, "Seed of the synthetic table content and of the ids (default 1)")->check(unsigned_integer());
-  sub.add_option("--batch", a->batch, "Sequences per decode step, one new token each (default 64)")->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--steps", a->steps, "Measured decode steps (default 32)")->check(CLI::Range(1, 1 << 24));
-  sub.add_option("--warmup", a->warmup, "Warm-up steps, not measured (default 4)")->check(CLI::Range(0, 1 << 20));
+  sub.add_option("--batch", a->batch, "Sequences per decode step, one new token each (default 64)")->check(range(1, 1 << 20));
+  sub.add_option("--steps", a->steps, "Measured decode steps (default 32)")->check(range(1, 1 << 24));
+  sub.add_option("--warmup", a->warmup, "Warm-up steps, not measured (default 4)")->check(range(0, 1 << 20));
   sub.add_option("--model-layers", a->model_layers, "Decoder layers of the synthetic model (default: last Engram layer + 2)")
-      ->check(CLI::Range(0, 100000));
+      ->check(range(0, 100000));
   sub.add_option("--prefetch", a->prefetch,
                  "early: submit each Engram layer's lookup when its ids are ready (step start); on_demand: submit at "
                  "the consuming layer (the B1 pair)")
       ->check(CLI::IsMember({"early", "on_demand"}));
   sub.add_option("--layer-us", a->layer_us, "Synthetic compute per decoder layer in microseconds (default 200)")
-      ->check(CLI::Range(0.0, 1e7));
+      ->check(range(0.0, 1e7));
   sub.add_option("--ids", a->ids,
                  "Ids: text (real text hashed with the reference N-gram hash), zipf, uniform, or auto (default: text "
                  "when the default token file exists, else zipf, saying so)")
@@ -415,7 +415,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   CLI::Option* switch_at = sub.add_option("--switch-at", a->switch_at,
                                           "With --switch-tokens: the step (warm-up included, from 0) from which the "
                                           "text changes")
-                               ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+                               ->check(range(int64_t{1}, int64_t{1} << 24));
   sub.add_option("--switch-tokens", a->switch_tokens,
                  "Token file of the text from --switch-at on (every sequence restarts in it): a change of traffic; "
                  "the JSON gets the cache's hit rate of every step (cache_series)")
@@ -450,8 +450,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--ranks", a->ranks,
                  "Rank processes sharing ONE table (default 1); > 1: the parent is the shared group's leader and "
                  "each rank replays on its own engine (its backend, queue and lookup path) over the shared mapping")
-      ->check(CLI::Range(1, 1024));
-  sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(CLI::Range(1e-6, 100.0));
+      ->check(range(1, 1024));
+  sub.add_option("--zipf-alpha", a->zipf_alpha, "Zipf exponent for --ids zipf (default 1.0)")->check(range(1e-6, 100.0));
   sub.add_option("--timeline", a->timeline, "Chrome trace output file, 'none' to skip (default " +
                   default_output_help("engram-run.trace.json") + "; with --ranks N: <file>.rank<r>.json for ranks r = 0..N-1)")
       ->check(output_file({"none"}));

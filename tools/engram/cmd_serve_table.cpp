@@ -214,13 +214,16 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<ServeArgs>();
   sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
       ->check(CLI::IsMember(preset_names()));
-  sub.add_option("--table-size", a->table_size, "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB");
+  sub.add_option("--table-size", a->table_size, "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB")
+      ->check(size_in(1, int64_t{1} << 50));
   sub.add_option("--row-layout", a->row_layout, "Row layout: fused (default) or split")->check(CLI::IsMember({"fused", "split"}));
   CLI::Option* ckpt =
-      sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)");
+      sub.add_option("--checkpoint", a->checkpoint, "Load the table from this safetensors checkpoint (engram table create)")
+          ->check(input_file());
   CLI::Option* model = sub.add_option("--model", a->model,
                  "Load the table from this Hugging Face model directory (config.json, index, shards; its layout comes "
                  "from config.json)")
+      ->check(input_dir())
       ->excludes(ckpt);
   sub.add_option("--tensor-names", a->tensor_names,
                  "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
@@ -232,19 +235,22 @@ auto setup(CLI::App& sub) -> std::function<int()> {
       ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g"}));
   sub.add_option("--placement", a->placement,
                  "NUMA placement applied before first touch: none (default), local, bind:N, preferred:N, "
-                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node");
+                 "interleave:N,M|all, weighted-interleave:N=w,..., replica-per-node")
+      ->check(parsed_by([](const std::string& t) { return parse_placement(t).status(); }));
   add_tp_options(sub, a->tp);
-  sub.add_option("--shm-dir", a->shm_dir, "Directory of the named file for --backing shm (default /dev/shm)");
+  sub.add_option("--shm-dir", a->shm_dir, "Directory of the named file for --backing shm (default /dev/shm)")
+      ->check(input_dir());
   sub.add_option("--socket", a->socket,
                  "Socket path (its directory must be 0700 and yours); default: $XDG_RUNTIME_DIR/engram or "
-                 "/tmp/engram-<uid>, with a random name");
-  sub.add_option("--group", a->group, "Group name peers must present (default engram-table)");
-  sub.add_option("--peers", a->peers, "Peers per round (default 1)")->check(CLI::Range(1, 4096));
+                 "/tmp/engram-<uid>, with a random name")
+      ->check(socket_path());
+  sub.add_option("--group", a->group, "Group name peers must present (default engram-table)")->check(non_empty());
+  sub.add_option("--peers", a->peers, "Peers per round (default 1)")->check(range(1, 4096));
   sub.add_option("--step-timeout-ms", a->step_timeout_ms, "Timeout of each protocol step (default 30000)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(range(int64_t{1}, int64_t{1} << 40));
   sub.add_option("--join-timeout-ms", a->join_timeout_ms,
                  "Give up on a round whose peers did not all arrive in this time (default 0: wait)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      ->check(range(int64_t{0}, int64_t{1} << 40));
   sub.add_flag("--json", a->json, "One JSON object per line: ready (socket, census), round, stopped");
   add_metrics_options(sub, a->metrics);
   add_progress_option(sub, a->progress);

@@ -31,6 +31,7 @@
 #include <random>
 #include <sstream>
 
+#include "args.hpp"
 #include "command.hpp"
 #include "core/units.hpp"
 #include "engram/engine.hpp"
@@ -351,18 +352,18 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
 
 int run_soak(const SoakArgs& a) {
   auto total = parse_duration(a.duration);
-  if (!total.is_ok()) return report_failure("soak", total.status());
+  if (!total.is_ok()) return report_failure("soak", total.status().with_context("--duration"));
   auto round_len = parse_duration(a.round);
-  if (!round_len.is_ok()) return report_failure("soak", round_len.status());
+  if (!round_len.is_ok()) return report_failure("soak", round_len.status().with_context("--round"));
   auto table_bytes = parse_size_bytes(a.table_size);
-  if (!table_bytes.is_ok()) return report_failure("soak", table_bytes.status());
+  if (!table_bytes.is_ok()) return report_failure("soak", table_bytes.status().with_context("--table-size"));
   if (a.ranks < 1 || a.ranks > 256)
     return report_failure("soak", Status(Code::kInvalidArgument, "--ranks: expected 1..256"));
   auto exe = sys::self_exe_path();
   if (!exe.is_ok()) return report_failure("soak", exe.status());
   const std::vector<std::string> placements = a.placements.empty() ? default_placements() : a.placements;
   for (const auto& p : placements)
-    if (auto pp = parse_placement(p); !pp.is_ok()) return report_failure("soak", pp.status());
+    if (auto pp = parse_placement(p); !pp.is_ok()) return report_failure("soak", pp.status().with_context("--placement"));
   std::mt19937_64 rng(a.seed);
   const auto t0 = std::chrono::steady_clock::now();
   const auto end_at = t0 + *total;
@@ -492,25 +493,30 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
       "Examples:\n"
       "  engram soak --duration 10m --ranks 4\n"
       "  engram soak --duration 45s --ranks 2 --table-size 32MiB --json");
-  sub.add_option("--duration", a->duration, "Total time: 10m, 45s, 1h")->capture_default_str();
-  sub.add_option("--round", a->round, "Length of one round (one table, one placement)")->capture_default_str();
-  sub.add_option("--ranks", a->ranks, "Rank processes")->capture_default_str();
+  const CLI::Validator duration = parsed_by([](const std::string& t) { return parse_duration(t).status(); });
+  sub.add_option("--duration", a->duration, "Total time: 10m, 45s, 1h")->check(duration)->capture_default_str();
+  sub.add_option("--round", a->round, "Length of one round (one table, one placement)")->check(duration)->capture_default_str();
+  sub.add_option("--ranks", a->ranks, "Rank processes")->check(integer_in(1, 256))->capture_default_str();
   sub.add_option("--table-size", a->table_size, "Total table bytes of each round's v41-flash-mini table")
+      ->check(size_in(int64_t{1} << 20, int64_t{1} << 50))
       ->capture_default_str();
   sub.add_option("--max-batch", a->max_batch, "Largest batch in tokens (each lookup draws 1..this)")
-      ->check(CLI::Range(1, 1 << 16))
+      ->check(range(1, 1 << 16))
       ->capture_default_str();
   sub.add_option("--sample-every", a->sample_every, "Check one output position in this many")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(range(1, 1 << 20))
       ->capture_default_str();
   sub.add_option("--threads", a->threads,
                  std::string("Lookup threads per rank (default 1; ") + kAutoThreadsHelp + ", shared by the ranks)")
-      ->check(CLI::Range(0, 256));
+      ->check(range(0, 256));
   sub.add_option("--seed", a->seed, "Seed of placements, batches, ids and table content")->check(unsigned_integer())->capture_default_str();
   sub.add_option("--placement", a->placements,
                  "Placements to draw from (repeatable; default: none, local, interleave:all, bind and preferred "
-                 "on the first node, replica-per-node with 2+ nodes)");
-  sub.add_option("--backing", a->backings, "Backings to draw from (repeatable)")->capture_default_str();
+                 "on the first node, replica-per-node with 2+ nodes)")
+      ->check(parsed_by([](const std::string& t) { return parse_placement(t).status(); }));
+  sub.add_option("--backing", a->backings, "Backings to draw from (repeatable): memfd, shm, hugetlb, hugetlb-1g")
+      ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g"}))
+      ->capture_default_str();
   sub.add_flag("--json", a->json_out, "JSON report on stdout");
   return [a] { return run_soak(*a); };
 }
@@ -518,12 +524,12 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
 auto setup_worker(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<WorkerArgs>();
   sub.group("");  // hidden: started by `engram soak`
-  sub.add_option("--socket", a->socket)->required();
-  sub.add_option("--group", a->group)->required();
-  sub.add_option("--round-ms", a->round_ms);
-  sub.add_option("--max-batch", a->max_batch)->check(CLI::Range(1, 1 << 16));
-  sub.add_option("--sample-every", a->sample_every)->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--threads", a->threads)->check(CLI::Range(1, 256));  // resolved by the leader
+  sub.add_option("--socket", a->socket)->required()->check(non_empty());
+  sub.add_option("--group", a->group)->required()->check(non_empty());
+  sub.add_option("--round-ms", a->round_ms)->check(range(int64_t{1}, int64_t{7} * 24 * 3600 * 1000));
+  sub.add_option("--max-batch", a->max_batch)->check(range(1, 1 << 16));
+  sub.add_option("--sample-every", a->sample_every)->check(range(1, 1 << 20));
+  sub.add_option("--threads", a->threads)->check(range(1, 256));  // resolved by the leader
   sub.add_option("--seed", a->seed)->check(unsigned_integer());
   return [a] {
     Status s = run_soak_worker(*a);

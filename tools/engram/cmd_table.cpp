@@ -82,7 +82,8 @@ int create(const ModelCreateArgs& a) {
   const host::SweepReport swept = host::sweep_stale({{dir.string()}});
   for (const auto& line : swept.lines(false)) std::fprintf(stderr, "engram table create: %s\n", line.c_str());
 
-  // SIGINT / SIGTERM / SIGHUP stop the writers at their next chunk; the partial temp file is removed.
+  // A termination signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2) stops the writers at their next chunk; the
+  // partial temp file is removed.
   Status handlers = sys::install_stop_handlers();
   if (!handlers.is_ok()) return report_failure(cmd, handlers);
   host::WriteOptions opt;
@@ -272,11 +273,14 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
   c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");
-  c->add_option("--threads", create_args->threads, std::string("Writer threads (default 0; ") + kAutoThreadsHelp + ")");
+  c->add_option("--threads", create_args->threads, std::string("Writer threads (default 0; ") + kAutoThreadsHelp + ")")
+      ->check(integer_in(0, 4096));
   add_progress_option(*c, create_args->progress);
   c->add_option("--extra-rows", create_args->extra_rows,
-                "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)");
-  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)");
+                "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)")
+      ->check(integer_in(0, int64_t{1} << 32));
+  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)")
+      ->check(integer_in(1, 64));
   c->add_option("--tokenizer-json", create_args->tokenizer_json,
                 "hf-model: tokenizer.json to copy in; auto = the DeepSeek-V3 one tools/tokenize bundles when npm ci has "
                 "run; none");
@@ -284,15 +288,18 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                 "hf-model: compression table (+ .json) to copy in as engram.compress.bin; auto = the committed "
                 "DeepSeek-V3 table; none");
   c->add_option("--compressed-vocab-size", create_args->compressed_vocab_size,
-                "hf-model: config.json engram_compressed_vocab_size (default: the compression table's V')");
-  c->add_option("--pad-id", create_args->pad_id, "hf-model: config.json engram_pad_token_id (default 2)");
+                "hf-model: config.json engram_compressed_vocab_size, 1..2^32 (default: the compression table's V')")
+      ->check(integer_in(1, int64_t{1} << 32));
+  c->add_option("--pad-id", create_args->pad_id, "hf-model: config.json engram_pad_token_id (default 2)")
+      ->check(integer_in(0, int64_t{1} << 32));
   c->add_option("--tensor-names", create_args->tensor_names, "hf-model: " + names_help);
 
   CLI::App* ld = sub.add_subcommand(
       "load", "Load a checkpoint FILE or model DIR into memory, report GB/s and page-cache residue; --verify checks synthetic rows");
   ld->add_option("path", load_args->dir, "Checkpoint file or model directory")->required()->check(input_path());
   ld->add_option("--row-layout", load_args->row_layout, "In-memory row layout: fused or split (default fused)");
-  ld->add_option("--threads", load_args->threads, std::string("Reader threads (default 0; ") + kAutoThreadsHelp + ")");
+  ld->add_option("--threads", load_args->threads, std::string("Reader threads (default 0; ") + kAutoThreadsHelp + ")")
+      ->check(integer_in(0, 4096));
   ld->add_flag("--keep-page-cache", load_args->keep_cache, "Do not drop the file's pages from the page cache");
   ld->add_flag("--verify", load_args->verify, "Check every row against synth_row (synthetic checkpoints)");
   ld->add_flag("--json", load_args->json, "Print JSON");
@@ -300,7 +307,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   ld->add_option("--tensor-names", load_args->tensor_names, "DIR: " + names_help);
   ld->add_option("--backing", load_args->backing, "DIR: backing of the table (memfd, shm, hugetlb, anon-thp; default memfd)");
   ld->add_option("--placement", load_args->placement, "DIR: placement of the table (none, bind:N, interleave:all, ...)");
-  ld->add_option("--reader-node", load_args->reader_node, "DIR: pin the reader threads to this NUMA node's CPUs");
+  ld->add_option("--reader-node", load_args->reader_node, "DIR: pin the reader threads to this NUMA node's CPUs")
+      ->check(integer_in(0, 4095));
   ld->add_flag("--no-prefault", load_args->no_prefault,
                "DIR: do not allocate the table's pages when placing it; the readers' first writes do (under the "
                "placement policy already set)");
@@ -322,8 +330,9 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                 "DIR: compression table to check against config.json (default: the directory's own, else the one "
                 "built from its tokenizer.json and cached)");
 
-  c->footer("SIGINT, SIGTERM or SIGHUP stops a checkpoint write and removes the partial file (exit 128 + signal). A writer\n"
-            "killed by SIGKILL leaves a hidden temp file; the next create in that directory removes it and says so.");
+  c->footer("SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 stops a checkpoint write and removes the partial\n"
+            "file (exit 128 + signal). A writer killed by SIGKILL leaves a hidden temp file; the next create in that\n"
+            "directory removes it and says so.");
   return [c, i, ld, create_args, create_format, info_args, load_args, size_opt]() -> int {
     create_args->table_size_given = size_opt->count() > 0;
     if (c->parsed()) {

@@ -32,6 +32,10 @@ struct TraceArgs {
 
 // Lanes of one step of one rank, times in us from the step's first r.
 Status plot_step(const Timeline& tl, int rank, int64_t step, const std::string& png, const std::string& file) {
+  bool rank_seen = false;
+  for (const auto& t : tl.rows()) rank_seen |= t.rank == rank;
+  if (!rank_seen)
+    return Status(Code::kInvalidArgument, "--rank " + std::to_string(rank) + ": the timeline has no lookups of that rank");
   const auto rows = step_rows(tl, rank, step);
   if (rows.empty())
     return Status(Code::kInvalidArgument, "--step " + std::to_string(step) + ": rank " + std::to_string(rank) + " has no lookups in that step");
@@ -171,15 +175,16 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   an->add_option("file", a->file, "Timeline file (Chrome trace written by engram run, or timeline JSON)")
       ->required()
       ->check(input_file());
-  an->add_option("--scale-lookup", a->scale_lookup, "What-if: multiply every lookup time L by this factor")->check(CLI::Range(0.0, 1000.0));
+  an->add_option("--scale-lookup", a->scale_lookup, "What-if: multiply every lookup time L by this factor")->check(range(0.0, 1000.0));
   an->add_option("--advance-ready-us", a->advance_ready_us, "What-if: make ids ready (r) this many microseconds earlier")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(range(0.0, 1e9));
   an->add_option("--move-layer", a->move_layer, "What-if: run this Engram layer's lookups on a second serial queue")
-      ->check(CLI::Range(0, 100000));
+      ->check(range(0, 100000));
   an->add_option("--plot", a->plot, "Draw one step's lanes (ids ready, prefetch queue, main-stream waits) into this PNG")
       ->check(output_file());
-  an->add_option("--step", a->step, "Step for --plot (default: the step with the largest exposed wait)");
-  an->add_option("--rank", a->rank, "Rank for --plot (default 0)");
+  an->add_option("--step", a->step, "Step for --plot (default: the step with the largest exposed wait)")
+      ->check(integer_in(0, kMaxTimelineStep));
+  an->add_option("--rank", a->rank, "Rank for --plot (default 0)")->check(integer_in(0, kMaxTimelineRank));
   an->add_flag("--include-warmup", a->include_warmup,
                "Count the warm-up steps too (default: left out, as engram run's own report leaves them out)");
   an->add_flag("--json", a->json, "Print JSON");

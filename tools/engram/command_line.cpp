@@ -44,6 +44,63 @@ std::string command_word(int argc, char** argv) {
   return "";
 }
 
+// The subcommands `app` lists in its help (hidden ones, started by the CLI itself, left out), comma-separated.
+std::string subcommand_names(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (!s->get_group().empty()) names += (names.empty() ? "" : ", ") + s->get_name();
+  return names;
+}
+
+// A word after a command that takes subcommands (`engram model bogus`) names none of them, or the words end
+// before one (`engram model`): the message lists them. The walk follows the subcommand words and stops at the
+// first option (help included); "" when there is nothing to say.
+std::string subcommand_mistake(const CLI::App& top, int argc, char** argv) {
+  const CLI::App* app = &top;
+  std::string path = "engram";
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w.empty() || w[0] == '-') return "";
+    const auto subs = app->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return "";
+    const CLI::App* next = nullptr;
+    for (const CLI::App* s : subs)
+      if (s->get_name() == w) next = s;
+    if (!next) {
+      if (app == &top || app->get_require_subcommand_min() == 0) return "";
+      return path + ": unknown subcommand '" + w + "'; expected one of: " + subcommand_names(*app);
+    }
+    path += " " + w;
+    app = next;
+  }
+  if (app == &top || app->get_require_subcommand_min() == 0) return "";
+  return path + ": a subcommand is required, one of: " + subcommand_names(*app);
+}
+
+// The option of the parsed command tree named `name` ("--layers", or a positional's name), or null.
+const CLI::Option* find_parsed_option(const CLI::App& app, const std::string& name) {
+  for (const CLI::Option* o : app.get_options())
+    if (o->get_name() == name) return o;
+  for (const CLI::App* sub : app.get_subcommands())
+    if (const CLI::Option* o = find_parsed_option(*sub, name)) return o;
+  return nullptr;
+}
+
+// CLI11's "Could not convert: --layers = 99999999999" (a value that passed the checks of args.hpp but does not fit
+// the option's own type) said again with what the option takes.
+std::string conversion_message(const CLI::App& app, const std::string& what) {
+  const std::string prefix = "Could not convert: ";
+  const size_t eq = what.find(" = ");
+  if (what.compare(0, prefix.size(), prefix) != 0 || eq == std::string::npos) return what;
+  const std::string name = what.substr(prefix.size(), eq - prefix.size());
+  const std::string value = what.substr(eq + 3);
+  const CLI::Option* o = find_parsed_option(app, name);
+  std::string takes = o ? o->get_type_name() : std::string();
+  for (char& c : takes)
+    if (c == ':') c = ' ';
+  return name + ": '" + value + "' is out of the range of this option" + (takes.empty() ? "" : " (it takes " + takes + ")");
+}
+
 }  // namespace
 
 std::unique_ptr<CommandLine> build_command_line() {
@@ -87,8 +144,17 @@ std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv, st
       return 2;
     }
   }
+  if (const std::string msg = subcommand_mistake(app, argc, argv); !msg.empty()) {
+    err << msg << "\n";
+    err.flush();
+    return 2;
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConversionError& e) {
+    err << conversion_message(app, e.what()) << "\nRun with --help for more information.\n";
+    err.flush();
+    return 2;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e, out, err);
   } catch (const CLI::CallForAllHelp& e) {

@@ -36,7 +36,7 @@ inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& wa
   sub.add_option("--cache-warmup", c.warmup,
                  "Warm-up window: the cache is filled from the ids of the first N steps, which run without it (default " +
                      warmup_default + ")")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(range(1, 1 << 20));
   sub.add_option("--cache-update", c.update,
                  "Online update: every=K,rows=M,slice=S swaps at most M rows per layer every K steps (hottest uncached "
                  "ids of a decayed LFU count vs the coldest of a sampled set of cached rows, planned on the counting "
@@ -71,9 +71,9 @@ inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
                  "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   sub.add_option("--grid-fraction", a.grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(range(0.01, 1.0));
   sub.add_option("--threads", a.threads, std::string("CPU lookup threads (default 0; ") + kAutoThreadsHelp + ")")
-      ->check(CLI::Range(0, 4096));
+      ->check(range(0, 4096));
   sub.add_flag("--checked", a.checked, "Validate every id before each lookup (an out-of-range id fails the run)");
   sub.add_option("--fast-path", a.fast_path,
                  "CUDA lookup path: planner (default: per batch, dedup / sort / hot-row cache / plain from calibrated "
@@ -86,12 +86,13 @@ inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--backing", a.backing, "Table memory: memfd (default), shm, hugetlb, hugetlb-1g, anon-thp")
       ->check(CLI::IsMember({"memfd", "shm", "hugetlb", "hugetlb-1g", "anon-thp"}));
   sub.add_option("--shm-dir", a.shm_dir, "Directory (a tmpfs) of the named files of --backing shm (default /dev/shm)")
-      ->check(CLI::ExistingDirectory);
+      ->check(input_dir());
   sub.add_option("--placement", a.placement,
                  "NUMA placement applied before first touch: none (default), local, bind:NODES|all, preferred:N, "
                  "interleave:NODES|all, weighted-interleave:N=w,..., replica-per-node; NODES as numactl writes "
                  "them: 0,2 or 0-3, !LIST (every node but LIST), +LIST (positions among the nodes this process may "
-                 "use: +0 is the first)");
+                 "use: +0 is the first)")
+      ->check(parsed_by([](const std::string& t) { return parse_placement(t).status(); }));
 }
 
 inline void add_tp_options(CLI::App& sub, TpArgs& t) {

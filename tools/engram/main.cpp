@@ -11,9 +11,10 @@
 int main(int argc, char** argv) {
   using namespace engram::cli;
   const auto cl = build_command_line();
-  // Ctrl-C, SIGTERM and SIGHUP end a command with their default action, except while a named object is half
-  // made (sys::DeferTermination): then when it is whole and its guardian holds it. Commands that stop on their
-  // own (table create, serve-table) install their handlers over these.
+  // The termination signals (Ctrl-C, SIGTERM, SIGHUP, Ctrl-\, SIGUSR1/2: sys::kTerminationSignals) end a command
+  // with their default action, except while a named object is half made (sys::DeferTermination): then when it
+  // is whole and its guardian holds it. Commands that stop on their own (table create, serve-table) install
+  // their handlers over these.
   if (engram::Status st = engram::sys::install_deferred_termination(); !st.is_ok())
     std::fprintf(stderr, "engram: %s\n", st.to_string().c_str());
   if (const auto code = parse_command_line(*cl, argc, argv, std::cout, std::cerr)) return *code;

@@ -20,7 +20,7 @@ void add_metrics_options(CLI::App& sub, MetricsArgs& a) {
   sub.add_option("--metrics-port", a.port,
                  "Serve GET /metrics (Prometheus text format) on 127.0.0.1:PORT while the command runs; 0 = any free "
                  "port (printed on stderr); docs/metrics.md")
-      ->check(CLI::Range(0, 65535));
+      ->check(range(0, 65535));
   sub.add_option("--metrics-file", a.file, "Write the final metrics snapshot (Prometheus text format) to this file")
       ->check(output_file());
 }

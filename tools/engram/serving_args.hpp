@@ -45,34 +45,35 @@ struct ServingArgs {
 
 inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--layout", a.layout, "Table layout preset: v41-flash-mini (default), v41-flash, tiny")->check(CLI::IsMember(preset_names()));
-  sub.add_option("--table-size", a.table_size, "Table bytes for v41-flash-mini (default 512MiB; GiB = 2^30 B)");
+  sub.add_option("--table-size", a.table_size, "Table bytes for v41-flash-mini (default 512MiB; GiB = 2^30 B)")
+      ->check(size_in(1, int64_t{1} << 50));
   sub.add_option("--row-layout", a.row_layout, "fused (default) or split")->check(CLI::IsMember({"fused", "split"}));
   add_table_memory_options(sub, a.engine);
   add_backend_options(sub, a.engine);
   sub.add_option("--model", a.model, "Model shape that sizes the layer compute: v41-flash (default, assumed shape), tiny")
       ->check(CLI::IsMember(ModelShape::preset_names()));
   sub.add_option("--compute-tflops", a.tflops, "Assumed GEMM rate: layer time = max(weights/weight-gbps, 2*T*params/rate) (default 400)")
-      ->check(CLI::Range(1e-6, 1e6));
-  sub.add_option("--weight-gbps", a.weight_gbps, "Assumed weight read rate in GB/s (default 4000)")->check(CLI::Range(1e-3, 1e7));
-  sub.add_option("--unit-us", a.unit_us, "Calibrated compute unit a layer repeats (default 50 us)")->check(CLI::Range(1.0, 1e6));
-  sub.add_option("--rate", a.rate, "Poisson arrival rate, requests per second (default 4)")->check(CLI::Range(1e-6, 1e7));
-  sub.add_option("--requests", a.requests, "Requests to send (default 32)")->check(CLI::Range(1, 10000000));
+      ->check(range(1e-6, 1e6));
+  sub.add_option("--weight-gbps", a.weight_gbps, "Assumed weight read rate in GB/s (default 4000)")->check(range(1e-3, 1e7));
+  sub.add_option("--unit-us", a.unit_us, "Calibrated compute unit a layer repeats (default 50 us)")->check(range(1.0, 1e6));
+  sub.add_option("--rate", a.rate, "Poisson arrival rate, requests per second (default 4)")->check(range(1e-6, 1e7));
+  sub.add_option("--requests", a.requests, "Requests to send (default 32)")->check(range(1, 10000000));
   sub.add_option("--prompt", a.prompt, "Prompt length: N, uniform:MIN-MAX, lognormal:MEDIAN,SIGMA (default lognormal:512,0.6)");
   sub.add_option("--output", a.output, "Output length, same forms (default lognormal:64,0.5)");
   sub.add_option("--trace-file", a.trace_file, "CSV of requests 'prompt_tokens,output_tokens[,arrival_s]' instead of the distributions")
       ->check(input_file());
   sub.add_option("--seed", a.seed, "Seed of arrivals, lengths, text offsets, zipf ids and the table content (default 1)")->check(unsigned_integer());
-  sub.add_option("--token-budget", a.token_budget, "Tokens per step, decode + prefill (default 2048)")->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--prefill-chunk", a.prefill_chunk, "Most prompt tokens of one request per step (default 512)")->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--max-running", a.max_running, "Requests holding a batch slot (default 64)")->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--max-waiting", a.max_waiting, "Waiting queue size; arrivals beyond it are rejected (default 256)")->check(CLI::Range(0, 1 << 24));
-  sub.add_option("--slo-ttft-ms", a.slo_ttft_ms, "TTFT SLO in ms for goodput (default 2000)")->check(CLI::Range(0.0, 1e9));
-  sub.add_option("--slo-itl-ms", a.slo_itl_ms, "Mean ITL SLO in ms for goodput (default 100)")->check(CLI::Range(0.0, 1e9));
+  sub.add_option("--token-budget", a.token_budget, "Tokens per step, decode + prefill (default 2048)")->check(range(1, 1 << 20));
+  sub.add_option("--prefill-chunk", a.prefill_chunk, "Most prompt tokens of one request per step (default 512)")->check(range(1, 1 << 20));
+  sub.add_option("--max-running", a.max_running, "Requests holding a batch slot (default 64)")->check(range(1, 1 << 20));
+  sub.add_option("--max-waiting", a.max_waiting, "Waiting queue size; arrivals beyond it are rejected (default 256)")->check(range(0, 1 << 24));
+  sub.add_option("--slo-ttft-ms", a.slo_ttft_ms, "TTFT SLO in ms for goodput (default 2000)")->check(range(0.0, 1e9));
+  sub.add_option("--slo-itl-ms", a.slo_itl_ms, "Mean ITL SLO in ms for goodput (default 100)")->check(range(0.0, 1e9));
   sub.add_option("--ids", a.ids, "Ids: auto (default: real text when tokenized, else zipf, saying so), text, zipf")
       ->check(CLI::IsMember({"auto", "text", "zipf"}));
   sub.add_option("--tokens", a.tokens, "Token file for text ids (default: scripts/tokenize-setup's)")->check(input_file());
-  sub.add_option("--zipf-alpha", a.zipf_alpha, "Zipf exponent (default 1.0)")->check(CLI::Range(1e-6, 100.0));
-  sub.add_option("--warmup", a.warmup, "Warm-up steps before the clock starts (default 2)")->check(CLI::Range(0, 1000));
+  sub.add_option("--zipf-alpha", a.zipf_alpha, "Zipf exponent (default 1.0)")->check(range(1e-6, 100.0));
+  sub.add_option("--warmup", a.warmup, "Warm-up steps before the clock starts (default 2)")->check(range(0, 1000));
   add_cache_options(sub, a.engine.cache, std::to_string(kServingCacheWarmup) + " live steps");
 }
 

@@ -1,7 +1,8 @@
 // Bad input on every command breaks the CLI contract no more: NaN/inf taken as numbers, integers clamped or
 // wrapped, output paths checked only after the work, FIFOs that hang a reader, a directory that aborted `trace
-// analyze` (uncaught exception, exit 134). One row per command x bad value: the exit code, stderr naming the
-// option or file, no crash text, and nothing left in the working directory or in /dev/shm afterwards.
+// analyze` (uncaught exception, exit 134). One row per command x bad value (an option's value, or a file's content:
+// a replay trace, a timeline): the exit code, stderr naming the option or the file and its line or field, no crash
+// text, and nothing left in the working directory or in /dev/shm afterwards.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,8 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Row {
-  const char* args;    // placeholders: {F} a regular file, {P} a FIFO, {S} an empty directory, {N} a path whose
-                       // directory does not exist
+  const char* args;    // placeholders: {F} a regular file, {P} a FIFO, {S} an empty directory, {D} the working
+                       // directory (with the malformed trace and timeline files of Fixture)
   int code;            // expected exit code
   const char* needle;  // stderr must name this (the option or the file)
 };
@@ -78,6 +79,12 @@ const Row kRows[] = {
     {"replay --trace-file {P}", 2, "--trace-file"},
     {"replay --tokens {S}", 2, "--tokens"},
     {"replay --cache-profile {P}", 2, "--cache-profile"},
+    {"replay --ids zipf --layout tiny --trace-file {D}/trace-nan.csv", 2, "trace-nan.csv:2: arrival_s"},
+    {"replay --ids zipf --layout tiny --trace-file {D}/trace-neg.csv", 2, "trace-neg.csv:1: arrival_s"},
+    {"replay --ids zipf --layout tiny --trace-file {D}/trace-frac.csv", 2, "trace-frac.csv:1: prompt_tokens"},
+    {"replay --ids zipf --prompt 99999999999999999999999", 2, "'99999999999999999999999': more tokens"},
+    {"replay --placement bogus", 2, "--placement"},
+    {"replay --table-size 0", 2, "--table-size"},
     // experiment
     {"experiment A2 --out {F}", 2, "--out"},
     {"experiment A2 --out /nonexistent-engram-dir/x", 2, "--out"},
@@ -85,15 +92,35 @@ const Row kRows[] = {
     {"experiment A2 --order-seed -1", 2, "--order-seed"},
     {"experiment A2 --batches {P}", 2, "--batches"},
     {"experiment B2 --caps nan", 2, "--caps"},
+    {"experiment B2 --caps 0", 2, "--caps"},
+    {"experiment B2 --caps 0.5", 2, "--caps: expected two or more caps"},
     // census
     {"census --pid 0", 2, "--pid"},
     {"census --pid -5", 2, "--pid"},
     {"census --seed -1", 2, "--seed"},
     {"census --max-samples -1", 2, "--max-samples"},
     {"census --backing shm --shm-dir {P}", 2, "--shm-dir"},
+    {"census --placement bogus", 2, "--placement"},
+    {"census --backing bogus", 2, "--backing"},
+    {"census --table-size 0", 2, "--table-size"},
+    // soak
+    {"soak --backing bogus --duration 2s", 2, "--backing"},
+    {"soak --duration 0s", 2, "--duration"},
+    {"soak --round 1y", 2, "--round"},
+    {"soak --placement bogus", 2, "--placement"},
+    {"soak --table-size 0", 2, "--table-size"},
+    {"soak --table-size 512KiB", 2, "--table-size"},
+    {"soak --ranks 0", 2, "--ranks"},
     // serve-table
     {"serve-table --seed -1", 2, "--seed"},
     {"serve-table --seed 18446744073709551616", 2, "--seed"},
+    {"serve-table --socket ''", 2, "--socket"},
+    {"serve-table --group ''", 2, "--group"},
+    {"serve-table --socket {F}", 2, "is not a socket"},
+    {"serve-table --socket {S}", 2, "is not a socket"},
+    {"serve-table --shm-dir {F}", 2, "--shm-dir"},
+    {"serve-table --checkpoint {P}", 2, "--checkpoint"},
+    {"serve-table --placement bogus", 2, "--placement"},
     // table
     {"table create --layout tiny --out {S} --force", 2, "--out"},
     {"table create --layout tiny --out {P} --force", 2, "--out"},
@@ -103,12 +130,24 @@ const Row kRows[] = {
     {"table info {P}", 2, "{P}"},
     {"table load {P}", 2, "{P}"},
     {"table info /nonexistent-engram-dir/t.safetensors", 2, "/nonexistent-engram-dir"},
+    {"table create --format hf-model --layout tiny --compressed-vocab-size 0 --out {D}/m", 2, "--compressed-vocab-size"},
+    {"table create --format hf-model --layout tiny --compressed-vocab-size -1 --out {D}/m", 2, "--compressed-vocab-size"},
+    {"table create --layout tiny --threads -1 --out {D}/t.safetensors", 2, "--threads"},
+    {"table load --reader-node -1 {F}", 2, "--reader-node"},
+    {"table create --format hf-model --layout tiny --shards -1 --out {D}/m", 2, "--shards"},
+    {"table create --format hf-model --layout tiny --extra-rows -1 --out {D}/m", 2, "--extra-rows"},
     // hash
     {"hash --seed -1", 2, "--seed"},
     {"hash --out {S}", 2, "--out"},
     {"hash --out /nonexistent-engram-dir/ids", 2, "--out"},
     {"hash --tokens {P}", 2, "--tokens"},
     {"hash --text {S}", 2, "--text"},
+    {"hash --pad-id -1", 2, "--pad-id"},
+    {"hash --expect-vocab -1", 2, "--expect-vocab"},
+    {"hash --pad-id 999999999", 2, "--pad-id 999999999: expected a token id"},
+    {"hash --expect-vocab 5", 2, "--expect-vocab 5: the tables were built for V' = 5"},
+    {"hash --kind bogus", 2, "--kind"},
+    {"hash --seq-len -1", 2, "--seq-len"},
     // profile
     {"profile --tokens {F} --out {S}", 2, "--out"},
     {"profile --tokens {F} --out /nonexistent-engram-dir/p", 2, "--out"},
@@ -118,6 +157,10 @@ const Row kRows[] = {
     {"profile --tokens {F} --out {D}/p --holdout-seed -1", 2, "--holdout-seed"},
     {"profile --tokens {F} --out {D}/p --compression-table {P}", 2, "--compression-table"},
     {"profile --tokens {F} --out {D}/p --holdout 0.5 --holdout-out {S}", 2, "--holdout-out"},
+    {"profile --tokens {F} --out {D}/p --top -1", 2, "--top"},
+    {"profile --tokens {F} --out {D}/p --min-count 0", 2, "--min-count"},
+    {"profile --tokens {F} --out {D}/p --seq-len -1", 2, "--seq-len"},
+    {"profile --tokens {F} --out {D}/p --d 33", 2, "--d"},
     // trace
     {"trace analyze {S}", 2, "{S}"},
     {"trace analyze {P}", 2, "{P}"},
@@ -128,6 +171,13 @@ const Row kRows[] = {
     {"trace analyze {F} --move-layer 99999999999", 2, "--move-layer"},
     {"trace analyze {F} --plot /nonexistent-engram-dir/p.png", 2, "--plot"},
     {"trace analyze {F} --plot {S}", 2, "--plot"},
+    {"trace analyze {D}/tl-abc.json", 2, "tl-abc.json: timeline: rows[0].c_ns"},
+    {"trace analyze {D}/tl-neg.json", 2, "tl-neg.json: timeline: rows[1].c_ns"},
+    {"trace analyze {D}/tl-step.json", 2, "tl-step.json: timeline: rows[0].step"},
+    {"trace analyze {D}/tl-layer.json", 2, "tl-layer.json: timeline: rows[0].layer_index"},
+    {"trace analyze {D}/tl-good.json --step -1", 2, "--step"},
+    {"trace analyze {D}/tl-good.json --rank -1", 2, "--rank"},
+    {"trace analyze {D}/tl-good.json --plot {D}/p.png --rank 5", 2, "--rank 5"},
     // model
     {"model transfer --gbps nan", 2, "--gbps"},
     {"model transfer --gbps -1", 2, "--gbps"},
@@ -135,12 +185,42 @@ const Row kRows[] = {
     {"model kv --params inf", 2, "--params"},
     {"model engram --tokens nan", 2, "--tokens"},
     {"model capacity --nodes -1", 2, "--nodes"},
+    {"model kv --context 1e308", 2, "--context"},
+    {"model kv --tflops 1e-300", 2, "--tflops"},
+    {"model kv --gbps 1e-320", 2, "--gbps"},
+    {"model kv --layers 99999999999", 2, "--layers"},
+    {"model engram --tokens 1e308", 2, "--tokens"},
+    {"model engram --tokens 0.5", 2, "--tokens"},
+    {"model engram --table-size 0", 2, "--table-size"},
+    {"model engram --table-size 1GiB", 2, "--table-size applies to --layout v41-flash-mini only"},
+    {"model engram --rows-per-s 1e300", 2, "--rows-per-s"},
+    {"model capacity --nodes 99999999999", 2, "--nodes"},
+    {"model transfer --bytes 0", 2, "--bytes"},
+    {"model bogus", 2, "unknown subcommand 'bogus'; expected one of: transfer, kv, engram, capacity"},
+    {"model", 2, "engram model: a subcommand is required, one of: transfer, kv, engram, capacity"},
     // bench
     {"bench --smoke", 2, "subcommand"},
     {"bench lookup --csv /nonexistent-engram-dir/b.csv", 2, "--csv"},
     {"bench lookup --json-out {S}", 2, "--json-out"},
     {"bench lookup --plot {P}", 2, "--plot"},
     {"bench hash --seed -1", 2, "--seed"},
+    {"bench bogus", 2, "unknown subcommand 'bogus'; expected one of: numa"},
+    {"bench numa --smoke --numa-bytes nan", 2, "--numa-bytes"},
+    {"bench numa --smoke --gather-rows -1", 2, "--gather-rows"},
+    {"bench numa --smoke --gather-rows 0", 2, "--gather-rows"},
+    {"bench numa --smoke --chase-hops -1", 2, "--chase-hops"},
+    {"bench numa --gather-rows -1", 2, "--gather-rows"},
+    {"bench lookup --smoke --d -32", 2, "--d"},
+    {"bench lookup --smoke --d 33", 2, "--d"},
+    {"bench lookup --smoke --d 0", 2, "--d"},
+    {"bench lookup --smoke --backends bogus", 2, "--backends"},
+    {"bench lookup --smoke --backends cpu,bogus", 2, "--backends"},
+    {"bench lookup --smoke --data-dir /nonexistent-engram-dir", 2, "--data-dir"},
+    {"bench lookup --smoke --grid-fractions 0", 2, "--grid-fractions"},
+    {"bench lookup --smoke --placement bogus", 2, "--placement"},
+    {"bench hash --smoke --tokens {F}", 2, "--tokens"},
+    {"bench hash --smoke --tokens {P}", 2, "--tokens"},
+    {"bench cache-follow --smoke --first {P}", 2, "--first"},
 };
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
@@ -157,6 +237,17 @@ struct Fixture {
     work = root / "work";
     fs::create_directories(work / "sub");
     std::ofstream(work / "file.txt") << "not a table\n";
+    // Inputs whose content is wrong: a replay trace with a NaN / negative arrival or a fractional length, and
+    // timelines with a string time, a time of -1e18 ns, a step of 1e300 and a negative layer index.
+    std::ofstream(work / "trace-nan.csv") << "10,5,0.5\n10,5,nan\n";
+    std::ofstream(work / "trace-neg.csv") << "10,5,-1\n";
+    std::ofstream(work / "trace-frac.csv") << "10.5,5\n";
+    std::ofstream(work / "tl-abc.json") << R"({"rows":[{"step":0,"c_ns":"abc"}]})";
+    std::ofstream(work / "tl-neg.json") << R"({"rows":[{"step":0,"c_ns":5},{"step":0,"c_ns":-1e18}]})";
+    std::ofstream(work / "tl-step.json") << R"({"rows":[{"step":1e300}]})";
+    std::ofstream(work / "tl-layer.json") << R"({"rows":[{"layer_index":-7}]})";
+    std::ofstream(work / "tl-good.json") << R"({"rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,"rows":4,)"
+                                            R"("r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
     ::mkfifo((work / "fifo").c_str(), 0600);
   }
   ~Fixture() {
