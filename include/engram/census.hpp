@@ -9,7 +9,8 @@
 #include <map>
 #include <string>
 
-#include <nlohmann/json.hpp>
+// The declaration of nlohmann::json only: to_json() returns one; a caller that reads it includes <nlohmann/json.hpp>.
+#include <nlohmann/json_fwd.hpp>
 
 #include "engram/export.hpp"
 

@@ -30,7 +30,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+// The declaration of nlohmann::json only: describe() returns one; a caller that reads it includes <nlohmann/json.hpp>.
+#include <nlohmann/json_fwd.hpp>
 
 #include "engram/census.hpp"
 #include "engram/export.hpp"

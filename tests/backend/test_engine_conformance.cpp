@@ -3,6 +3,7 @@
 // submission over several steps) and directly, into poisoned staging, compared bit for bit with the scalar
 // reference. The cuda cases of the same matrix are in tests/cuda/test_engine_conformance.cpp.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "engram/prefetch_queue.hpp"
 #include "support/conformance.hpp"

@@ -4,6 +4,7 @@
 // online after every later one) and directly on the engine's stream, into poisoned staging, compared bit for bit
 // with the scalar reference. Skips with the reason without a GPU.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cuda_test_support.hpp"
 #include "engram/prefetch_queue.hpp"

@@ -3,6 +3,7 @@
 // batches per path, its last prediction, the registered bytes; and its timeline families count
 // every lookup of the queue. Skips without a GPU.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cuda_test_support.hpp"
 #include "engram/metrics.hpp"

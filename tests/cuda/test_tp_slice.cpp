@@ -5,6 +5,7 @@
 // with the fast path asked for (planner) and off: a slice's lookup runs the plain kernel (FastLookup refuses a
 // slice with kUnsupported and the backend says so). Skips without a GPU.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cuda/lookup_kernel.cuh"
 #include "cuda/registration.cuh"
