@@ -348,7 +348,9 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
                                      "--load-timeout-ms",
                                      std::to_string(o.timeouts.load.count()),
                                      "--replay-timeout-ms",
-                                     std::to_string(o.replay_timeout.count())};
+                                     std::to_string(o.replay_timeout.count()),
+                                     "--leader-pid",
+                                     std::to_string(sys::process_id())};
   for (const auto& a : o.extra_rank_args) argv_base.push_back(a);
   for (int r = 0; r < o.ranks; ++r) {
     auto pid = sys::spawn_process(argv_base);

@@ -200,7 +200,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--out", a->out, "profile file to write")->check(output_file());
   sub.add_option("--layout", a->layout, "bench (the engram bench lookup table), v41-flash, v41-flash-mini or tiny")
       ->capture_default_str();
-  sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini");
+  sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini")
+      ->check(size_in(1, int64_t{1} << 50));
   sub.add_option("--row-format", a->row_format, "bench layout rows: fused or split")->capture_default_str();
   sub.add_option("--d", a->d, "bench layout row width")->capture_default_str();
   sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
@@ -208,7 +209,9 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference hash")->capture_default_str();
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens, as the text id source "
                                           "does (0 = whole documents)")->capture_default_str();
-  sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")->capture_default_str();
+  sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")
+      ->check(integer_in(0, INT64_MAX))
+      ->capture_default_str();
   sub.add_option("--min-count", a->min_count, "keep ids seen at least N times")->capture_default_str();
   sub.add_option("--holdout", a->holdout, "leave this share of the documents out (deterministic, by document)");
   sub.add_option("--holdout-seed", a->holdout_seed, "seed of the held-out split")->check(unsigned_integer())->capture_default_str();
