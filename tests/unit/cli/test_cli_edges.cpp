@@ -290,8 +290,8 @@ const Row kFixtureRows[] = {
     {"hash --table-size ''", 2, "--table-size"},
     {"hash --table-size 0", 2, "--table-size"},
     // run
-    {"run --ids zipf --switch-tokens {F} --switch-at 1000 --steps 2", 2, "--switch-at 1000"},
-    {"run --ids zipf --switch-tokens {F} --switch-at 6 --steps 2 --warmup 4", 2, "--switch-at 6"},
+    {"run --ids text --switch-tokens {F} --switch-at 1000 --steps 2", 2, "--switch-at 1000"},
+    {"run --ids text --switch-tokens {F} --switch-at 6 --steps 2 --warmup 4", 2, "--switch-at 6"},
     {"run --ids zipf --cache-update every=4,every=5", 2, "'every' is given twice"},
     // serve-table --socket
     {"serve-table --socket {L}", 2, "--socket"},
