@@ -99,37 +99,6 @@ TEST(CliSignals, IntAndTermAtRandomMomentsLeaveNothing) {
   std::printf("[signals] %d trials, %d stopped by the signal\n", trials, interrupted);
 }
 
-TEST(CliSignals, ARunSweepsTheTableOfAKilledGroup) {
-  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
-  TempDir shm("/dev/shm", "engram-sig-sweep");
-  TempDir logs("/tmp", "engram-sig-logs");
-  const auto args = commands(shm.path, logs.path)[0];
-  const int pid = spawn_cli_group(args, logs.path + "/log.txt");
-  // Wait for the table file, then kill the group: the guardian dies with it, the file stays.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool made = false;
-  while (!made && std::chrono::steady_clock::now() < deadline) {
-    for (auto& n : shm.entries())
-      if (n.rfind("engram", 0) == 0) made = true;
-    if (!made) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ASSERT_TRUE(made) << read_all(logs.path + "/log.txt");
-  (void)kill(-pid, SIGKILL);
-  ASSERT_EQ(wait_exit(pid), 1000 + SIGKILL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (shm.entries().empty()) GTEST_SKIP() << "the guardian removed the table before it was killed: nothing to sweep";
-  auto small = args;
-  for (size_t i = 0; i + 1 < small.size(); ++i)
-    if (small[i] == "--steps") small[i + 1] = "1";
-  const std::string log2 = logs.path + "/log2.txt";
-  const int pid2 = spawn_cli_group(small, log2);
-  EXPECT_EQ(wait_exit(pid2), 0) << read_all(log2);
-  const std::string said = read_all(log2);
-  EXPECT_NE(said.find("engram run: removed " + shm.path + "/engram"), std::string::npos) << said;
-  EXPECT_NE(said.find("is gone"), std::string::npos) << said;
-  EXPECT_TRUE(shm.wait_until_no("", std::chrono::seconds(10)).empty());
-}
-
 namespace {
 
 // The pids of the processes whose parent is `parent` and whose command line holds `word`.
@@ -198,4 +167,35 @@ TEST(CliSignals, RankWorkersEndWithTheirLeader) {
     const auto left = shm.wait_until_no("", std::chrono::seconds(10));
     EXPECT_TRUE(left.empty()) << what << " left " << left.size() << " in the shm dir, first " << left.front();
   }
+}
+
+TEST(CliSignals, ARunSweepsTheTableOfAKilledGroup) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  TempDir shm("/dev/shm", "engram-sig-sweep");
+  TempDir logs("/tmp", "engram-sig-logs");
+  const auto args = commands(shm.path, logs.path)[0];
+  const int pid = spawn_cli_group(args, logs.path + "/log.txt");
+  // Wait for the table file, then kill the group: the guardian dies with it, the file stays.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool made = false;
+  while (!made && std::chrono::steady_clock::now() < deadline) {
+    for (auto& n : shm.entries())
+      if (n.rfind("engram", 0) == 0) made = true;
+    if (!made) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(made) << read_all(logs.path + "/log.txt");
+  (void)kill(-pid, SIGKILL);
+  ASSERT_EQ(wait_exit(pid), 1000 + SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (shm.entries().empty()) GTEST_SKIP() << "the guardian removed the table before it was killed: nothing to sweep";
+  auto small = args;
+  for (size_t i = 0; i + 1 < small.size(); ++i)
+    if (small[i] == "--steps") small[i + 1] = "1";
+  const std::string log2 = logs.path + "/log2.txt";
+  const int pid2 = spawn_cli_group(small, log2);
+  EXPECT_EQ(wait_exit(pid2), 0) << read_all(log2);
+  const std::string said = read_all(log2);
+  EXPECT_NE(said.find("engram run: removed " + shm.path + "/engram"), std::string::npos) << said;
+  EXPECT_NE(said.find("is gone"), std::string::npos) << said;
+  EXPECT_TRUE(shm.wait_until_no("", std::chrono::seconds(10)).empty());
 }

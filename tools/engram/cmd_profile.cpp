@@ -209,9 +209,7 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference hash")->capture_default_str();
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens, as the text id source "
                                           "does (0 = whole documents)")->capture_default_str();
-  sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")
-      ->check(integer_in(0, INT64_MAX))
-      ->capture_default_str();
+  sub.add_option("--top", a->top, "keep the hottest N ids per layer (0 = all)")->capture_default_str();
   sub.add_option("--min-count", a->min_count, "keep ids seen at least N times")->capture_default_str();
   sub.add_option("--holdout", a->holdout, "leave this share of the documents out (deterministic, by document)");
   sub.add_option("--holdout-seed", a->holdout_seed, "seed of the held-out split")->check(unsigned_integer())->capture_default_str();

@@ -276,8 +276,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   add_progress_option(*c, create_args->progress);
   c->add_option("--extra-rows", create_args->extra_rows,
                 "hf-model: rows past the sum of the primes in every Engram tensor (never loaded; default 0)");
-  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards, 1..64 (default 2)")
-      ->check(integer_in(1, 64));
+  c->add_option("--shards", create_args->shards, "hf-model: shards of unrelated tensors before the Engram shards (default 2)");
   c->add_option("--tokenizer-json", create_args->tokenizer_json,
                 "hf-model: tokenizer.json to copy in; auto = the DeepSeek-V3 one tools/tokenize bundles when npm ci has "
                 "run; none");
@@ -317,6 +316,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
 
   // '' would mean the released names: a name list given empty is refused instead.
   c->get_option("--tensor-names")->check(non_empty());
+  c->get_option("--shards")->check(integer_in(1, 64));
   ld->get_option("--tensor-names")->check(non_empty());
 
   CLI::App* i = sub.add_subcommand("info", "Describe a checkpoint FILE or model DIR: layout, tensors, sizes, tokenizer");
