@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 
 #include "core/units.hpp"
 
@@ -352,10 +353,13 @@ Result<CacheUpdate> parse_cache_update(const std::string& text, const CacheUpdat
     return Status(Code::kInvalidArgument, "cache update '" + text + "': expected every=K,rows=M,slice=S,burst=B (K, M, S, B >= 1) or off");
   };
   bool any = false;
+  std::set<std::string> seen;
   for (const std::string& item : split(text, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) return bad();
     const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    if (!seen.insert(key).second)
+      return Status(Code::kInvalidArgument, "cache update '" + text + "': '" + key + "' is given twice");
     char* end = nullptr;
     const long long v = std::strtoll(val.c_str(), &end, 10);
     if (val.empty() || *end != '\0' || v < 1 || v > (int64_t{1} << 30)) return bad();

@@ -6,7 +6,11 @@
 // nothing but stdio. After every rank has joined, the socket path is removed (nobody else needs to
 // find the group). The rank processes are owned by a RankSet declared before the channel: on any
 // return the channel closes first (every rank sees EOF and exits with the group's error), then the
-// RankSet waits briefly and kills whatever is left, so no rank outlives the parent's call.
+// RankSet waits briefly and kills whatever is left, so no rank outlives the parent's call. A parent that
+// dies without returning (a signal's default action, a crash) runs none of that: each rank is started
+// with --leader-pid and asks the kernel to kill it when the parent ends (sys::end_with_parent), so it
+// neither waits out its join timeout nor keeps the parent's stdout and stderr open. The parent must
+// therefore spawn the ranks from a thread that lives as long as the call (the calling thread does).
 //
 // Ranks differ only in their ids: zipf / uniform ids are seeded with (seed, rank); real text is the same
 // stream advanced by (rank - 1) x (warm-up + steps) steps, so the ranks serve different text at once.
@@ -348,7 +352,9 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
                                      "--load-timeout-ms",
                                      std::to_string(o.timeouts.load.count()),
                                      "--replay-timeout-ms",
-                                     std::to_string(o.replay_timeout.count())};
+                                     std::to_string(o.replay_timeout.count()),
+                                     "--leader-pid",
+                                     std::to_string(sys::process_id())};
   for (const auto& a : o.extra_rank_args) argv_base.push_back(a);
   for (int r = 0; r < o.ranks; ++r) {
     auto pid = sys::spawn_process(argv_base);

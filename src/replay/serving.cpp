@@ -241,12 +241,35 @@ Result<ServingSchedule> ServingSchedule::from_json(const nlohmann::json& j) {
   } catch (const std::exception& e) {
     return Status(Code::kInvalidArgument, std::string("schedule: malformed: ") + e.what());
   }
-  for (size_t i = 0; i < s.requests.size(); ++i)
-    if (s.requests[i].id != static_cast<int64_t>(i)) return Status(Code::kInvalidArgument, "schedule: request ids must be 0..n-1 in order");
-  for (const auto& st : s.steps)
-    for (const auto& c : st.chunks)
+  // The bounds of a --trace-file line hold for a recorded request too (lengths, arrival), and a chunk is at most a
+  // whole request: a file that asks more would run for hours or days before anything failed.
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  constexpr double kMaxArrivalNs = 1e16;  // 115 days
+  auto out_of = [](const std::string& where, const std::string& field, const std::string& range, const std::string& got) {
+    return Status(Code::kInvalidArgument, "schedule: " + where + ": " + field + ": expected " + range + ", got " + got);
+  };
+  const std::string tokens_range = "an integer in [1, " + std::to_string(kMaxTokens) + "]";
+  for (size_t i = 0; i < s.requests.size(); ++i) {
+    const ServingRequest& r = s.requests[i];
+    const std::string where = "request " + std::to_string(i);
+    if (r.id != static_cast<int64_t>(i)) return Status(Code::kInvalidArgument, "schedule: request ids must be 0..n-1 in order");
+    if (!std::isfinite(r.arrival_ns) || r.arrival_ns < 0 || r.arrival_ns > kMaxArrivalNs)
+      return out_of(where, "arrival_ns", "nanoseconds in [0, 1e16]", std::to_string(r.arrival_ns));
+    if (r.prompt_tokens < 1 || r.prompt_tokens > kMaxTokens)
+      return out_of(where, "prompt_tokens", tokens_range, std::to_string(r.prompt_tokens));
+    if (r.output_tokens < 1 || r.output_tokens > kMaxTokens)
+      return out_of(where, "output_tokens", tokens_range, std::to_string(r.output_tokens));
+    if (r.text_offset < 0) return out_of(where, "text_offset", "an integer >= 0", std::to_string(r.text_offset));
+  }
+  for (size_t k = 0; k < s.steps.size(); ++k)
+    for (const auto& c : s.steps[k].chunks) {
       if (c.request < 0 || c.request >= static_cast<int64_t>(s.requests.size()) || c.tokens < 1 || c.pos < 0)
         return Status(Code::kInvalidArgument, "schedule: a chunk names a request or range that does not exist");
+      const std::string where = "step " + std::to_string(k) + ", chunk of request " + std::to_string(c.request);
+      if (c.tokens > kMaxTokens) return out_of(where, "tokens", tokens_range, std::to_string(c.tokens));
+      if (c.pos > 2 * kMaxTokens)
+        return out_of(where, "pos", "an integer in [0, " + std::to_string(2 * kMaxTokens) + "]", std::to_string(c.pos));
+    }
   return s;
 }
 
@@ -264,6 +287,8 @@ Result<ServingSchedule> ServingSchedule::load(const std::string& path) {
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "schedule '" + path + "' is not JSON");
   auto s = from_json(j);
   if (!s.is_ok()) return s.status().with_context(path);
+  if (s->steps.empty())
+    return Status(Code::kInvalidArgument, "schedule '" + path + "' has no steps (engram replay --record writes them)");
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -375,6 +376,13 @@ Status FileGuardian::arm(const std::string& path) {
 Status FileGuardian::disarm(const std::string& path) {
   ENGRAM_RETURN_IF_ERROR(send("D " + path + "\n"));
   return send("D " + owner_record_path(path) + "\n");
+}
+
+Status end_with_parent(int parent_pid) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return errno_status(errno, "prctl(PR_SET_PDEATHSIG)");
+  if (::getppid() != parent_pid)
+    return Status(Code::kIo, "the process that started this one (pid " + std::to_string(parent_pid) + ") is gone");
+  return Status::ok();
 }
 
 }  // namespace engram::sys

@@ -108,4 +108,11 @@ class FileGuardian {
   int write_fd_ = -1;
 };
 
+// For a process started by another (spawn_process) that must not outlive it: asks the kernel to SIGKILL this
+// process when its parent ends (prctl PR_SET_PDEATHSIG), then checks that the parent is still `parent_pid`, since
+// a parent that ended before the request leaves this process to another one and the request would never fire.
+// kIo when the parent is already gone. The kernel sends the signal when the thread that started this
+// process ends: the parent must start it from a thread that lives as long as the parent needs it.
+Status end_with_parent(int parent_pid);
+
 }  // namespace engram::sys

@@ -102,6 +102,76 @@ TEST(CliSignals, IntAndTermAtRandomMomentsLeaveNothing) {
   std::printf("[signals] %d trials, %d stopped by the signal\n", trials, interrupted);
 }
 
+namespace {
+
+// The pids of the processes whose parent is `parent` and whose command line holds `word`.
+std::vector<int> children_with(int parent, const std::string& word) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream st(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent) continue;
+    std::string cmd = read_all((e.path() / "cmdline").string());
+    for (char& c : cmd)
+      if (c == '\0') c = ' ';
+    if (cmd.find(word) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Whether `pid` has ended (gone, or a zombie its new parent has not reaped yet).
+bool ended(int pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  return stat.empty() || close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
+}
+
+}  // namespace
+
+// SIGINT or SIGTERM to the leader of `run --ranks 2` after it started its rank workers (and before, or while,
+// they join): the leader ends, and its workers end with it at once instead of waiting out their join timeout
+// holding its stdout and stderr; nothing is left in the shm directory.
+TEST(CliSignals, RankWorkersEndWithTheirLeader) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  TempDir logs("/tmp", "engram-sig-logs");
+  for (const int sig : {SIGINT, SIGTERM}) {
+    TempDir shm("/dev/shm", "engram-sig-ranks");
+    const std::string log = logs.path + "/log.txt";
+    const std::string what = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    const int pid = spawn_cli_group({"run", "--layout", "v41-flash-mini", "--table-size", "64MiB", "--backing", "shm",
+                                     "--shm-dir", shm.path, "--backend", "cpu", "--ranks", "2", "--steps", "16",
+                                     "--timeline", "none", "--progress", "never", "--threads", "1"},
+                                    log);
+    std::vector<int> workers;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (workers.size() < 2 && std::chrono::steady_clock::now() < deadline && !ended(pid)) {
+      workers = children_with(pid, "rank-worker");
+      if (workers.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(workers.size(), 2u) << what << ": the two rank-workers were not seen\n" << read_all(log);
+    (void)kill(pid, sig);  // the leader only, as kill(1) does
+    const int rc = wait_exit(pid);
+    EXPECT_TRUE(rc == 0 || rc == 128 + sig || rc == 1000 + sig) << what << ": " << rc << "\n" << read_all(log);
+    // The kernel kills a worker when its leader ends; give the scheduler a moment, far below the 60 s join timeout.
+    for (const int w : workers) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!ended(w) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_TRUE(ended(w)) << what << ": rank-worker " << w << " outlived its leader\n" << read_all(log);
+      if (!ended(w)) (void)kill(w, SIGKILL);
+    }
+    const auto left = shm.wait_until_no("", std::chrono::seconds(10));
+    EXPECT_TRUE(left.empty()) << what << " left " << left.size() << " in the shm dir, first " << left.front();
+  }
+}
+
 TEST(CliSignals, ARunSweepsTheTableOfAKilledGroup) {
   if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   TempDir shm("/dev/shm", "engram-sig-sweep");

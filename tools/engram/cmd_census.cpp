@@ -138,11 +138,17 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_flag("--allow-fallback", a->allow_fallback, "Placement refused: keep the default policy and report it");
   sub.add_option("--head-shards", a->head_shards,
                  "Without --pid: shard each layer by head ranges (tensor parallelism), each its own backing: "
-                 "N (equal ranges) or a-b,c-d,... (e.g. 0-12,12-24)");
+                 "N (equal ranges) or a-b,c-d,... (e.g. 0-12,12-24)")
+      ->check(non_empty());
   sub.add_option("--shard-placements", a->shard_placements,
-                 "Without --pid: one placement per head shard, ';'-separated (e.g. \"bind:0;bind:1\"); default --placement");
+                 "Without --pid: one placement per head shard, ';'-separated (e.g. \"bind:0;bind:1\"); default --placement")
+      ->check(non_empty());
   add_tp_options(sub, a->tp);
   sub.add_option("--max-samples", a->max_samples, "Exact census up to this many pages, stride sampling above");
+  // The options of a table built here do not apply to another process's census: given with --pid, they are refused.
+  for (const char* here : {"--table-size", "--layout", "--backing", "--shm-dir", "--placement", "--allow-fallback",
+                           "--head-shards", "--shard-placements", "--tp-size", "--tp-rank"})
+    sub.get_option("--pid")->excludes(sub.get_option(here));
   return [a] { return a->pid > 0 ? census_pid(*a) : census_here(*a); };
 }
 

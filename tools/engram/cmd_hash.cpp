@@ -383,9 +383,13 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   CLI::Option* model = sub.add_option("--model", a->model,
                                       "Hugging Face model directory: hash with its config.json (layout, pad id, V') and its "
                                       "compression table (its own, or built from its tokenizer.json and cached)");
-  sub.add_option("--tensor-names", a->tensor_names, "with --model: Engram tensor names WEIGHT,SCALE with {L}")->needs(model);
+  sub.add_option("--tensor-names", a->tensor_names, "with --model: Engram tensor names WEIGHT,SCALE with {L}")
+      ->check(non_empty())
+      ->needs(model);
   sub.add_option("--layout", a->layout, "layout preset: v41-flash, v41-flash-mini or tiny")->capture_default_str()->excludes(model);
-  sub.add_option("--table-size", a->table_size, "total table size of v41-flash-mini, e.g. 512MiB")->excludes(model);
+  sub.add_option("--table-size", a->table_size, "total table size of v41-flash-mini, e.g. 512MiB")
+      ->check(size_in(1, int64_t{1} << 50))
+      ->excludes(model);
   sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
       ->excludes(model);
   sub.add_option("--seed", a->seed, "EngramConfig.seed of the reference")->capture_default_str();

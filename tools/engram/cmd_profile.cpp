@@ -200,7 +200,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--out", a->out, "profile file to write")->check(output_file());
   sub.add_option("--layout", a->layout, "bench (the engram bench lookup table), v41-flash, v41-flash-mini or tiny")
       ->capture_default_str();
-  sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini");
+  sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini")
+      ->check(size_in(1, int64_t{1} << 50));
   sub.add_option("--row-format", a->row_format, "bench layout rows: fused or split")->capture_default_str();
   sub.add_option("--d", a->d, "bench layout row width")->check(multiple_in(32, 8192, 32))->capture_default_str();
   sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
@@ -221,6 +222,7 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)")
       ->check(output_file());
   sub.add_flag("--json", a->json, "print the summary as JSON");
+  sub.get_option("--top")->check(integer_in(0, INT64_MAX));
   return [a] { return run(*a); };
 }
 

@@ -4,6 +4,7 @@
 #include "args.hpp"
 #include "command.hpp"
 #include "replay/multi_rank.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -14,6 +15,7 @@ struct WorkerArgs {
   int64_t join_ms = 60000, step_ms = 30000, load_ms = 600000, replay_ms = 3600000;
   std::string fault_at;
   int fault_rank = -1;
+  int leader_pid = 0;
 };
 
 auto setup(CLI::App& sub) -> std::function<int()> {
@@ -27,7 +29,14 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--replay-timeout-ms", a->replay_ms)->check(range(int64_t{1}, int64_t{1} << 40));
   sub.add_option("--fault-at", a->fault_at, "Testing: SIGKILL this rank on entering this protocol step");
   sub.add_option("--fault-rank", a->fault_rank, "Testing: only this rank (default: every rank)");
+  sub.add_option("--leader-pid", a->leader_pid,
+                 "The leader's pid: this rank is killed when the leader ends, and ends at once if it already has")
+      ->check(CLI::PositiveNumber);
   return [a] {
+    // First: a rank whose leader is gone (a signal, a crash) has nobody to join or to report to, and would hold
+    // the leader's stdout and stderr until its join timeout.
+    if (a->leader_pid > 0)
+      if (Status s = sys::end_with_parent(a->leader_pid); !s.is_ok()) return report_failure("rank-worker", s);
     RankWorkerOptions o;
     o.socket_path = a->socket;
     o.group = a->group;

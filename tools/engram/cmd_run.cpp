@@ -132,6 +132,12 @@ int run(const RunArgs& a) {
                                         "with its own engine; metrics are served by one-rank runs"));
   if (a.ranks > 1 && !a.switch_tokens.empty())
     return report_failure("run", Status(Code::kInvalidArgument, "--switch-tokens: the ranks of --ranks replay one text"));
+  if (!a.switch_tokens.empty() && a.switch_at >= a.warmup + a.steps)
+    return report_failure("run", Status(Code::kInvalidArgument,
+                                        "--switch-at " + std::to_string(a.switch_at) + ": the run has " +
+                                            std::to_string(a.warmup + a.steps) + " steps (--warmup " +
+                                            std::to_string(a.warmup) + " + --steps " + std::to_string(a.steps) +
+                                            ", numbered from 0): the text would never switch"));
   if (a.keep_page_cache && a.model.empty() && a.checkpoint.empty())
     return report_failure("run", Status(Code::kInvalidArgument, "--keep-page-cache: needs --checkpoint or --model"));
   if (a.keep_page_cache && a.ranks > 1)
@@ -441,6 +447,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--tensor-names", a->tensor_names,
                  "With --model: Engram tensor names WEIGHT,SCALE with {L} for the layer id (default "
                  "layers.{L}.engram.embed.weight,layers.{L}.engram.embed.scale)")
+      ->check(non_empty())
       ->needs(model);
   sub.add_flag("--keep-page-cache", a->keep_page_cache,
                "With --checkpoint or --model: leave the files' pages in the page cache (by default the readers "

@@ -25,6 +25,7 @@
 #include "replay/multi_rank.hpp"
 #include "report.hpp"
 #include "sys/process.hpp"
+#include "sys/unix_socket.hpp"
 
 namespace engram::cli {
 namespace {
@@ -50,6 +51,24 @@ struct ServeArgs {
   bool json = false;
   std::string progress = "auto";  // --progress (progress_args.hpp)
 };
+
+// A --socket given on the command line, checked before anything is swept or built: a path that sun_path cannot
+// hold, or a directory other users could reach (mode 1777 /tmp) or this process cannot use (/proc), is bad input.
+// Empty: the default path in the private runtime directory.
+Status check_socket_arg(const std::string& path) {
+  if (path.empty()) return Status::ok();
+  if (path.size() > sys::kMaxSocketPathBytes)
+    return Status(Code::kInvalidArgument, "--socket " + path + ": " + std::to_string(path.size()) +
+                                              " bytes; a socket path holds at most " +
+                                              std::to_string(sys::kMaxSocketPathBytes) + " (sun_path)");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (Status s = sys::check_private_dir(dir); !s.is_ok())
+    return Status(Code::kInvalidArgument, "--socket " + path + ": " + s.message() +
+                                              " (give a path in a directory of mode 0700 owned by this user, or no "
+                                              "--socket for the private default)");
+  return Status::ok();
+}
 
 // The table's backings as the protocol describes them to peers (layer, replica, head range, placement).
 nlohmann::json table_json(const HostTable& t) {
@@ -88,6 +107,7 @@ int serve(const ServeArgs& a) {
     std::fflush(stdout);
   };
   if (Status st = check_metrics_args(a.metrics); !st.is_ok()) return report_failure("serve-table", st);
+  if (Status st = check_socket_arg(a.socket); !st.is_ok()) return report_failure("serve-table", st);
   Status sig = sys::install_stop_handlers();
   if (!sig.is_ok()) return report_failure("serve-table", sig);
   // What killed leaders left behind (a whole process group killed takes their guardians too).

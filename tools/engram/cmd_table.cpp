@@ -322,13 +322,19 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                "DIR: also time one thread reading the same bytes sequentially in 64 MiB preads (as dd bs=64M) under "
                "the same --cache condition, and report the load's rate against it");
 
+  // '' would mean the released names: a name list given empty is refused instead.
+  c->get_option("--tensor-names")->check(non_empty());
+  c->get_option("--shards")->check(integer_in(1, 64));
+  ld->get_option("--tensor-names")->check(non_empty());
+
   CLI::App* i = sub.add_subcommand("info", "Describe a checkpoint FILE or model DIR: layout, tensors, sizes, tokenizer");
   i->add_option("path", info_args->dir, "Checkpoint file or model directory")->required()->check(input_path());
   i->add_flag("--json", info_args->json, "Print JSON");
-  i->add_option("--tensor-names", info_args->tensor_names, "DIR: " + names_help);
+  i->add_option("--tensor-names", info_args->tensor_names, "DIR: " + names_help)->check(non_empty());
   i->add_option("--compression-table", info_args->compression_table,
                 "DIR: compression table to check against config.json (default: the directory's own, else the one "
-                "built from its tokenizer.json and cached)");
+                "built from its tokenizer.json and cached)")
+      ->check(input_file());
 
   c->footer("SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 stops a checkpoint write and removes the partial\n"
             "file (exit 128 + signal). A writer killed by SIGKILL leaves a hidden temp file; the next create in that\n"

@@ -90,7 +90,9 @@ struct ServingSetup {
 inline Result<ServingSetup> resolve_serving(const ServingArgs& a, const std::function<void(const std::string&)>& say) {
   ServingSetup s;
   ENGRAM_ASSIGN_OR_RETURN(RowFormat fmt, parse_row_format(a.row_layout));
-  ENGRAM_ASSIGN_OR_RETURN(uint64_t bytes, parse_size_bytes(a.table_size));
+  auto size = parse_size_bytes(a.table_size);
+  if (!size.is_ok()) return size.status().with_context("--table-size");
+  const uint64_t bytes = static_cast<uint64_t>(*size);
   ENGRAM_ASSIGN_OR_RETURN(s.layout, make_preset_layout(a.layout, static_cast<int64_t>(bytes), fmt));
   ENGRAM_ASSIGN_OR_RETURN(s.serving.model, ModelShape::preset(a.model));
   s.serving.rates = {a.tflops, a.weight_gbps, a.unit_us};

@@ -36,6 +36,7 @@
 #include "progress_args.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
+#include "sys/numa.hpp"
 
 namespace engram::cli {
 namespace {
@@ -44,6 +45,23 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 Status bad(const std::string& m) { return Status(Code::kInvalidArgument, m); }
+
+// A --tokenizer-json to copy into a model directory: a readable JSON file with a model.vocab object (what
+// build_compression_table and a Hugging Face loader read first), so that an empty, garbage or unreadable file is
+// refused before the directory is written.
+Status check_tokenizer_json(const std::string& path) {
+  const std::string what = "--tokenizer-json " + path;
+  if (Status s = sys::check_input_path(path, sys::InputKind::kFile); !s.is_ok()) return bad(what + ": " + s.message());
+  auto text = sys::read_small_file(path, int64_t{1} << 30);
+  if (!text.is_ok()) return bad(what + ": " + text.status().message());
+  if (text->empty()) return bad(what + ": the file is empty, expected a tokenizer.json");
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad(what + ": not JSON, expected a tokenizer.json");
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("vocab") ||
+      !j["model"]["vocab"].is_object() || j["model"]["vocab"].empty())
+    return bad(what + ": no model.vocab object, expected a tokenizer.json");
+  return Status::ok();
+}
 
 bool exists(const std::string& path) {
   auto r = sys::path_exists(path);
@@ -200,6 +218,7 @@ int create_model_dir(const ModelCreateArgs& a) {
     if (exists(bundled)) opt.tokenizer_json = bundled;
     else tokenizer_note = " (no tokenizer.json: the bundled one needs `npm ci` in tools/tokenize)";
   } else if (a.tokenizer_json != "none") {
+    if (Status t = check_tokenizer_json(a.tokenizer_json); !t.is_ok()) return report_failure(cmd, t);
     opt.tokenizer_json = a.tokenizer_json;
   }
   if (!opt.tokenizer_json.empty()) {
@@ -407,6 +426,15 @@ int load_model_dir(const ModelLoadArgs& a) {
   if (a.threads < 0) return report_failure(cmd, bad("--threads must be >= 0 (0 = one per CPU this process may run on)"));
   if (a.cache != "as-is" && a.cache != "cold" && a.cache != "warm")
     return report_failure(cmd, bad("--cache '" + a.cache + "': expected as-is, cold or warm"));
+  if (a.reader_node >= 0) {
+    const std::vector<int> nodes = sys::online_nodes();
+    if (std::find(nodes.begin(), nodes.end(), a.reader_node) == nodes.end()) {
+      std::string list;
+      for (int n : nodes) list += (list.empty() ? "" : ", ") + std::to_string(n);
+      return report_failure(cmd, bad("--reader-node " + std::to_string(a.reader_node) +
+                                     ": no such NUMA node (this machine's nodes: " + list + ")"));
+    }
+  }
   auto info = host::read_model_dir(a.dir, *names);
   if (!info.is_ok()) return report_failure(cmd, info.status());
   const host::ModelEngramConfig& c = info->config;

@@ -346,3 +346,97 @@ TEST(CliEdges, GoodValuesBesideTheChecksStillRun) {
   EXPECT_NE(out.out.find("slowdown n/a"), std::string::npos) << out.out;
   EXPECT_EQ(out.out.find("xn/a"), std::string::npos) << out.out;
 }
+
+namespace {
+
+// More rows, with fixtures of their own: {M} a tiny model directory (engram table create --format hf-model),
+// {BH} a recorded schedule with a 99999999999-token chunk, {BN} one with a negative arrival time, {BE} one with
+// no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds.
+const Row kFixtureRows[] = {
+    // replay --batches: every field in range, the file named
+    {"replay --batches {BH}", 2, "{BH}: schedule: step 0, chunk of request 0: tokens"},
+    {"replay --batches {BN}", 2, "{BN}: schedule: request 0: arrival_ns"},
+    {"replay --batches {BE}", 2, "{BE}"},
+    {"replay --table-size abc", 2, "--table-size"},
+    {"replay --table-size 1e308", 2, "--table-size"},
+    // table create --format hf-model
+    {"table create --format hf-model --layout tiny --out {D}/m2 --shards -1", 2, "--shards"},
+    {"table create --format hf-model --layout tiny --out {D}/m2 --shards 65", 2, "--shards"},
+    {"table create --format hf-model --layout tiny --out {D}/m2 --tokenizer-json {E}", 2, "{E}"},
+    {"table create --format hf-model --layout tiny --out {D}/m2 --tokenizer-json {G}", 2, "{G}"},
+    {"table create --format hf-model --layout tiny --out {D}/m2 --tokenizer-json {S}", 2, "{S}"},
+    {"table create --format hf-model --layout tiny --out {D}/m2 --tokenizer-json {F}", 2, "--tokenizer-json"},
+    {"table create --format hf-model --layout tiny --out {D}/m2 --tensor-names ''", 2, "--tensor-names"},
+    // the model directory's readers
+    {"run --model {M} --tensor-names ''", 2, "--tensor-names"},
+    {"table load {M} --tensor-names ''", 2, "--tensor-names"},
+    {"table info {M} --tensor-names ''", 2, "--tensor-names"},
+    {"table load {M} --reader-node 99", 2, "--reader-node 99: no such NUMA node"},
+    {"table info {M} --compression-table /nonexistent-engram-dir/c.bin", 2, "/nonexistent-engram-dir/c.bin"},
+    {"table info {M} --compression-table {S}", 2, "--compression-table"},
+    // profile, hash
+    {"profile --tokens {F} --out {D}/p --top -1", 2, "--top"},
+    {"profile --tokens {F} --out {D}/p --table-size 0", 2, "--table-size"},
+    {"profile --tokens {F} --out {D}/p --table-size ''", 2, "--table-size"},
+    {"hash --table-size ''", 2, "--table-size"},
+    {"hash --table-size 0", 2, "--table-size"},
+    // run
+    {"run --ids text --switch-tokens {F} --switch-at 1000 --steps 2", 2, "--switch-at 1000"},
+    {"run --ids text --switch-tokens {F} --switch-at 6 --steps 2 --warmup 4", 2, "--switch-at 6"},
+    {"run --ids zipf --cache-update every=4,every=5", 2, "'every' is given twice"},
+    // serve-table --socket
+    {"serve-table --socket {L}", 2, "--socket"},
+    {"serve-table --socket /tmp/engram-edges.sock", 2, "--socket"},
+    {"serve-table --socket /proc/engram-edges.sock", 2, "--socket"},
+    {"serve-table --socket /nonexistent-engram-dir/s.sock", 2, "--socket"},
+    // census: --pid and the options of a table built here exclude each other
+    {"census --pid 1 --table-size 64MiB", 2, "--table-size"},
+    {"census --pid 1 --head-shards 2", 2, "--head-shards"},
+    {"census --table-size 64MiB --head-shards ''", 2, "--head-shards"},
+    {"census --table-size 64MiB --head-shards 2 --shard-placements ''", 2, "--shard-placements"},
+};
+
+std::string schedule_json(const std::string& request, const std::string& chunk) {
+  return R"({"format":"engram-serving-schedule/1","requests":[)" + request + R"(],"rejected":[],"steps":[[)" + chunk + "]]}";
+}
+
+}  // namespace
+
+TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  Fixture fx;
+  const fs::path model = fx.work / "model";
+  const auto made = engram::testing::run_shell(std::string(ENGRAM_CLI_PATH) + " table create --format hf-model --layout tiny --out '" +
+                                               model.string() + "' --progress never --tokenizer-json none 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  std::ofstream(fx.work / "huge.json") << schedule_json("[0,0,16,4,0]", "[0,0,99999999999,1]");
+  std::ofstream(fx.work / "negative.json") << schedule_json("[0,-5e9,16,4,0]", "[0,0,16,1]");
+  std::ofstream(fx.work / "nosteps.json")
+      << R"({"format":"engram-serving-schedule/1","requests":[],"rejected":[],"steps":[]})";
+  std::ofstream(fx.work / "empty.txt").flush();
+  std::ofstream(fx.work / "garbage.json") << "\x01\x02 not json {";
+  const std::string long_socket = "/tmp/" + std::string(120, 's') + ".sock";
+  const auto before_shm = dead_owner_records();
+  for (const Row& row : kFixtureRows) {
+    auto expand = [&](std::string s) {
+      s = replace_all(s, "{M}", model.string());
+      s = replace_all(s, "{BH}", (fx.work / "huge.json").string());
+      s = replace_all(s, "{BN}", (fx.work / "negative.json").string());
+      s = replace_all(s, "{BE}", (fx.work / "nosteps.json").string());
+      s = replace_all(s, "{E}", (fx.work / "empty.txt").string());
+      s = replace_all(s, "{G}", (fx.work / "garbage.json").string());
+      s = replace_all(s, "{L}", long_socket);
+      return fx.expand(s);
+    };
+    const std::string args = expand(row.args);
+    const std::string needle = expand(row.needle);
+    const auto before = fx.snapshot();
+    const Ran r = run_cli(args, fx.work, fx.root / "stderr.txt");
+    EXPECT_EQ(r.code, row.code) << row.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << row.args << ": stderr does not name " << needle << "\n" << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << row.args << "\n" << r.err;
+    EXPECT_EQ(fx.snapshot(), before) << row.args << ": the working directory changed";
+  }
+  EXPECT_EQ(dead_owner_records(), before_shm) << "a row left a named object of a dead owner in /dev/shm";
+  EXPECT_FALSE(fs::exists("/tmp/engram-edges.sock"));
+}
