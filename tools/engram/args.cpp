@@ -96,22 +96,4 @@ CLI::Validator socket_path() {
 
 void harden_options(CLI::App& app) { harden_one(app); }
 
-CLI::Validator non_empty() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string { return text.empty() ? "expected a non-empty value" : std::string(); },
-      "");
-}
-
-CLI::Validator size_in(int64_t lo, int64_t hi) {
-  const std::string range = "[" + format_bytes(lo) + ", " + format_bytes(hi) + "]";
-  return CLI::Validator(
-      [range, lo, hi](std::string& text) -> std::string {
-        const auto b = parse_size_bytes(text);
-        if (!b.is_ok()) return b.status().message();
-        if (*b < lo || *b > hi) return "expected a size in " + range + ", got '" + text + "'";
-        return {};
-      },
-      "SIZE in " + range);
-}
-
 }  // namespace engram::cli

@@ -33,9 +33,4 @@ CLI::Validator socket_path();
 // Attaches the type-based checks of the file comment to every option of `app` and of its subcommands, nested.
 void harden_options(CLI::App& app);
 
-// A non-empty text (a name or a path where '' would silently mean something else).
-CLI::Validator non_empty();
-// A byte size as core/units.hpp reads it ("512MiB", "1GB", "4096") in [lo, hi] bytes.
-CLI::Validator size_in(int64_t lo, int64_t hi);
-
 }  // namespace engram::cli

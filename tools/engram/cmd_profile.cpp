@@ -222,7 +222,6 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)")
       ->check(output_file());
   sub.add_flag("--json", a->json, "print the summary as JSON");
-  sub.get_option("--top")->check(integer_in(0, INT64_MAX));
   return [a] { return run(*a); };
 }
 
