@@ -135,40 +135,53 @@ bool ended(int pid) {
 
 }  // namespace
 
-// SIGINT or SIGTERM to the leader of `run --ranks 2` after it started its rank workers (and before, or while,
-// they join): the leader ends, and its workers end with it at once instead of waiting out their join timeout
-// holding its stdout and stderr; nothing is left in the shm directory.
+// The leader of `run --ranks 2` and of `soak --ranks 2`, signalled alone once its two workers exist: the workers
+// end with it (they would otherwise wait out their join or round and hold its stdout), and nothing stays in the shm
+// dir.
 TEST(CliSignals, RankWorkersEndWithTheirLeader) {
   if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
   TempDir logs("/tmp", "engram-sig-logs");
+  struct Case {
+    std::string worker;
+    std::vector<std::string> args;
+  };
   for (const int sig : {SIGINT, SIGTERM}) {
     TempDir shm("/dev/shm", "engram-sig-ranks");
-    const std::string log = logs.path + "/log.txt";
-    const std::string what = sig == SIGINT ? "SIGINT" : "SIGTERM";
-    const int pid = spawn_cli_group({"run", "--layout", "v41-flash-mini", "--table-size", "64MiB", "--backing", "shm",
-                                     "--shm-dir", shm.path, "--backend", "cpu", "--ranks", "2", "--steps", "16",
-                                     "--timeline", "none", "--progress", "never", "--threads", "1"},
-                                    log);
-    std::vector<int> workers;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (workers.size() < 2 && std::chrono::steady_clock::now() < deadline && !ended(pid)) {
-      workers = children_with(pid, "rank-worker");
-      if (workers.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    ASSERT_EQ(workers.size(), 2u) << what << ": the two rank-workers were not seen\n" << read_all(log);
-    (void)kill(pid, sig);  // the leader only, as kill(1) does
-    const int rc = wait_exit(pid);
-    EXPECT_TRUE(rc == 0 || rc == 128 + sig || rc == 1000 + sig) << what << ": " << rc << "\n" << read_all(log);
-    // The kernel kills a worker when its leader ends; give the scheduler a moment, far below the 60 s join timeout.
-    for (const int w : workers) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!ended(w) && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      EXPECT_TRUE(ended(w)) << what << ": rank-worker " << w << " outlived its leader\n" << read_all(log);
-      if (!ended(w)) (void)kill(w, SIGKILL);
+    const std::vector<Case> cases = {
+        {"rank-worker",
+         {"run", "--layout", "v41-flash-mini", "--table-size", "64MiB", "--backing", "shm", "--shm-dir", shm.path,
+          "--backend", "cpu", "--ranks", "2", "--steps", "16", "--timeline", "none", "--progress", "never",
+          "--threads", "1"}},
+        {"soak-worker",
+         {"soak", "--duration", "60s", "--round", "30s", "--ranks", "2", "--table-size", "16MiB", "--backing",
+          "memfd", "--threads", "1"}},
+    };
+    for (const auto& c : cases) {
+      const std::string log = logs.path + "/log.txt";
+      const std::string what = (sig == SIGINT ? "SIGINT to " : "SIGTERM to ") + c.args[0];
+      const int pid = spawn_cli_group(c.args, log);
+      std::vector<int> workers;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (workers.size() < 2 && std::chrono::steady_clock::now() < deadline && !ended(pid)) {
+        workers = children_with(pid, c.worker);
+        if (workers.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      ASSERT_EQ(workers.size(), 2u) << what << ": the two " << c.worker << "s were not seen\n" << read_all(log);
+      (void)kill(pid, sig);  // the leader only, as kill(1) does
+      const int rc = wait_exit(pid);
+      EXPECT_TRUE(rc == 0 || rc == 1 || rc == 128 + sig || rc == 1000 + sig) << what << ": " << rc << "\n"
+                                                                             << read_all(log);
+      // The kernel kills a worker when its leader ends; give the scheduler a moment, far below the join timeout.
+      for (const int w : workers) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!ended(w) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        EXPECT_TRUE(ended(w)) << what << ": " << c.worker << " " << w << " outlived its leader\n" << read_all(log);
+        if (!ended(w)) (void)kill(w, SIGKILL);
+      }
     }
     const auto left = shm.wait_until_no("", std::chrono::seconds(10));
-    EXPECT_TRUE(left.empty()) << what << " left " << left.size() << " in the shm dir, first " << left.front();
+    EXPECT_TRUE(left.empty()) << "left " << left.size() << " in the shm dir, first " << left.front();
   }
 }
 

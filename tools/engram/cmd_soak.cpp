@@ -124,6 +124,7 @@ struct WorkerArgs {
   int sample_every = 16;
   int threads = 1;
   uint64_t seed = 1;
+  int leader_pid = 0;
 };
 
 struct RankTally {
@@ -318,7 +319,7 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
                                    "--round-ms", std::to_string(round_ms.count()), "--max-batch",
                                    std::to_string(a.max_batch), "--sample-every", std::to_string(a.sample_every),
                                    "--threads", std::to_string(sys::threads_or_auto(a.threads, a.ranks)), "--seed",
-                                   std::to_string(job.seed)});
+                                   std::to_string(job.seed), "--leader-pid", std::to_string(sys::process_id())});
     if (!pid.is_ok()) return pid.status().with_context("starting soak rank " + std::to_string(r + 1));
     ranks.pids.push_back(*pid);
   }
@@ -531,7 +532,11 @@ auto setup_worker(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--sample-every", a->sample_every)->check(range(1, 1 << 20));
   sub.add_option("--threads", a->threads)->check(range(1, 256));  // resolved by the leader
   sub.add_option("--seed", a->seed)->check(unsigned_integer());
+  sub.add_option("--leader-pid", a->leader_pid)->check(CLI::PositiveNumber);
   return [a] {
+    // A rank whose leader is gone has nobody to report to: the kernel ends it with its leader.
+    if (a->leader_pid > 0)
+      if (Status s = sys::end_with_parent(a->leader_pid); !s.is_ok()) return report_failure("soak-worker", s);
     Status s = run_soak_worker(*a);
     if (!s.is_ok()) return report_failure("soak-worker", s);
     return 0;
