@@ -198,6 +198,12 @@ const Row kRows[] = {
     {"model transfer --bytes 0", 2, "--bytes"},
     {"model bogus", 2, "unknown subcommand 'bogus'; expected one of: transfer, kv, engram, capacity"},
     {"model", 2, "engram model: a subcommand is required, one of: transfer, kv, engram, capacity"},
+    // an option where a subcommand is due: named, not "A subcommand is required"
+    {"--bogus", 2, "engram: unknown option '--bogus'"},
+    {"table --bogus", 2, "engram table: unknown option '--bogus'"},
+    {"bench --bogus", 2, "engram bench: unknown option '--bogus'"},
+    {"model --bogus", 2, "engram model: unknown option '--bogus'"},
+    {"trace --bogus", 2, "engram trace: unknown option '--bogus'"},
     // bench
     {"bench --smoke", 2, "subcommand"},
     {"bench lookup --csv /nonexistent-engram-dir/b.csv", 2, "--csv"},
