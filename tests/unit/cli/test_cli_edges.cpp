@@ -111,6 +111,8 @@ const Row kRows[] = {
     {"soak --table-size 0", 2, "--table-size"},
     {"soak --table-size 512KiB", 2, "--table-size"},
     {"soak --ranks 0", 2, "--ranks"},
+    {"soak --duration 1s --round 5s", 2, "--duration: duration '1s': below the minimum of 2 s"},
+    {"soak --round 1500ms", 2, "--round: duration '1500ms': below the minimum of 2 s"},
     // serve-table
     {"serve-table --seed -1", 2, "--seed"},
     {"serve-table --seed 18446744073709551616", 2, "--seed"},
