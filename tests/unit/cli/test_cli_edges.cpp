@@ -198,6 +198,9 @@ const Row kRows[] = {
     {"model engram --rows-per-s 1e300", 2, "--rows-per-s"},
     {"model capacity --nodes 99999999999", 2, "--nodes"},
     {"model transfer --bytes 0", 2, "--bytes"},
+    {"model transfer --path ''", 2, "--path"},
+    {"model transfer --path bogus --gbps 10", 2, "--path"},
+    {"model transfer --path pcie5-pinned --gbps 10", 2, "--path excludes --gbps"},
     {"model bogus", 2, "unknown subcommand 'bogus'; expected one of: transfer, kv, engram, capacity"},
     {"model", 2, "engram model: a subcommand is required, one of: transfer, kv, engram, capacity"},
     // an option where a subcommand is due: named, not "A subcommand is required"
