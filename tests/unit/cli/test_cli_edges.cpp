@@ -163,6 +163,7 @@ const Row kRows[] = {
     {"profile --tokens {F} --out {D}/p --min-count 0", 2, "--min-count"},
     {"profile --tokens {F} --out {D}/p --seq-len -1", 2, "--seq-len"},
     {"profile --tokens {F} --out {D}/p --d 33", 2, "--d"},
+    {"profile --tokens {F} --layout tiny --out {D}/p.bin --row-format bogus", 2, "--row-format"},
     // trace
     {"trace analyze {S}", 2, "{S}"},
     {"trace analyze {P}", 2, "{P}"},
