@@ -233,6 +233,10 @@ const Row kRows[] = {
     {"bench hash --smoke --tokens {F}", 2, "--tokens"},
     {"bench hash --smoke --tokens {P}", 2, "--tokens"},
     {"bench cache-follow --smoke --first {P}", 2, "--first"},
+    {"bench lookup --smoke --backends cpu --cache-size abc", 2, "--cache-size"},
+    {"bench lookup --smoke --backends cpu --cache-size ''", 2, "--cache-size"},
+    {"bench lookup --smoke --backends cpu --cache-size 0%", 2, "--cache-size"},
+    {"bench lookup --smoke --backends cpu --tokens {F}", 2, "--tokens"},
 };
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
@@ -364,6 +368,8 @@ namespace {
 // More rows, with fixtures of their own: {M} a tiny model directory (engram table create --format hf-model),
 // {BH} a recorded schedule with a 99999999999-token chunk, {BN} one with a negative arrival time, {BE} one with
 // no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds.
+// no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds, {O} a
+// token file of 5 bytes, {N} a 10000-character group name.
 const Row kFixtureRows[] = {
     // replay --batches: every field in range, the file named
     {"replay --batches {BH}", 2, "{BH}: schedule: step 0, chunk of request 0: tokens"},
@@ -402,6 +408,8 @@ const Row kFixtureRows[] = {
     {"serve-table --socket /proc/engram-edges.sock", 2, "--socket"},
     {"serve-table --socket /nonexistent-engram-dir/s.sock", 2, "--socket"},
     // census: --pid and the options of a table built here exclude each other
+    // bench lookup --tokens: a token file whose data is not whole uint32 ids
+    {"bench lookup --smoke --backends cpu --tokens {O}", 2, "{O}: size 5 B is not a multiple of 4"},
     {"census --pid 1 --table-size 64MiB", 2, "--table-size"},
     {"census --pid 1 --head-shards 2", 2, "--head-shards"},
     {"census --table-size 64MiB --head-shards ''", 2, "--head-shards"},
@@ -427,6 +435,9 @@ TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
       << R"({"format":"engram-serving-schedule/1","requests":[],"rejected":[],"steps":[]})";
   std::ofstream(fx.work / "empty.txt").flush();
   std::ofstream(fx.work / "garbage.json") << "\x01\x02 not json {";
+  std::ofstream(fx.work / "odd.tokens") << "abcde";
+  std::ofstream(fx.work / "odd.tokens.json") << R"({"format":"engram-tokens","format_version":1,"dtype":"uint32le",)"
+                                               R"("tokenizer":"t","tokenizer_version":"1","vocab_size":100,"token_count":1})";
   const std::string long_socket = "/tmp/" + std::string(120, 's') + ".sock";
   const auto before_shm = dead_owner_records();
   for (const Row& row : kFixtureRows) {
@@ -438,6 +449,7 @@ TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
       s = replace_all(s, "{E}", (fx.work / "empty.txt").string());
       s = replace_all(s, "{G}", (fx.work / "garbage.json").string());
       s = replace_all(s, "{L}", long_socket);
+      s = replace_all(s, "{O}", (fx.work / "odd.tokens").string());
       return fx.expand(s);
     };
     const std::string args = expand(row.args);
