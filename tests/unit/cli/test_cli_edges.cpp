@@ -407,6 +407,7 @@ const Row kFixtureRows[] = {
     {"serve-table --socket /tmp/engram-edges.sock", 2, "--socket"},
     {"serve-table --socket /proc/engram-edges.sock", 2, "--socket"},
     {"serve-table --socket /nonexistent-engram-dir/s.sock", 2, "--socket"},
+    {"serve-table --layout tiny --progress never --group {N}", 2, "--group: 10000 bytes; the socket path it names"},
     // census: --pid and the options of a table built here exclude each other
     // bench lookup --tokens: a token file whose data is not whole uint32 ids
     {"bench lookup --smoke --backends cpu --tokens {O}", 2, "{O}: size 5 B is not a multiple of 4"},
@@ -449,6 +450,7 @@ TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
       s = replace_all(s, "{E}", (fx.work / "empty.txt").string());
       s = replace_all(s, "{G}", (fx.work / "garbage.json").string());
       s = replace_all(s, "{L}", long_socket);
+      s = replace_all(s, "{N}", std::string(10000, 'g'));
       s = replace_all(s, "{O}", (fx.work / "odd.tokens").string());
       return fx.expand(s);
     };
