@@ -221,6 +221,8 @@ const Row kRows[] = {
     {"bench numa --smoke --gather-rows -1", 2, "--gather-rows"},
     {"bench numa --smoke --gather-rows 0", 2, "--gather-rows"},
     {"bench numa --smoke --chase-hops -1", 2, "--chase-hops"},
+    {"bench numa --smoke --json-out {D}/same.out --csv {D}/same.out", 2, "--json-out and --csv"},
+    {"bench numa --smoke --json-out {D}/same.out --plot {D}/sub/../same.out", 2, "--json-out and --plot"},
     {"bench numa --gather-rows -1", 2, "--gather-rows"},
     {"bench lookup --smoke --d -32", 2, "--d"},
     {"bench lookup --smoke --d 33", 2, "--d"},
