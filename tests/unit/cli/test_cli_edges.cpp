@@ -178,6 +178,7 @@ const Row kRows[] = {
     {"trace analyze {D}/tl-neg.json", 2, "tl-neg.json: timeline: rows[1].c_ns"},
     {"trace analyze {D}/tl-step.json", 2, "tl-step.json: timeline: rows[0].step"},
     {"trace analyze {D}/tl-layer.json", 2, "tl-layer.json: timeline: rows[0].layer_index"},
+    {"trace analyze {D}/tl-unit.json", 2, "tl-unit.json: timeline: unit"},
     {"trace analyze {D}/tl-good.json --step -1", 2, "--step"},
     {"trace analyze {D}/tl-good.json --rank -1", 2, "--rank"},
     {"trace analyze {D}/tl-good.json --plot {D}/p.png --rank 5", 2, "--rank 5"},
@@ -256,7 +257,8 @@ struct Fixture {
     fs::create_directories(work / "sub");
     std::ofstream(work / "file.txt") << "not a table\n";
     // Inputs whose content is wrong: a replay trace with a NaN / negative arrival or a fractional length, and
-    // timelines with a string time, a time of -1e18 ns, a step of 1e300 and a negative layer index.
+    // timelines with a string time, a time of -1e18 ns, a step of 1e300, a negative layer index and an unknown
+    // unit.
     std::ofstream(work / "trace-nan.csv") << "10,5,0.5\n10,5,nan\n";
     std::ofstream(work / "trace-neg.csv") << "10,5,-1\n";
     std::ofstream(work / "trace-frac.csv") << "10.5,5\n";
@@ -264,6 +266,8 @@ struct Fixture {
     std::ofstream(work / "tl-neg.json") << R"({"rows":[{"step":0,"c_ns":5},{"step":0,"c_ns":-1e18}]})";
     std::ofstream(work / "tl-step.json") << R"({"rows":[{"step":1e300}]})";
     std::ofstream(work / "tl-layer.json") << R"({"rows":[{"layer_index":-7}]})";
+    std::ofstream(work / "tl-unit.json") << R"({"unit":"parsecs","rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,)"
+                                            R"("rows":4,"r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
     std::ofstream(work / "tl-good.json") << R"({"rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,"rows":4,)"
                                             R"("r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
     ::mkfifo((work / "fifo").c_str(), 0600);
