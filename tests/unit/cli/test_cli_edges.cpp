@@ -236,6 +236,12 @@ const Row kRows[] = {
     {"bench hash --smoke --tokens {F}", 2, "--tokens"},
     {"bench hash --smoke --tokens {P}", 2, "--tokens"},
     {"bench cache-follow --smoke --first {P}", 2, "--first"},
+    // bench cache-follow: its inputs are checked before it may be waived (77)
+    {"bench cache-follow --smoke --cache-size abc", 2, "--cache-size"},
+    {"bench cache-follow --smoke --cache-size ''", 2, "--cache-size"},
+    {"bench cache-follow --smoke --updates every=x", 2, "--updates"},
+    {"bench cache-follow --smoke --updates 'every=4;bogus'", 2, "--updates: cache update 'bogus'"},
+    {"bench cache-follow --smoke --first {F}", 2, "--first"},
     {"bench lookup --smoke --backends cpu --cache-size abc", 2, "--cache-size"},
     {"bench lookup --smoke --backends cpu --cache-size ''", 2, "--cache-size"},
     {"bench lookup --smoke --backends cpu --cache-size 0%", 2, "--cache-size"},
@@ -415,8 +421,12 @@ const Row kFixtureRows[] = {
     {"serve-table --socket /nonexistent-engram-dir/s.sock", 2, "--socket"},
     {"serve-table --layout tiny --progress never --group {N}", 2, "--group: 10000 bytes; the socket path it names"},
     // census: --pid and the options of a table built here exclude each other
-    // bench lookup --tokens: a token file whose data is not whole uint32 ids
+    // bench lookup and cache-follow token files: a token file whose data is not whole uint32 ids
     {"bench lookup --smoke --backends cpu --tokens {O}", 2, "{O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --first {O}", 2, "--first: {O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --then {O}", 2, "--then: {O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --oracle-tokens {O}", 2, "--oracle-tokens: {O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --fill {O}", 2, "--fill: {O}: size 5 B is not a multiple of 4"},
     {"census --pid 1 --table-size 64MiB", 2, "--table-size"},
     {"census --pid 1 --head-shards 2", 2, "--head-shards"},
     {"census --table-size 64MiB --head-shards ''", 2, "--head-shards"},
