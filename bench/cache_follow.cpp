@@ -142,6 +142,15 @@ std::string data_path(const std::string& given, const Context& ctx, const std::s
 }
 
 // Waived when a default token file is missing (scripts/tokenize-follow writes them where Node.js is).
+// A token file given on the command line, read when parsing (before the bench may be waived): a regular file
+// (a FIFO would block the read) holding whole uint32 ids, with its sidecar.
+CLI::Validator token_file() {
+  return cli::parsed_by([](const std::string& path) {
+    ENGRAM_RETURN_IF_ERROR(sys::check_input_path(path, sys::InputKind::kFile));
+    return read_token_file(path).status();
+  });
+}
+
 std::optional<std::string> follow_filter(const Context& ctx) {
   const FollowOptions& o = g_follow;
   for (const auto& [given, rel] : {std::pair{o.first, "corpus/corpus-test.tokens"}, std::pair{o.then, "other/corpus-test.tokens"},
@@ -315,19 +324,20 @@ ENGRAM_BENCH(cache_follow,
               .add_options =
                   [](CLI::App& s) {
                     s.add_option("--first", g_follow.first, "Token file before the switch (default corpus/corpus-test)")
-                        ->check(cli::input_file());
+                        ->check(token_file());
                     s.add_option("--then", g_follow.then, "Token file after the switch (default other/corpus-test)")
-                        ->check(cli::input_file());
+                        ->check(token_file());
                     s.add_option("--oracle-tokens", g_follow.oracle,
                                  "Token file of the held-out oracle's profile (default other/corpus-train)")
-                        ->check(cli::input_file());
+                        ->check(token_file());
                     s.add_option("--fill", g_follow.fill,
                                  "Fill the static and online caches at start from a profile of this token file "
                                  "(default: the warm-up window)")
-                        ->check(cli::input_file());
+                        ->check(token_file());
                     s.add_option("--table-size", g_follow.table_size, "v41-flash-mini table size (default 8GiB)")
                         ->check(cli::size_in(int64_t{1} << 20, int64_t{1} << 50));
-                    s.add_option("--cache-size", g_follow.cache_size, "Cache per layer (default 5%)");
+                    s.add_option("--cache-size", g_follow.cache_size, "Cache per layer (default 5%)")
+                        ->check(cli::parsed_by([](const std::string& t) { return parse_cache_size(t).status(); }));
                     s.add_option("--batch", g_follow.batch, "Sequences per step (default 64)")->check(cli::range(1, 1 << 16));
                     s.add_option("--cache-warmup", g_follow.warmup, "Warm-up window of the cache in steps (default 8)")->check(cli::range(1, 1 << 20));
                     s.add_option("--switch-at", g_follow.switch_at, "Step of the switch (default 400)")->check(cli::range(int64_t{1}, int64_t{1} << 30));
@@ -337,7 +347,8 @@ ENGRAM_BENCH(cache_follow,
                     s.add_option("--updates", g_follow.updates,
                                  "Online policies as --cache-update takes them, ';'-separated (default: the engine's "
                                  "without and with bursts of up to 16x)")
-                        ->delimiter(';');
+                        ->delimiter(';')
+                        ->check(cli::parsed_by([](const std::string& t) { return parse_cache_update(t).status(); }));
                   },
               .filter = follow_filter,
               .run = run_follow,

@@ -159,6 +159,19 @@ LookupOptions g_opt;
 
 double gib(int64_t b) { return static_cast<double>(b) / double(1ull << 30); }
 
+// The cache budget of --cache-size on a table of `table_bytes`: off/0, a share ("5%", in (0, 100]) or bytes.
+Result<int64_t> cache_bytes_of(const std::string& text, int64_t table_bytes) {
+  if (text == "0" || text == "off") return int64_t{0};
+  if (!text.empty() && text.back() == '%') {
+    char* end = nullptr;
+    const double p = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size() - 1 || !(p > 0 && p <= 100))
+      return Status(Code::kInvalidArgument, "'" + text + "': expected bytes (1GiB), a share (5%) or off");
+    return static_cast<int64_t>(p / 100 * static_cast<double>(table_bytes));
+  }
+  return parse_size_bytes(text);
+}
+
 // The technique sections (bench/lookup_fast.cu) on one fused table of `table_bytes`: checks the options and the
 // cache profile (on every machine), then runs them; without a GPU they are waived (a note, or the whole report when
 // nothing else ran).
@@ -178,16 +191,10 @@ Status run_fast(const LookupOptions& o, const std::vector<std::string>& sections
   fo.warm_steps = o.warm_steps;
   fo.host_threads = o.host_threads;
   fo.cache_size_text = o.cache_size;
-  if (o.cache_size == "0" || o.cache_size == "off") {
-    fo.cache_bytes = 0;
-  } else if (!o.cache_size.empty() && o.cache_size.back() == '%') {
-    char* end = nullptr;
-    const double p = std::strtod(o.cache_size.c_str(), &end);
-    if (end != o.cache_size.c_str() + o.cache_size.size() - 1 || !(p > 0 && p <= 100))
-      return Status(Code::kInvalidArgument, "--cache-size '" + o.cache_size + "': expected bytes (1GiB), a share (5%) or off");
-    fo.cache_bytes = static_cast<int64_t>(p / 100 * static_cast<double>(layout.table_bytes(0)));
-  } else {
-    ENGRAM_ASSIGN_OR_RETURN(fo.cache_bytes, parse_size_bytes(o.cache_size));
+  {
+    auto bytes = cache_bytes_of(o.cache_size, layout.table_bytes(0));
+    if (!bytes.is_ok()) return bytes.status().with_context("--cache-size");
+    fo.cache_bytes = *bytes;
   }
   if (!o.cache_profile.empty()) {
     auto read = host::read_hot_profile(o.cache_profile);
@@ -541,7 +548,11 @@ ENGRAM_BENCH(lookup, {.key = "lookup",
                             s.add_option("--tlb-scrub-rows", g_opt.tlb_scrub_rows, "Rows of the GPU translation scrub (0 = none)")
                                 ->check(cli::range(int64_t{0}, int64_t{1} << 30));
                             s.add_option("--tokens", g_opt.tokens, "Token file of the text ids (default: the default text)")
-                                ->check(cli::input_file());
+                                ->check(cli::parsed_by([](const std::string& path) {
+                                  // A regular file first (a FIFO would block the read), then a token file.
+                                  ENGRAM_RETURN_IF_ERROR(sys::check_input_path(path, sys::InputKind::kFile));
+                                  return read_token_file(path).status();
+                                }));
                             s.add_option("--sections", g_opt.sections,
                                          "sweep, fast (= calibration,prefill,decode,sort-sweep) or any of those")
                                 ->delimiter(',')
@@ -561,7 +572,8 @@ ENGRAM_BENCH(lookup, {.key = "lookup",
                             s.add_option("--sort-sweep", g_opt.sort_sweep, "Batches (tokens) of the sort-threshold sweep")
                                 ->delimiter(',')
                                 ->check(cli::range(int64_t{1}, int64_t{1} << 20));
-                            s.add_option("--cache-size", g_opt.cache_size, "GPU hot-row cache: bytes (1GiB), share of the table (5%) or off");
+                            s.add_option("--cache-size", g_opt.cache_size, "GPU hot-row cache: bytes (1GiB), share of the table (5%) or off")
+                                ->check(cli::parsed_by([](const std::string& t) { return cache_bytes_of(t, 1).status(); }));
                             s.add_option("--cache-profile", g_opt.cache_profile,
                                          "Hot-row profile for the text cache (engram profile --layout bench --table-size SAME)")
                                 ->check(cli::input_file());

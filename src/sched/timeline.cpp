@@ -90,6 +90,9 @@ Result<Timeline> Timeline::from_json(const nlohmann::json& j) {
     return Status(Code::kInvalidArgument, "timeline: no 'rows' array (expected a file written by engram run)");
   Timeline tl;
   const nlohmann::json& top = j.contains("engram_timeline") ? j["engram_timeline"] : j;
+  // Times are ns (to_json writes "unit": "ns"); a file without the field is read as ns.
+  if (top.contains("unit") && top["unit"] != "ns")
+    return Status(Code::kInvalidArgument, "timeline: unit: expected \"ns\", got " + top["unit"].dump());
   if (top.contains("origin_unix_ns") && !top["origin_unix_ns"].is_null()) {
     const nlohmann::json& o = top["origin_unix_ns"];
     if (!o.is_number() || !std::isfinite(o.get<double>()) || o.get<double>() < 0)

@@ -190,16 +190,14 @@ Status make_private_dir(const std::string& dir) {
   return check_private_dir(dir);
 }
 
+std::string private_runtime_dir_name() {
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] == '/' && check_private_dir(xdg).is_ok())
+    return std::string(xdg) + "/engram";
+  return "/tmp/engram-" + std::to_string(::geteuid());
+}
+
 Result<std::string> private_runtime_dir() {
-  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] == '/') {
-    if (check_private_dir(xdg).is_ok()) {
-      const std::string dir = std::string(xdg) + "/engram";
-      Status s = make_private_dir(dir);
-      if (s.is_ok()) return dir;
-      return s;
-    }
-  }
-  const std::string dir = "/tmp/engram-" + std::to_string(::geteuid());
+  const std::string dir = private_runtime_dir_name();
   ENGRAM_RETURN_IF_ERROR(make_private_dir(dir));
   return dir;
 }

@@ -105,6 +105,9 @@ struct PeerCredentials {
 // a directory of ours, else "/tmp/engram-<uid>". Created mode 0700 when missing; an existing one must
 // pass check_private_dir. kPermission when it exists but is not private (owner, mode, symlink).
 Result<std::string> private_runtime_dir();
+// The directory private_runtime_dir() would return, named without creating anything (for checking the length of
+// a path in it before any work).
+std::string private_runtime_dir_name();
 // OK when `dir` is a directory (not a symlink) owned by the effective uid with no group/other
 // permission bits. kNotFound when missing; kPermission naming owner and mode otherwise.
 Status check_private_dir(const std::string& dir);

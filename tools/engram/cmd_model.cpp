@@ -152,9 +152,15 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   const CLI::Validator table_size = size_in(1, int64_t{1} << 50);
   auto* t = sub.add_subcommand("transfer", "t = B / BW over named paths (practical link rates) or --gbps");
   t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB")->check(size_in(1, INT64_MAX));
-  t->add_option("--path", a->path, "One named path (default: all): pcie4-pinned, pcie4-pageable, pcie5-pinned, "
-                                   "nvlink-c2c, rdma-400g, h200-pinned, h200-pageable");
-  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(gbps);
+  std::string path_names;
+  for (const auto& p : model::named_paths()) path_names += (path_names.empty() ? "" : ", ") + p.name;
+  const CLI::Validator named_path = parsed_by([path_names](const std::string& text) -> Status {
+    for (const auto& p : model::named_paths())
+      if (text == p.name) return Status::ok();
+    return Status(Code::kInvalidArgument, "'" + text + "' is not one of: " + path_names);
+  });
+  CLI::Option* path = t->add_option("--path", a->path, "One named path (default: all): " + path_names)->check(named_path);
+  t->add_option("--gbps", a->gbps, "A measured bandwidth in GB/s instead of a named path")->check(gbps)->excludes(path);
   auto* k = sub.add_subcommand("kv", "KV swap-in (KV/BW) vs prefill recompute (2*params*tokens/FLOPS)");
   k->add_option("--layers", a->layers, "Decoder layers (default 80)")->check(integer_in(1, 100000));
   k->add_option("--kv-heads", a->kv_heads, "KV heads (default 8, GQA)")->check(integer_in(1, 1 << 16));

@@ -202,7 +202,9 @@ std::function<int()> setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--table-size", a->table_size, "table size of the bench layout (default 32GiB) or of v41-flash-mini")
       ->check(size_in(1, int64_t{1} << 50));
-  sub.add_option("--row-format", a->row_format, "bench layout rows: fused or split")->capture_default_str();
+  sub.add_option("--row-format", a->row_format, "bench layout rows: fused or split")
+      ->check(parsed_by([](const std::string& t) { return parse_row_format(t).status(); }))
+      ->capture_default_str();
   sub.add_option("--d", a->d, "bench layout row width")->check(multiple_in(32, 8192, 32))->capture_default_str();
   sub.add_option("--compression-table", a->table, "compression table (default: tools/tokenize/data/deepseek_v3.compress.bin)")
       ->check(input_file());

@@ -52,6 +52,12 @@ struct ServeArgs {
   std::string progress = "auto";  // --progress (progress_args.hpp)
 };
 
+// The length of the socket path a leader without --socket makes for `group` (UnixGroupListener::listen):
+// DIR/GROUP.<8 hex digits>.sock in the private runtime directory.
+size_t default_socket_bytes(const std::string& group) {
+  return sys::private_runtime_dir_name().size() + 1 + group.size() + 1 + 8 + 5;
+}
+
 // A --socket given on the command line, checked before anything is swept or built: a path that sun_path cannot
 // hold, or a directory other users could reach (mode 1777 /tmp) or this process cannot use (/proc), is bad input.
 // Empty: the default path in the private runtime directory.
@@ -265,6 +271,16 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "/tmp/engram-<uid>, with a random name")
       ->check(socket_path());
   sub.add_option("--group", a->group, "Group name peers must present (default engram-table)")->check(non_empty());
+  // Without --socket the group names the socket (see default_socket_bytes): it must fit sun_path.
+  sub.parse_complete_callback([a] {
+    if (!a->socket.empty()) return;
+    const size_t bytes = default_socket_bytes(a->group);
+    if (bytes > sys::kMaxSocketPathBytes)
+      throw CLI::ValidationError("--group", std::to_string(a->group.size()) + " bytes; the socket path it names (" +
+                                                std::to_string(bytes) + " bytes in " + sys::private_runtime_dir_name() +
+                                                ") holds at most " + std::to_string(sys::kMaxSocketPathBytes) +
+                                                " (sun_path): give a shorter --group or a --socket");
+  });
   sub.add_option("--peers", a->peers, "Peers per round (default 1)")->check(range(1, 4096));
   sub.add_option("--step-timeout-ms", a->step_timeout_ms, "Timeout of each protocol step (default 30000)")
       ->check(range(int64_t{1}, int64_t{1} << 40));

@@ -94,6 +94,10 @@ Resources read_resources() {
   return r;
 }
 
+// The shortest round (and so the shortest soak): a round that builds a table and starts its ranks does no
+// lookups in less.
+constexpr Millis kMinRound{2000};
+
 // "10m", "45s", "1h", "90" (seconds), "1500ms".
 Result<Millis> parse_duration(const std::string& text) {
   size_t pos = 0;
@@ -377,9 +381,10 @@ int run_soak(const SoakArgs& a) {
   for (int round = 0;; ++round) {
     const auto now = std::chrono::steady_clock::now();
     if (round > 0 && now >= end_at) break;
-    // The last round takes what is left (at least 2 s, so that every round does work).
+    // The last round takes what is left, at least kMinRound (so that every round does work): the soak may
+    // overrun --duration by up to kMinRound.
     Millis len = std::min(*round_len, std::chrono::duration_cast<Millis>(end_at - now));
-    len = std::max(len, Millis(2000));
+    len = std::max(len, kMinRound);
     const std::string& placement = placements[rng() % placements.size()];
     const std::string backing = a.backings[rng() % a.backings.size()];
     const std::string row_layout = rng() % 2 ? "fused" : "split";
@@ -494,9 +499,20 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
       "Examples:\n"
       "  engram soak --duration 10m --ranks 4\n"
       "  engram soak --duration 45s --ranks 2 --table-size 32MiB --json");
-  const CLI::Validator duration = parsed_by([](const std::string& t) { return parse_duration(t).status(); });
-  sub.add_option("--duration", a->duration, "Total time: 10m, 45s, 1h")->check(duration)->capture_default_str();
-  sub.add_option("--round", a->round, "Length of one round (one table, one placement)")->check(duration)->capture_default_str();
+  const CLI::Validator duration = parsed_by([](const std::string& t) -> Status {
+    auto d = parse_duration(t);
+    if (!d.is_ok()) return d.status();
+    if (*d < kMinRound)
+      return Status(Code::kInvalidArgument, "duration '" + t + "': below the minimum of " +
+                                                std::to_string(kMinRound.count() / 1000) + " s (the shortest round)");
+    return Status::ok();
+  });
+  sub.add_option("--duration", a->duration, "Total time: 10m, 45s, 1h (at least 2 s; the last round runs at least 2 s)")
+      ->check(duration)
+      ->capture_default_str();
+  sub.add_option("--round", a->round, "Length of one round (one table, one placement; at least 2 s)")
+      ->check(duration)
+      ->capture_default_str();
   sub.add_option("--ranks", a->ranks, "Rank processes")->check(integer_in(1, 256))->capture_default_str();
   sub.add_option("--table-size", a->table_size, "Total table bytes of each round's v41-flash-mini table")
       ->check(size_in(int64_t{1} << 20, int64_t{1} << 50))

@@ -53,14 +53,22 @@ std::string subcommand_names(const CLI::App& app) {
 }
 
 // A word after a command that takes subcommands (`engram model bogus`) names none of them, or the words end
-// before one (`engram model`): the message lists them. The walk follows the subcommand words and stops at the
-// first option (help included); "" when there is nothing to say.
+// before one (`engram model`): the message lists them. An option where a subcommand is still to come that this
+// command does not take (`engram table --bogus`) is named. The walk follows the subcommand words and stops at
+// the first option this command takes (help included); "" when there is nothing to say.
 std::string subcommand_mistake(const CLI::App& top, int argc, char** argv) {
   const CLI::App* app = &top;
   std::string path = "engram";
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];
-    if (w.empty() || w[0] == '-') return "";
+    if (w.empty()) return "";
+    if (w[0] == '-') {
+      const bool wants_subcommand = app == &top || app->get_require_subcommand_min() > 0;
+      const std::string name = w.substr(0, w.find('='));
+      if (!wants_subcommand || w == "-" || app->get_option_no_throw(name)) return "";
+      if (app == &top) return "engram: unknown option '" + name + "'; `engram --help` lists the commands";
+      return path + ": unknown option '" + name + "'; expected a subcommand, one of: " + subcommand_names(*app);
+    }
     const auto subs = app->get_subcommands([](const CLI::App*) { return true; });
     if (subs.empty()) return "";
     const CLI::App* next = nullptr;

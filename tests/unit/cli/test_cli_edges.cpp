@@ -111,6 +111,8 @@ const Row kRows[] = {
     {"soak --table-size 0", 2, "--table-size"},
     {"soak --table-size 512KiB", 2, "--table-size"},
     {"soak --ranks 0", 2, "--ranks"},
+    {"soak --duration 1s --round 5s", 2, "--duration: duration '1s': below the minimum of 2 s"},
+    {"soak --round 1500ms", 2, "--round: duration '1500ms': below the minimum of 2 s"},
     // serve-table
     {"serve-table --seed -1", 2, "--seed"},
     {"serve-table --seed 18446744073709551616", 2, "--seed"},
@@ -161,6 +163,7 @@ const Row kRows[] = {
     {"profile --tokens {F} --out {D}/p --min-count 0", 2, "--min-count"},
     {"profile --tokens {F} --out {D}/p --seq-len -1", 2, "--seq-len"},
     {"profile --tokens {F} --out {D}/p --d 33", 2, "--d"},
+    {"profile --tokens {F} --layout tiny --out {D}/p.bin --row-format bogus", 2, "--row-format"},
     // trace
     {"trace analyze {S}", 2, "{S}"},
     {"trace analyze {P}", 2, "{P}"},
@@ -175,6 +178,7 @@ const Row kRows[] = {
     {"trace analyze {D}/tl-neg.json", 2, "tl-neg.json: timeline: rows[1].c_ns"},
     {"trace analyze {D}/tl-step.json", 2, "tl-step.json: timeline: rows[0].step"},
     {"trace analyze {D}/tl-layer.json", 2, "tl-layer.json: timeline: rows[0].layer_index"},
+    {"trace analyze {D}/tl-unit.json", 2, "tl-unit.json: timeline: unit"},
     {"trace analyze {D}/tl-good.json --step -1", 2, "--step"},
     {"trace analyze {D}/tl-good.json --rank -1", 2, "--rank"},
     {"trace analyze {D}/tl-good.json --plot {D}/p.png --rank 5", 2, "--rank 5"},
@@ -196,8 +200,17 @@ const Row kRows[] = {
     {"model engram --rows-per-s 1e300", 2, "--rows-per-s"},
     {"model capacity --nodes 99999999999", 2, "--nodes"},
     {"model transfer --bytes 0", 2, "--bytes"},
+    {"model transfer --path ''", 2, "--path"},
+    {"model transfer --path bogus --gbps 10", 2, "--path"},
+    {"model transfer --path pcie5-pinned --gbps 10", 2, "--path excludes --gbps"},
     {"model bogus", 2, "unknown subcommand 'bogus'; expected one of: transfer, kv, engram, capacity"},
     {"model", 2, "engram model: a subcommand is required, one of: transfer, kv, engram, capacity"},
+    // an option where a subcommand is due: named, not "A subcommand is required"
+    {"--bogus", 2, "engram: unknown option '--bogus'"},
+    {"table --bogus", 2, "engram table: unknown option '--bogus'"},
+    {"bench --bogus", 2, "engram bench: unknown option '--bogus'"},
+    {"model --bogus", 2, "engram model: unknown option '--bogus'"},
+    {"trace --bogus", 2, "engram trace: unknown option '--bogus'"},
     // bench
     {"bench --smoke", 2, "subcommand"},
     {"bench lookup --csv /nonexistent-engram-dir/b.csv", 2, "--csv"},
@@ -209,6 +222,8 @@ const Row kRows[] = {
     {"bench numa --smoke --gather-rows -1", 2, "--gather-rows"},
     {"bench numa --smoke --gather-rows 0", 2, "--gather-rows"},
     {"bench numa --smoke --chase-hops -1", 2, "--chase-hops"},
+    {"bench numa --smoke --json-out {D}/same.out --csv {D}/same.out", 2, "--json-out and --csv"},
+    {"bench numa --smoke --json-out {D}/same.out --plot {D}/sub/../same.out", 2, "--json-out and --plot"},
     {"bench numa --gather-rows -1", 2, "--gather-rows"},
     {"bench lookup --smoke --d -32", 2, "--d"},
     {"bench lookup --smoke --d 33", 2, "--d"},
@@ -221,6 +236,16 @@ const Row kRows[] = {
     {"bench hash --smoke --tokens {F}", 2, "--tokens"},
     {"bench hash --smoke --tokens {P}", 2, "--tokens"},
     {"bench cache-follow --smoke --first {P}", 2, "--first"},
+    // bench cache-follow: its inputs are checked before it may be waived (77)
+    {"bench cache-follow --smoke --cache-size abc", 2, "--cache-size"},
+    {"bench cache-follow --smoke --cache-size ''", 2, "--cache-size"},
+    {"bench cache-follow --smoke --updates every=x", 2, "--updates"},
+    {"bench cache-follow --smoke --updates 'every=4;bogus'", 2, "--updates: cache update 'bogus'"},
+    {"bench cache-follow --smoke --first {F}", 2, "--first"},
+    {"bench lookup --smoke --backends cpu --cache-size abc", 2, "--cache-size"},
+    {"bench lookup --smoke --backends cpu --cache-size ''", 2, "--cache-size"},
+    {"bench lookup --smoke --backends cpu --cache-size 0%", 2, "--cache-size"},
+    {"bench lookup --smoke --backends cpu --tokens {F}", 2, "--tokens"},
 };
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
@@ -238,7 +263,8 @@ struct Fixture {
     fs::create_directories(work / "sub");
     std::ofstream(work / "file.txt") << "not a table\n";
     // Inputs whose content is wrong: a replay trace with a NaN / negative arrival or a fractional length, and
-    // timelines with a string time, a time of -1e18 ns, a step of 1e300 and a negative layer index.
+    // timelines with a string time, a time of -1e18 ns, a step of 1e300, a negative layer index and an unknown
+    // unit.
     std::ofstream(work / "trace-nan.csv") << "10,5,0.5\n10,5,nan\n";
     std::ofstream(work / "trace-neg.csv") << "10,5,-1\n";
     std::ofstream(work / "trace-frac.csv") << "10.5,5\n";
@@ -246,6 +272,8 @@ struct Fixture {
     std::ofstream(work / "tl-neg.json") << R"({"rows":[{"step":0,"c_ns":5},{"step":0,"c_ns":-1e18}]})";
     std::ofstream(work / "tl-step.json") << R"({"rows":[{"step":1e300}]})";
     std::ofstream(work / "tl-layer.json") << R"({"rows":[{"layer_index":-7}]})";
+    std::ofstream(work / "tl-unit.json") << R"({"unit":"parsecs","rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,)"
+                                            R"("rows":4,"r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
     std::ofstream(work / "tl-good.json") << R"({"rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,"rows":4,)"
                                             R"("r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
     ::mkfifo((work / "fifo").c_str(), 0600);
@@ -352,6 +380,8 @@ namespace {
 // More rows, with fixtures of their own: {M} a tiny model directory (engram table create --format hf-model),
 // {BH} a recorded schedule with a 99999999999-token chunk, {BN} one with a negative arrival time, {BE} one with
 // no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds.
+// no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds, {O} a
+// token file of 5 bytes, {N} a 10000-character group name.
 const Row kFixtureRows[] = {
     // replay --batches: every field in range, the file named
     {"replay --batches {BH}", 2, "{BH}: schedule: step 0, chunk of request 0: tokens"},
@@ -389,7 +419,14 @@ const Row kFixtureRows[] = {
     {"serve-table --socket /tmp/engram-edges.sock", 2, "--socket"},
     {"serve-table --socket /proc/engram-edges.sock", 2, "--socket"},
     {"serve-table --socket /nonexistent-engram-dir/s.sock", 2, "--socket"},
+    {"serve-table --layout tiny --progress never --group {N}", 2, "--group: 10000 bytes; the socket path it names"},
     // census: --pid and the options of a table built here exclude each other
+    // bench lookup and cache-follow token files: a token file whose data is not whole uint32 ids
+    {"bench lookup --smoke --backends cpu --tokens {O}", 2, "{O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --first {O}", 2, "--first: {O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --then {O}", 2, "--then: {O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --oracle-tokens {O}", 2, "--oracle-tokens: {O}: size 5 B is not a multiple of 4"},
+    {"bench cache-follow --smoke --fill {O}", 2, "--fill: {O}: size 5 B is not a multiple of 4"},
     {"census --pid 1 --table-size 64MiB", 2, "--table-size"},
     {"census --pid 1 --head-shards 2", 2, "--head-shards"},
     {"census --table-size 64MiB --head-shards ''", 2, "--head-shards"},
@@ -415,6 +452,9 @@ TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
       << R"({"format":"engram-serving-schedule/1","requests":[],"rejected":[],"steps":[]})";
   std::ofstream(fx.work / "empty.txt").flush();
   std::ofstream(fx.work / "garbage.json") << "\x01\x02 not json {";
+  std::ofstream(fx.work / "odd.tokens") << "abcde";
+  std::ofstream(fx.work / "odd.tokens.json") << R"({"format":"engram-tokens","format_version":1,"dtype":"uint32le",)"
+                                               R"("tokenizer":"t","tokenizer_version":"1","vocab_size":100,"token_count":1})";
   const std::string long_socket = "/tmp/" + std::string(120, 's') + ".sock";
   const auto before_shm = dead_owner_records();
   for (const Row& row : kFixtureRows) {
@@ -426,6 +466,8 @@ TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
       s = replace_all(s, "{E}", (fx.work / "empty.txt").string());
       s = replace_all(s, "{G}", (fx.work / "garbage.json").string());
       s = replace_all(s, "{L}", long_socket);
+      s = replace_all(s, "{N}", std::string(10000, 'g'));
+      s = replace_all(s, "{O}", (fx.work / "odd.tokens").string());
       return fx.expand(s);
     };
     const std::string args = expand(row.args);
