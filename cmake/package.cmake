@@ -67,7 +67,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/engram_offloadConfig.c
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/engram_offloadConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/engram_offloadConfig.cmake ${PROJECT_BINARY_DIR}/engram_offloadConfigVersion.cmake
-        DESTINATION ${engram_cmake_dir})
+              ${PROJECT_SOURCE_DIR}/cmake/cuda_nvtx_target.cmake DESTINATION ${engram_cmake_dir})
 # Relocatable: the prefix is found from the .pc file's own place (cmake --install --prefix P works for any P).
 file(RELATIVE_PATH ENGRAM_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/engram_offload.pc.in ${PROJECT_BINARY_DIR}/engram_offload.pc @ONLY)
