@@ -37,24 +37,33 @@ FaultTable& table() {
   return t;
 }
 
+Result<std::map<std::string, int>> parse_spec(const std::string& spec) {
+  std::map<std::string, int> faults;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string item = spec.substr(pos, comma - pos);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status(Code::kInvalidArgument, "fault spec item '" + item + "' is not name=ERRNO");
+    const int err = errno_from_name(item.substr(eq + 1));
+    if (err <= 0) return Status(Code::kInvalidArgument, "fault spec: unknown errno '" + item.substr(eq + 1) + "'");
+    faults[item.substr(0, eq)] = err;
+    pos = comma + 1;
+  }
+  return faults;
+}
+
+// A malformed ENGRAM_FAULT installs nothing here; check_fault_env() is how a program refuses it up front.
 void read_env_locked(FaultTable& t) {
   if (t.env_read) return;
   t.env_read = true;
   const char* spec = std::getenv("ENGRAM_FAULT");
   if (spec == nullptr || *spec == '\0') return;
-  std::string s(spec);
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    if (comma == std::string::npos) comma = s.size();
-    const std::string item = s.substr(pos, comma - pos);
-    const size_t eq = item.find('=');
-    if (eq != std::string::npos) {
-      const int err = errno_from_name(item.substr(eq + 1));
-      if (err > 0) t.faults[item.substr(0, eq)] = err;
-    }
-    pos = comma + 1;
-  }
+  auto faults = parse_spec(spec);
+  if (!faults.is_ok()) return;
+  for (const auto& [name, err] : *faults) t.faults[name] = err;
   recount_locked(t);
 }
 
@@ -158,19 +167,18 @@ void clear_faults() {
 }
 
 Status set_faults_from_spec(const std::string& spec) {
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t comma = spec.find(',', pos);
-    if (comma == std::string::npos) comma = spec.size();
-    const std::string item = spec.substr(pos, comma - pos);
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Status(Code::kInvalidArgument, "fault spec item '" + item + "' is not name=ERRNO");
-    const int err = errno_from_name(item.substr(eq + 1));
-    if (err <= 0) return Status(Code::kInvalidArgument, "fault spec: unknown errno '" + item.substr(eq + 1) + "'");
-    set_fault(item.substr(0, eq), err);
-    pos = comma + 1;
-  }
+  ENGRAM_ASSIGN_OR_RETURN(const auto faults, parse_spec(spec));
+  for (const auto& [name, err] : faults) set_fault(name, err);
+  return Status::ok();
+}
+
+Status check_fault_env() {
+  const char* spec = std::getenv("ENGRAM_FAULT");
+  if (spec == nullptr || *spec == '\0') return Status::ok();
+  const auto faults = parse_spec(spec);
+  if (!faults.is_ok())
+    return Status(Code::kInvalidArgument, std::string("ENGRAM_FAULT='") + spec + "': " + faults.status().message() +
+                                              " (expected name=ERRNO[,name=ERRNO...], e.g. mbind=EPERM)");
   return Status::ok();
 }
 

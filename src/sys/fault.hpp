@@ -38,6 +38,9 @@ void set_fault(const std::string& wrapper, int err);
 void clear_faults();
 // Parses "name=ERRNO,name=ERRNO" and installs the faults; kInvalidArgument for an unknown errno name.
 Status set_faults_from_spec(const std::string& spec);
+// kInvalidArgument naming ENGRAM_FAULT when it is set and malformed (a program refuses it before any work rather
+// than run a fault test that injects nothing); ok when unset, empty or well formed.
+Status check_fault_env();
 // errno value for a symbolic name ("EPERM") or a decimal number; -1 if unknown.
 int errno_from_name(const std::string& name);
 

@@ -2,6 +2,7 @@
 // cache directory, else the current directory. Computed once per process.
 #include "default_paths.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -49,6 +50,12 @@ DefaultOutputDir default_output_dir() {
       return DefaultOutputDir{b, "the build directory of this engram binary"};
     if (std::string c = user_cache_dir(); !c.empty())
       return DefaultOutputDir{c, "the user's cache directory ($XDG_CACHE_HOME/engram, else ~/.cache/engram)"};
+    // Said once on stderr: a default output landing in the current directory is a surprise when a cache
+    // directory was named but is unusable (not a directory, not writable).
+    const char* x = std::getenv("XDG_CACHE_HOME");
+    const char* h = std::getenv("HOME");
+    std::fprintf(stderr, "engram: no usable cache directory (XDG_CACHE_HOME=%s, HOME=%s): default outputs go to "
+                 "the current directory\n", x != nullptr ? x : "unset", h != nullptr ? h : "unset");
     return DefaultOutputDir{".", "the current directory (no build directory, no usable cache directory)"};
   }();
   return chosen;

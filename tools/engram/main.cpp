@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "command_line.hpp"
+#include "sys/fault.hpp"
 #include "sys/process.hpp"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,10 @@ int main(int argc, char** argv) {
   // their handlers over these.
   if (engram::Status st = engram::sys::install_deferred_termination(); !st.is_ok())
     std::fprintf(stderr, "engram: %s\n", st.to_string().c_str());
+  if (engram::Status st = engram::sys::check_fault_env(); !st.is_ok()) {
+    std::fprintf(stderr, "engram: %s\n", st.message().c_str());
+    return 2;
+  }
   if (const auto code = parse_command_line(*cl, argc, argv, std::cout, std::cerr)) return *code;
   return run_command(*cl);
 }

@@ -355,6 +355,24 @@ TEST(CliEdges, EveryBadInputRowExitsWithItsCodeNamesItAndLeavesNothing) {
   for (const auto& [cmd, n] : per_command) std::printf("[rows] %-12s %d\n", cmd.c_str(), n);
 }
 
+// A malformed ENGRAM_FAULT would run a fault test that injects nothing: refused before any work, naming the variable.
+TEST(CliEdges, MalformedFaultSpecIsRefusedBeforeAnyWork) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  Fixture fx;
+  const std::string run = " run --layout tiny --backend cpu --ids zipf --steps 2 --warmup 0 --batch 4 --no-baseline "
+                          "--timeline none --progress never";
+  for (const char* spec : {"bogus", "mbind=EBOGUS", "mbind=", "=EPERM"}) {
+    const auto before = fx.snapshot();
+    const Ran r = run_cli(run, fx.work, fx.root / "stderr.txt");  // the same command without the variable runs
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto bad = engram::testing::run_shell("cd '" + fx.work.string() + "' && ENGRAM_FAULT='" + spec + "' " +
+                                                ENGRAM_CLI_PATH + run + " 2>&1 >/dev/null");
+    EXPECT_EQ(bad.code, 2) << spec << "\n" << bad.out;
+    EXPECT_NE(bad.out.find("ENGRAM_FAULT"), std::string::npos) << spec << "\n" << bad.out;
+    EXPECT_EQ(fx.snapshot(), before) << spec << ": the working directory changed";
+  }
+}
+
 // The slowdown of a run without its compute-only pass reads "n/a", not "xn/a"; and an output path that is fine
 // is still accepted ("none", an existing regular file).
 TEST(CliEdges, GoodValuesBesideTheChecksStillRun) {
