@@ -16,6 +16,7 @@
 # Output: $LOG_DIR/{configure,build,pytest,decode_loop_cuda,shared_table_mp}.log, pytest.xml; one summary line per
 # step on stdout. Exit 0 when every step passed.
 set -uo pipefail
+source "$(dirname "$0")/common.bash"  # before this part's own left(), which it keeps
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
 LOG_DIR=${LOG_DIR:-/tmp/engram-python-part}
@@ -26,25 +27,14 @@ left() { echo $((BUDGET - ($(date +%s) - start))); }
 fail=0
 say() { echo "python: $*"; }
 
-PY=""
-for c in /opt/torch/.venv/bin/python3 python3; do
-  if command -v "$c" >/dev/null 2>&1 && "$c" -c "import torch, pybind11, numpy, pytest" 2>/dev/null; then PY=$(command -v "$c"); break; fi
-done
+part_torch_python
 if [ -z "$PY" ]; then
   say "SKIPPED: no python3 with torch, pybind11, numpy and pytest"
   exit 0
 fi
 "$PY" -c "import sys, torch, numpy, pybind11; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available(), 'numpy', numpy.__version__, 'pybind11', pybind11.__version__)" >"$LOG_DIR/env.txt" 2>&1
 say "interpreter $PY: $(cat "$LOG_DIR/env.txt")"
-PB_DIR=$("$PY" -c "import pybind11; print(pybind11.get_cmake_dir())")
-
-if ! timeout 60 cmake -S . -B "$BUILD" -DENGRAM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DPYTHON_EXECUTABLE="$PY" \
-    -Dpybind11_DIR="$PB_DIR" >"$LOG_DIR/configure.log" 2>&1; then
-  say "FAILED: configure (see configure.log)"; tail -5 "$LOG_DIR/configure.log"; exit 1
-fi
-if ! timeout 120 ninja -C "$BUILD" -j 16 engram_python >"$LOG_DIR/build.log" 2>&1; then
-  say "FAILED: build of engram_python (see build.log)"; grep -m5 "error" "$LOG_DIR/build.log"; exit 1
-fi
+part_python_module | sed "s/^/python: /"; [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 say "built $(ls "$BUILD"/python/engram_offload/_engram*.so) in $(( $(date +%s) - start )) s"
 export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 

@@ -13,22 +13,12 @@ part_setup /tmp/engram-front-door-part 240
 fail=0
 say() { echo "front-door: $*"; }
 
-PY=""
-for c in /opt/torch/.venv/bin/python3 python3; do
-  if command -v "$c" >/dev/null 2>&1 && "$c" -c "import torch, pybind11, numpy, pytest" 2>/dev/null; then PY=$(command -v "$c"); break; fi
-done
+part_torch_python
 if [[ -z $PY ]]; then
   say "SKIPPED: no python3 with torch, pybind11, numpy and pytest"
 else
   say "interpreter $PY: $("$PY" -c "import torch; print('torch', torch.__version__, 'gpu', torch.cuda.is_available())" 2>&1)"
-  PB_DIR=$("$PY" -c "import pybind11; print(pybind11.get_cmake_dir())")
-  if ! timeout 60 cmake -S . -B "$BUILD" -DENGRAM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DPYTHON_EXECUTABLE="$PY" \
-      -Dpybind11_DIR="$PB_DIR" >"$LOG_DIR/configure.log" 2>&1; then
-    say "FAIL configure (see configure.log)"; tail -5 "$LOG_DIR/configure.log"; exit 1
-  fi
-  if ! timeout 150 ninja -C "$BUILD" -j "$(nproc)" engram_python >"$LOG_DIR/build.log" 2>&1; then
-    say "FAIL build of engram_python (see build.log)"; grep -m5 "error" "$LOG_DIR/build.log"; exit 1
-  fi
+  part_python_module || exit 1
   t=$(( $(left) - 40 )); ((t < 30)) && t=30
   PYTHONPATH="$PWD/$BUILD/python" timeout "$t" "$PY" -m pytest -v -p no:cacheprovider -rs \
     --junitxml="$LOG_DIR/pytest.xml" python/tests/test_stream_contract.py python/tests/test_torch_ops.py \

@@ -48,3 +48,27 @@ part_step() {
     echo "$PART: FAIL $name rc=$rc (${wall}s): $(tail -2 "$LOG_DIR/$name.err" | tr '\n' ' ')"; fail=1; fi
   return $rc
 }
+# part_torch_python: PY = the first interpreter with torch, pybind11, numpy and pytest (the torch venv, then python3),
+#   "" when there is none.
+part_torch_python() {
+  PY=""
+  local c
+  for c in /opt/torch/.venv/bin/python3 python3; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c "import torch, pybind11, numpy, pytest" 2>/dev/null; then
+      PY=$(command -v "$c"); return 0
+    fi
+  done
+}
+# part_python_module: re-configures $BUILD with $PY and builds only engram_python (logs configure.log, build.log in
+#   LOG_DIR); non-zero status, with the first errors printed, on failure.
+part_python_module() {
+  local pb
+  pb=$("$PY" -c "import pybind11; print(pybind11.get_cmake_dir())")
+  if ! timeout 60 cmake -S . -B "$BUILD" -DENGRAM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DPYTHON_EXECUTABLE="$PY" \
+      -Dpybind11_DIR="$pb" >"$LOG_DIR/configure.log" 2>&1; then
+    echo "FAIL configure (see configure.log)"; tail -5 "$LOG_DIR/configure.log"; return 1
+  fi
+  if ! timeout 150 ninja -C "$BUILD" -j "$(nproc)" engram_python >"$LOG_DIR/build.log" 2>&1; then
+    echo "FAIL build of engram_python (see build.log)"; grep -m5 "error" "$LOG_DIR/build.log"; return 1
+  fi
+}
