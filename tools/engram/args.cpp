@@ -5,7 +5,6 @@
 #include <limits>
 #include <optional>
 
-#include "core/units.hpp"
 #include "sys/file.hpp"
 
 namespace engram::cli {
