@@ -119,7 +119,7 @@ class Session final : public GpuLookupSession {
     la.tokens = tokens;
     la.heads = heads;
     la.out = out_;
-    la.grid_fraction = fraction;
+    ENGRAM_ASSIGN_OR_RETURN(la.grid_cap, GridCap::of_fraction(fraction));
     BENCH_CK(cudaEventRecord(e0_, stream_));
     auto li = cuda::launch_lookup(la, stream_);
     if (!li.is_ok()) return li.status();

@@ -116,7 +116,7 @@ std::vector<FastVariant> variants(const std::vector<std::string>& techniques, co
   std::vector<FastVariant> v;
   plan::Plan p;
   p.background = false;
-  p.grid_fraction = 1.0;  // the planner's inline grid: plain vs planner is one A/B
+  p.grid_cap = GridCap::all_sms();  // the planner's inline grid: plain vs planner is one A/B
   v.push_back({"plain", p});
   auto want = [&](const char* t) { return techniques.empty() || has(techniques, t); };
   plan::Plan q = p;
@@ -169,7 +169,7 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     la.heads = heads;
                     la.out = g.d_out;
                     la.counters = g.d_cnt;
-                    la.grid_fraction = 1.0;
+                    la.grid_cap = GridCap::all_sms();
                     const bool split_allowed = fl.planner_options().allow_split;
                     if (v.unsplit) fl.planner_options().allow_split = false;
                     FAST_CK(cudaEventRecord(g.e0, g.s));
@@ -473,7 +473,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
     if (!usrc.is_ok()) return usrc.status();
     plan::Plan p;
     p.background = false;
-    p.grid_fraction = 1.0;
+    p.grid_cap = GridCap::all_sms();
     plan::Plan ph = p, ps = p;
     ph.dedup = ps.dedup = true;
     ps.sort = true;

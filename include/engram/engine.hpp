@@ -121,9 +121,10 @@ struct EngineOptions {
   TableContent content;             // leader / local only
   FastPathMode fast_path = FastPathMode::kPlanner;
   CacheOptions cache;               // off by default
-  double grid_fraction = 0.5;       // CUDA: background grid cap of the lookups (fraction of the SMs)
-  int grid_blocks = 0;              // CUDA: > 0 caps the queue's grid at this many blocks instead of a fraction
-  int lookup_threads = 0;           // CPU: gather threads; 0 = one per CPU this process may run on
+  // CUDA: grid cap of the prefetch queue's lookups (they run in the background beside compute). Where the planner
+  // finds that a lookup cannot hide behind compute it runs that one with every SM instead.
+  GridCap grid_cap = GridCap::background_default();
+  int lookup_threads = 0;           // CPU: gather threads (0..4096); 0 = one per CPU this process may run on
   bool checked = false;             // reject ids >= rows before a lookup (host-side pass)
   PrefetchMode prefetch = PrefetchMode::kEarly;  // how a harness submits (the queue serves both)
   int64_t max_tokens = 8192;        // largest batch (tokens) of one prepare()
@@ -156,9 +157,7 @@ struct LookupCall {
   // default stream, as in every CUDA API: torch's default stream is that stream.
   void* stream = nullptr;
   bool checked = false;       // reject ids >= rows before anything is written (CUDA: synchronises the stream)
-  double grid_fraction = 0;   // CUDA grid cap as a fraction of the SMs; 0 = every SM (a direct lookup is in the
-                              // foreground)
-  int grid_blocks = 0;        // CUDA: > 0 caps the grid at this many blocks instead
+  GridCap grid_cap;           // CUDA: every SM by default (a direct lookup is in the foreground)
 };
 
 // What a lookup launched: the grid of a CUDA launch and the path the planner took; on the CPU only `path`.

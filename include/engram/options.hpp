@@ -103,6 +103,41 @@ enum class FastPathMode {
 const char* fast_path_mode_name(FastPathMode mode) noexcept;  // "planner", "plain", "off"
 Result<FastPathMode> parse_fast_path_mode(std::string_view text);
 
+// The grid cap of a CUDA lookup: the most blocks its kernels launch, as a fraction of the device's SMs in (0, 1] or
+// as a block count >= 1. The prefetch queue's lookups run in the background beside the consumer's compute, capped
+// (half the SMs by default); a direct lookup runs in the foreground (every SM) unless its caller caps it. A GridCap
+// is valid by construction: the only ways to make one are the checked factories below, so nothing downstream
+// checks it again, and blocks_for() is the one place it becomes a number of blocks.
+class GridCap {
+ public:
+  constexpr GridCap() = default;  // every SM (fraction 1)
+  static constexpr GridCap all_sms() { return GridCap(1.0, 0); }
+  static constexpr GridCap background_default() { return GridCap(0.5, 0); }
+  // kInvalidArgument quoting the value unless 0 < fraction <= 1 (NaN refused).
+  static Result<GridCap> of_fraction(double fraction);
+  // kInvalidArgument unless 1 <= blocks <= 2^20.
+  static Result<GridCap> of_blocks(int64_t blocks);
+
+  bool in_blocks() const { return blocks_ > 0; }
+  double fraction() const { return fraction_; }  // 1 when in_blocks()
+  int blocks() const { return blocks_; }          // 0 unless in_blocks()
+  // Blocks on a device of `sm_count` SMs: max(1, floor(fraction * sm_count)), or min(blocks, sm_count) (at least 1).
+  int blocks_for(int sm_count) const;
+  // "fraction 0.50" or "24 blocks" (reports).
+  std::string to_string() const;
+  bool operator==(const GridCap& o) const { return fraction_ == o.fraction_ && blocks_ == o.blocks_; }
+  bool operator!=(const GridCap& o) const { return !(*this == o); }
+
+ private:
+  constexpr GridCap(double fraction, int blocks) : fraction_(fraction), blocks_(blocks) {}
+  double fraction_ = 1.0;
+  int blocks_ = 0;
+};
+// "F" (a fraction of the SMs in (0, 1]) and "N" (blocks, N >= 1): the text forms of the grid_fraction and grid_blocks
+// options.
+Result<GridCap> parse_grid_fraction(const std::string& text);
+Result<GridCap> parse_grid_blocks(const std::string& text);
+
 // When a layer's lookup is submitted to the prefetch queue: early (at step start) or on demand (right before the layer).
 enum class PrefetchMode {
   kEarly,     // as soon as the layer's ids are ready

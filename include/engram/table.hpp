@@ -127,12 +127,12 @@ struct TableOptions {
   std::function<Status(const std::string& path)> on_named_created;
 };
 
-// Sets one TableOptions field from text: backing, placement, shm_dir, group, prefault, prefault_threads,
-// prefault_fallocate, shmem_huge_pages,
-// allow_fallback, home_node, head_shards (parse_head_shards: needs the layout's `heads`; 0 refuses it),
-// shard_placements, tp_size, tp_rank (integers; a slice out of range for the layout is refused by
-// check_tp_slice, which HostTable::create calls). `key` may be written with '-' or '_' and a leading "--". kInvalidArgument naming the option for a
-// malformed value; kNotFound for a key that is not a table option (set_engine_option tries its own keys then).
+// Sets one TableOptions field from text: the rows of the library's one options table (src/engine/options.cpp) that
+// are table fields — backing, placement, shard_placements, shm_dir, group, prefault, prefault_threads,
+// prefault_fallocate, shmem_huge_pages, allow_fallback, home_node, tp_size, tp_rank (a slice out of range for the
+// layout is refused by check_tp_slice, which HostTable::create calls) and head_shards (parse_head_shards: needs the
+// layout's `heads`; 0 refuses it). `key` may be written with '-' or '_' and a leading "--". kInvalidArgument naming
+// the option for a malformed value; kNotFound for a key that is not a table option.
 Status set_table_option(TableOptions& options, std::string_view key, const std::string& value, int heads = 0);
 
 // One backing of a shared table as a peer receives it from the leader's description (host/group.hpp): what to

@@ -174,17 +174,14 @@ def _device_view(obj, what, stream_handle):
     return ptr, dev_id, tuple(shape), _DL_DTYPES.get((code, bits), f"dlpack({code},{bits})"), (obj, holder)
 
 
-def _grid_arg(grid_cap, default):
-    """(fraction, blocks) for the C++ side: None -> default fraction; int -> blocks; float -> fraction."""
+def _grid_option(grid_cap):
+    """grid_cap as the engine option that holds it (checked there): None -> {} (the default cap), an int -> blocks,
+    a float -> a fraction of the SMs."""
     if grid_cap is None:
-        return default, 0
+        return {}
     if isinstance(grid_cap, bool) or not isinstance(grid_cap, (int, float)):
         raise _error("invalid_argument", f"grid_cap: expected None, an int (blocks) or a float in (0, 1], got {grid_cap!r}")
-    if isinstance(grid_cap, int):
-        if grid_cap < 1:
-            raise _error("invalid_argument", f"grid_cap: {grid_cap} blocks; expected >= 1")
-        return 1.0, grid_cap
-    return float(grid_cap), 0
+    return {"grid_blocks": grid_cap} if isinstance(grid_cap, int) else {"grid_fraction": grid_cap}
 
 
 def _record_on(tensor, stream_handle, device):
@@ -233,13 +230,13 @@ def _lookup_cuda(table, layer_index, ids, out, checked, stream, grid_cap, return
         raise _error("invalid_argument", f"lookup: out dtype {out_dtype}, expected bfloat16 (or 16-bit ints)")
     if tuple(out_shape) != (tokens, lay.heads, lay.d):
         raise _error("invalid_argument", f"lookup: out must have shape [{tokens}, {lay.heads}, {lay.d}], got {list(out_shape)}")
-    fraction, blocks = _grid_arg(grid_cap, 1.0)
+    grid = _grid_option(grid_cap)
     if isinstance(table, Engine):
         if table.device != device:
             raise _error("invalid_argument", f"lookup: ids on cuda:{device}, the engine on cuda:{table.device}")
-        info = table._e._device_lookup(layer_index, ids_ptr, tokens, out_ptr, s, fraction, blocks, checked)
+        info = table._e._device_lookup(layer_index, ids_ptr, tokens, out_ptr, s, grid, checked)
     else:
-        info = _engram._cuda_lookup(table, layer_index, ids_ptr, tokens, out_ptr, device, s, fraction, blocks, checked)
+        info = _engram._cuda_lookup(table, layer_index, ids_ptr, tokens, out_ptr, device, s, grid, checked)
     _record_on(ids, s, device)
     _record_on(out, s, device)
     return (out, info) if return_stats else out
@@ -391,9 +388,7 @@ class Prefetcher:
             else:
                 self._stream = stream  # the engine adopts the handle: keep the object alive
                 handle = _stream_handle(stream, dev)
-                fraction, blocks = _grid_arg(grid_cap, 0.5)
-                opts.update({"backend": "cuda", "device": dev, "max_tokens": max_tokens,
-                             "grid_fraction": fraction, "grid_blocks": blocks})
+                opts.update({"backend": "cuda", "device": dev, "max_tokens": max_tokens, **_grid_option(grid_cap)})
             self._q = _engram._Prefetcher.over_table(source, layers, mode, opts, handle, clock_ns)
         self.device = self._q.device
         self.mode = self._q.mode

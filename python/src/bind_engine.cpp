@@ -147,11 +147,11 @@ void bind_engine(py::module_& m) {
       }, py::arg("layer_index"), py::arg("ids"), py::arg("out"), py::arg("checked"))
       .def("_device_lookup",
            [](PyEngine& p, int layer_index, uintptr_t ids, int64_t tokens, uintptr_t out, uintptr_t stream,
-              double grid_fraction, int grid_blocks, bool checked) {
-             return device_lookup(*p.engine, layer_index, ids, tokens, out, stream, grid_fraction, grid_blocks, checked);
+              const py::dict& grid, bool checked) {
+             return device_lookup(*p.engine, layer_index, ids, tokens, out, stream, grid, checked);
            },
            py::arg("layer_index"), py::arg("ids"), py::arg("tokens"), py::arg("out"), py::arg("stream"),
-           py::arg("grid_fraction"), py::arg("grid_blocks"), py::arg("checked"))
+           py::arg("grid"), py::arg("checked"))
       .def("synchronize", [](PyEngine& p) {
         Status s;
         {

@@ -263,7 +263,7 @@ void bind_table(py::module_& m) {
           "register_cuda",
           [](PyTable& t, int device, py::kwargs options) -> py::dict {
             EngineOptions o;
-            o.grid_fraction = 1.0;  // direct lookups run in the foreground
+            o.grid_cap = GridCap::all_sms();  // direct lookups run in the foreground
             apply_options(o, options);
             return registration_dict(t.register_cuda(device, o));
           },
@@ -316,16 +316,16 @@ void bind_table(py::module_& m) {
   m.def(
       "_cuda_lookup",
       [](PyTable& t, int layer_index, uintptr_t ids, int64_t tokens, uintptr_t out, int device, uintptr_t stream,
-         double grid_fraction, int grid_blocks, bool checked) -> py::dict {
+         const py::dict& grid, bool checked) -> py::dict {
         t.layer_index_checked(layer_index);
         Engine* e = t.cuda_engine(device);
         if (!e)
           invalid("the table is not registered for cuda:" + std::to_string(device) + " (call table.register_cuda(" +
                   std::to_string(device) + ") first)");
-        return device_lookup(*e, layer_index, ids, tokens, out, stream, grid_fraction, grid_blocks, checked);
+        return device_lookup(*e, layer_index, ids, tokens, out, stream, grid, checked);
       },
       py::arg("table"), py::arg("layer_index"), py::arg("ids"), py::arg("tokens"), py::arg("out"), py::arg("device"),
-      py::arg("stream"), py::arg("grid_fraction"), py::arg("grid_blocks"), py::arg("checked"));
+      py::arg("stream"), py::arg("grid"), py::arg("checked"));
 
   // ---- shared groups ----
   m.def(

@@ -128,15 +128,16 @@ py::tuple host_lookup(Engine& e, int layer_index, const py::object& ids_obj, con
 }
 
 py::dict device_lookup(Engine& e, int layer_index, uintptr_t ids, int64_t tokens, uintptr_t out, uintptr_t stream,
-                       double grid_fraction, int grid_blocks, bool checked) {
+                       const py::dict& grid, bool checked) {
   if (e.device() < 0) invalid("lookup: CUDA arrays need an engine on a CUDA device (this one is on the cpu backend)");
-  if (grid_blocks <= 0 && !(grid_fraction > 0 && grid_fraction <= 1))
-    invalid("grid_cap: a fraction must be in (0, 1], got " + std::to_string(grid_fraction));
   LookupCall call;
+  if (!grid.empty()) {
+    EngineOptions cap;
+    apply_options(cap, grid);
+    call.grid_cap = cap.grid_cap;
+  }
   call.stream = reinterpret_cast<void*>(stream == 1 ? 0 : stream);  // 1: the legacy default stream (DLPack)
   call.checked = checked;
-  call.grid_fraction = grid_blocks > 0 ? 0 : grid_fraction;
-  call.grid_blocks = grid_blocks;
   Result<LookupResult> r = Status(Code::kInternal, "lookup did not run");
   {
     py::gil_scoped_release release;
@@ -162,7 +163,7 @@ Engine& PyTable::cpu_engine(int threads) {
   if (!e) {
     EngineOptions o;
     o.backend = BackendKind::kCpu;
-    o.lookup_threads = threads;
+    check(set_engine_option(o, "lookup_threads", std::to_string(threads)));
     e = take(Engine::over_table(table, o));
   }
   return *e;

@@ -92,8 +92,10 @@ struct PyTable {
 // A lookup through an engine: host arrays (CPU backend; returns (out, stats)) or device pointers (CUDA; enqueued
 // on `stream`, returns the launch dict). Shared by the module's lookup functions and Engine.lookup.
 py::tuple host_lookup(Engine& e, int layer_index, const py::object& ids_obj, const py::object& out_obj, bool checked);
+// grid: the lookup's grid cap as engine options ({} = every SM; {"grid_fraction": F} or {"grid_blocks": N}), parsed
+// and checked by the engine's options table like every other option.
 py::dict device_lookup(Engine& e, int layer_index, uintptr_t ids, int64_t tokens, uintptr_t out, uintptr_t stream,
-                       double grid_fraction, int grid_blocks, bool checked);
+                       const py::dict& grid, bool checked);
 
 // Bindings, one file per class.
 void bind_layout(py::module_& m);

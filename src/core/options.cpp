@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -333,6 +334,48 @@ Result<CacheSize> parse_cache_size(const std::string& text) {
   c.kind = CacheSize::Kind::kBytes;
   c.bytes = *b;
   return c;
+}
+
+Result<GridCap> GridCap::of_fraction(double f) {
+  if (!(f > 0.0 && f <= 1.0))
+    return Status(Code::kInvalidArgument, "grid cap: fraction " + std::to_string(f) + " of the SMs not in (0, 1]");
+  return GridCap(f, 0);
+}
+
+Result<GridCap> GridCap::of_blocks(int64_t n) {
+  if (n < 1 || n > (int64_t{1} << 20))
+    return Status(Code::kInvalidArgument, "grid cap: " + std::to_string(n) + " blocks not in [1, 1048576]");
+  return GridCap(1.0, static_cast<int>(n));
+}
+
+int GridCap::blocks_for(int sm_count) const {
+  const int sm = std::max(1, sm_count);
+  if (blocks_ > 0) return std::min(blocks_, sm);
+  return std::max(1, static_cast<int>(std::floor(fraction_ * sm)));
+}
+
+std::string GridCap::to_string() const {
+  if (blocks_ > 0) return std::to_string(blocks_) + " blocks";
+  char b[32];
+  std::snprintf(b, sizeof b, "fraction %.2f", fraction_);
+  return b;
+}
+
+// The ranges are the factories' (GridCap::of_fraction / of_blocks); these parsers read the number and quote the text.
+Result<GridCap> parse_grid_fraction(const std::string& t) {
+  char* end = nullptr;
+  const double v = t.empty() ? 0.0 : std::strtod(t.c_str(), &end);
+  Result<GridCap> cap = t.empty() || *end != '\0' ? Status(Code::kInvalidArgument, "not a number") : GridCap::of_fraction(v);
+  if (!cap.is_ok()) return Status(Code::kInvalidArgument, "'" + t + "': expected a fraction of the SMs in (0, 1]");
+  return cap;
+}
+
+Result<GridCap> parse_grid_blocks(const std::string& t) {
+  const bool digits = !t.empty() && t.size() <= 8 && t.find_first_not_of("0123456789") == std::string::npos;
+  Result<GridCap> cap = digits ? GridCap::of_blocks(std::strtol(t.c_str(), nullptr, 10))
+                               : Result<GridCap>(Status(Code::kInvalidArgument, "not a number"));
+  if (!cap.is_ok()) return Status(Code::kInvalidArgument, "'" + t + "': expected a number of blocks in [1, 1048576]");
+  return cap;
 }
 
 std::string CacheUpdate::to_string() const {

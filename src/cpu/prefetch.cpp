@@ -36,9 +36,7 @@ Result<std::unique_ptr<CpuPrefetchQueue>> CpuPrefetchQueue::create(std::vector<T
       return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - origin).count();
     };
   }
-  int threads = q->opt_.lookup_threads;
-  threads = sys::threads_or_auto(threads);
-  q->pool_ = std::make_unique<ThreadPool>(threads);
+  q->pool_ = std::make_unique<ThreadPool>(sys::threads_or_auto(q->opt_.lookup_threads));
   q->slots_.resize(q->tables_.size());
   q->worker_ = std::thread([p = q.get()] { p->worker_loop(); });
   return q;

@@ -21,7 +21,8 @@ namespace engram::cpu {
 
 struct CpuPrefetchOptions {
   int rank = 0;
-  int lookup_threads = 0;          // threads of the gather pool (0 = hardware concurrency - 1, at least 1)
+  int lookup_threads = 0;          // threads of the gather pool; 0 = one per CPU this process may run on (the one
+                                   // place this rule is applied: CpuPrefetchQueue::create)
   bool checked = false;            // validate ids before each lookup (LookupRequest::checked)
   bool record_timeline = true;
   std::function<double()> clock_ns;  // default: steady_clock ns since construction
@@ -42,6 +43,7 @@ class CpuPrefetchQueue final : public PrefetchQueue {
   const Timeline& timeline() const override { return timeline_; }
   LookupStats totals() const override;
   const char* backend_name() const override { return "cpu"; }
+  int lookup_threads() const { return pool_->size(); }  // the gather pool's threads (0 resolved)
 
  private:
   CpuPrefetchQueue() = default;

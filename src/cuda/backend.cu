@@ -94,7 +94,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = info;
   be->heads_ = opt.heads;
-  be->queue_rank_ = opt.rank;
+  be->queue_rank_ = opt.queue.rank;
   be->layer_ids_ = opt.layer_ids;
   if (opt.registered) {
     if (opt.registered->device() != opt.device && !opt.registered->report().device_equals_host)
@@ -128,7 +128,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   if (opt.fast_path) {
     for (auto& t : be->tables_) {
       FastLookupOptions fo;
-      fo.max_rows = opt.max_tokens * opt.heads;
+      fo.max_rows = opt.queue.max_tokens * opt.heads;
       fo.planner.enabled = opt.planner;
       auto f = FastLookup::create(&t, fo);
       if (!f.is_ok()) {
@@ -154,12 +154,8 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
     be->fast_note_ = "fast path off (requested)";
   }
 
-  CudaPrefetchOptions qo;
-  qo.rank = opt.rank;
-  qo.max_tokens = opt.max_tokens;
-  qo.grid_fraction = opt.grid_fraction;
-  qo.record_timeline = opt.record_timeline;
-  qo.checked = opt.checked;
+  CudaPrefetchOptions qo = opt.queue;
+  qo.fast_paths.clear();
   for (auto& f : be->fast_) qo.fast_paths.push_back(f.get());
   ENGRAM_ASSIGN_OR_RETURN(be->queue_, CudaPrefetchQueue::create(tables, opt.layer_ids, opt.heads, be->main_stream_, qo));
   if (opt.layer_us > 0) {

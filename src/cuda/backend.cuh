@@ -136,13 +136,11 @@ class TableRegistration {
 
 struct CudaBackendOptions {
   int device = 0;                  // CUDA ordinal; made current on the calling thread
-  int rank = 0;                    // timeline rank
   std::vector<int> layer_ids;      // model layer of each Engram layer (one per table)
   int heads = 0;                   // heads per Engram layer
-  int64_t max_tokens = 8192;       // per-layer ids/staging capacity in tokens
-  double grid_fraction = 0.5;      // background grid cap of the prefetch queue's lookups
-  bool record_timeline = true;
-  bool checked = false;            // reject out-of-range ids in prepare() (host-side pass)
+  // The prefetch queue's options as given to CudaPrefetchQueue::create (rank, max_tokens: also the fast paths'
+  // capacity, grid_cap, record_timeline, checked); its fast_paths are this backend's and are filled in here.
+  CudaPrefetchOptions queue;
   double layer_us = 0;             // > 0: create a CudaLayerCompute calibrated to this many microseconds
   RegistrationOptions registration;  // boundary_bytes is set per table (row stride); used when `registered` is null
   std::shared_ptr<TableRegistration> registered;  // the tables' registration (protocol step); null: register here

@@ -346,15 +346,9 @@ Status launch_fast_gather(const FastGatherArgs& a, void* stream) {
   if (a.n <= 0) return Status::ok();
   if (!a.rows_base || !a.out || a.d <= 0 || a.d % 32 != 0 || (!a.fused && !a.scales_base))
     return Status(Code::kInvalidArgument, "fast gather: bad arguments (rows, out, d, scales)");
-  if (!(a.grid_fraction > 0 && a.grid_fraction <= 1)) return Status(Code::kInvalidArgument, "fast gather: grid fraction");
-  int sm = a.sm_count;
-  if (sm <= 0) {
-    int dev = 0;
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "fast gather: device");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev), "fast gather: SMs");
-  }
+  if (a.cap < 1) return Status(Code::kInvalidArgument, "fast gather: grid cap of " + std::to_string(a.cap) + " blocks");
   const int g = lanes_per_row(a.d);
-  const int cap = std::max(1, static_cast<int>(std::floor(a.grid_fraction * sm)));
+  const int cap = a.cap;
   const int64_t small_tile = kWarps * (32 / g);
   const bool one_wave = (a.n + small_tile - 1) / small_tile <= cap;
   const int64_t tile = one_wave ? small_tile : small_tile * 4;

@@ -90,8 +90,7 @@ struct FastGatherArgs {
   int64_t n = 0;                         // upper bound (sizes the grid)
   const unsigned long long* n_device = nullptr;
   uint16_t* out = nullptr;
-  double grid_fraction = 1.0;
-  int sm_count = 0;
+  int cap = 1;                           // grid cap in blocks (GridCap::blocks_for), >= 1
 };
 Status launch_fast_gather(const FastGatherArgs& a, void* stream);
 

@@ -155,7 +155,7 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
   b.cache_hit_fraction = ema_hit_;
   b.cache_hit_prior = cache_ ? cache_->profile_coverage() : plan::kUnknown;
   plan::PlannerOptions po = opt_.planner;
-  po.background_grid_fraction = a.grid_fraction;
+  po.background_grid_cap = a.grid_cap;
   po.cache_present = cache_ != nullptr;
   if (!host_ || !a.ids_host) po.allow_hybrid = false;
   plan::Plan p = plan::choose(b, opt_.costs, po);
@@ -212,20 +212,13 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   ++path_batches_[p.path_key()];
 
   LookupArgs plain = a;
-  plain.grid_fraction = p.grid_fraction;
+  plain.grid_cap = p.grid_cap;
   if (n == 0 || (!p.dedup && !p.cache && p.host_share == 0)) return launch_lookup(plain, stream);
 
   LaunchInfo li;
   li.rows = n;
-  int dev_sm = 0;
-  if (a.sm_count > 0) {
-    dev_sm = a.sm_count;
-  } else {
-    int dev = 0;
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "fast lookup: device");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&dev_sm, cudaDevAttrMultiProcessorCount, dev), "fast lookup: SMs");
-  }
-  li.cap = std::max(1, static_cast<int>(std::floor(p.grid_fraction * dev_sm)));
+  ENGRAM_ASSIGN_OR_RETURN(const int dev_sm, resolve_sm_count(a.sm_count));
+  li.cap = p.grid_cap.blocks_for(dev_sm);
   li.grid = li.cap;
 
   if (p.host_share > 0) {
@@ -241,7 +234,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
       LookupArgs u = plain;
       u.tokens = uva_tokens;
       if (p.dedup || p.cache) {
-        ENGRAM_RETURN_IF_ERROR(launch_device_path(u, p, dev_sm, stream));
+        ENGRAM_RETURN_IF_ERROR(launch_device_path(u, p, li.cap, stream));
       } else {
         ENGRAM_ASSIGN_OR_RETURN(li, launch_lookup(u, stream));
       }
@@ -251,7 +244,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
       // buffer's own range of these rows, which the device part (rows before `off`) does not touch.
       const int64_t off = uva_tokens * a.heads;
       ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids + off, host_rows, v.rows, sanitized_ + off, a.counters, side_stream_));
-      ENGRAM_RETURN_IF_ERROR(host_->run(a.ids_host + off, host_rows, a.out + off * d, p.grid_fraction, side_stream_));
+      ENGRAM_RETURN_IF_ERROR(host_->run(a.ids_host + off, host_rows, a.out + off * d, li.cap, side_stream_));
       totals_.host_rows += host_rows;
     }
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_join_), side), "fast lookup: join");
@@ -260,12 +253,12 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     if ((p.dedup || p.cache) && !cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
     return li;
   }
-  ENGRAM_RETURN_IF_ERROR(launch_device_path(plain, p, dev_sm, stream));
+  ENGRAM_RETURN_IF_ERROR(launch_device_path(plain, p, li.cap, stream));
   if (!cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
   return li;
 }
 
-Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, int dev_sm, void* stream) {
+Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, int cap_blocks, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t n = a.tokens * a.heads;
   const TableView& v = table_->host_view();
@@ -303,8 +296,7 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
   g.n = n;
   g.n_device = count_dev;
   g.out = work_out;
-  g.grid_fraction = p.grid_fraction;
-  g.sm_count = dev_sm;
+  g.cap = cap_blocks;
   ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
   if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
   return Status::ok();
@@ -354,7 +346,7 @@ Status FastLookup::calibrate(void* stream) {
     a.tokens = n;
     a.heads = 1;
     a.out = d_out;
-    a.grid_fraction = 1.0;
+    a.grid_cap = GridCap::all_sms();
     const auto t0 = std::chrono::steady_clock::now();
     ENGRAM_ASSIGN_OR_RETURN(LaunchInfo li, launch_plan(a, p, stream));
     (void)li;

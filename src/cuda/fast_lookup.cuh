@@ -92,7 +92,7 @@ class FastLookup final {
   Status snapshot(void* stream);
   // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part
   // of a split): its rows go to a.out; the statistics are counted, the snapshot is the caller's.
-  Status launch_device_path(const LookupArgs& a, const plan::Plan& p, int dev_sm, void* stream);
+  Status launch_device_path(const LookupArgs& a, const plan::Plan& p, int cap_blocks, void* stream);
   const UvaTable* table_ = nullptr;
   FastLookupOptions opt_;
   std::unique_ptr<DeviceDedup> dedup_;

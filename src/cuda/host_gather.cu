@@ -45,7 +45,7 @@ HostGather::~HostGather() {
   (void)cudaGetLastError();
 }
 
-Status HostGather::run(const int64_t* ids, int64_t n, uint16_t* out, double grid_fraction, void* stream) {
+Status HostGather::run(const int64_t* ids, int64_t n, uint16_t* out, int cap_blocks, void* stream) {
   if (n <= 0) return Status::ok();
   if (n > max_rows_)
     return Status(Code::kInvalidArgument, "host gather: " + std::to_string(n) + " rows > capacity " + std::to_string(max_rows_));
@@ -87,7 +87,7 @@ Status HostGather::run(const int64_t* ids, int64_t n, uint16_t* out, double grid
   g.ids = nullptr;
   g.n = n;
   g.out = out;
-  g.grid_fraction = grid_fraction;
+  g.cap = cap_blocks;
   return launch_fast_gather(g, stream);
 }
 

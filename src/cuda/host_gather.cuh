@@ -29,7 +29,8 @@ class HostGather {
 
   // Gathers host ids[n] and writes out[n][d] bf16 (device) on `stream`. Returns when the last chunk's copy and
   // the decode are enqueued (the host work is done). Ids < 0 or >= rows give zero rows (not counted here).
-  Status run(const int64_t* ids, int64_t n, uint16_t* out, double grid_fraction, void* stream);
+  // cap_blocks: the decode's grid cap in blocks (GridCap::blocks_for), >= 1.
+  Status run(const int64_t* ids, int64_t n, uint16_t* out, int cap_blocks, void* stream);
   int threads() const { return pool_->size(); }
   int64_t record_bytes() const { return rec_; }
 

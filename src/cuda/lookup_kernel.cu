@@ -293,22 +293,14 @@ KernelTable kernel_table(const UvaTable& t) {
   return k;
 }
 
-Result<int> resolve_sm_count(int sm_count) {
-  if (sm_count > 0) return sm_count;
-  int dev = 0;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "lookup: cudaGetDevice");
-  int n = 0;
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev),
-                              "lookup: SM count");
-  return n;
-}
 
-LaunchInfo plan_launch(int64_t rows, int d, double fraction, int sm_count) {
+// cap: the grid cap in blocks (GridCap::blocks_for), >= 1.
+LaunchInfo plan_launch(int64_t rows, int d, int cap) {
   LaunchInfo info;
   info.rows = rows;
   info.lanes_per_row = lanes_per_row(d);
   info.block_threads = kBlockThreads;
-  info.cap = std::max(1, static_cast<int>(std::floor(fraction * sm_count)));
+  info.cap = cap;
   // One row per lane group when the batch fits in one wave of the capped grid, else kRowsInFlightLarge.
   const int64_t small_tile = tile_rows_for(info.lanes_per_row, 1);
   info.rows_in_flight = (rows + small_tile - 1) / small_tile <= info.cap ? 1 : kRowsInFlightLarge;
@@ -378,6 +370,16 @@ bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p)
 
 }  // namespace
 
+Result<int> resolve_sm_count(int sm_count) {
+  if (sm_count > 0) return sm_count;
+  int dev = 0;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "lookup: cudaGetDevice");
+  int n = 0;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev),
+                              "lookup: SM count");
+  return n;
+}
+
 Status can_launch(const LookupArgs& a) {
   auto bad = [](const std::string& m) { return Status(Code::kInvalidArgument, "lookup launch: " + m); };
   if (!a.table) return bad("no table");
@@ -388,8 +390,6 @@ Status can_launch(const LookupArgs& a) {
   if (sl.sliced() && a.heads != sl.heads)
     return bad("ids of " + std::to_string(a.heads) + " heads for a TP slice of a " + std::to_string(sl.heads) +
                "-head layer");
-  if (!(a.grid_fraction > 0.0 && a.grid_fraction <= 1.0))
-    return bad("grid fraction " + std::to_string(a.grid_fraction) + " not in (0, 1]");
   const int64_t d = a.table->host_view().d;
   if (a.tokens > INT64_MAX / a.heads / d / 2) return bad("tokens * heads * d overflows");
   if (a.tokens * a.heads == 0) return Status::ok();
@@ -432,7 +432,7 @@ Result<LaunchInfo> launch_lookup(const LookupArgs& a, void* stream) {
   ENGRAM_RETURN_IF_ERROR(can_launch(a));
   ENGRAM_ASSIGN_OR_RETURN(int sm, resolve_sm_count(a.sm_count));
   const TableView& v = a.table->host_view();
-  LaunchInfo li = plan_launch(a.tokens * v.slice.out_heads(a.heads), v.d, a.grid_fraction, sm);
+  LaunchInfo li = plan_launch(a.tokens * v.slice.out_heads(a.heads), v.d, a.grid_cap.blocks_for(sm));
   if (li.rows == 0) {
     li.grid = 0;
     return li;
@@ -465,10 +465,9 @@ Result<LaunchInfo> launch_plain_gather(const GatherArgs& a, void* stream) {
   auto bad = [](const std::string& m) { return Status(Code::kInvalidArgument, "plain gather: " + m); };
   if (!a.table) return bad("no table");
   if (a.rows < 0) return bad("rows < 0");
-  if (!(a.grid_fraction > 0.0 && a.grid_fraction <= 1.0)) return bad("grid fraction not in (0, 1]");
   const TableView& v = a.table->host_view();
   ENGRAM_ASSIGN_OR_RETURN(int sm, resolve_sm_count(a.sm_count));
-  LaunchInfo li = plan_launch(a.rows, v.d, a.grid_fraction, sm);
+  LaunchInfo li = plan_launch(a.rows, v.d, a.grid_cap.blocks_for(sm));
   if (li.rows == 0) {
     li.grid = 0;
     return li;

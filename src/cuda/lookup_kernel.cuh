@@ -15,9 +15,9 @@
 // a warp holds 32/G rows per load round and U = 4 rounds in flight before the first use (U = 1 when the batch
 // fits in one wave of the grid); a block of 8 warps is a tile of 8*(32/G)*U rows (64 rows for d = 256 and
 // U = 4). Scales in [10, 246] decode through a branch-free exact path (decode_fast.cuh), others through
-// format.hpp's decode_element. Persistent grid = min(tiles, cap), cap = max(1,
-// floor(grid_fraction * SM count)): 1.0 in the foreground, 0.5 by default in the background (the
-// cap bounds the number of blocks, it does not reserve SMs). The launcher reports rows, tiles and grid.
+// format.hpp's decode_element. Persistent grid = min(tiles, cap), cap = LookupArgs::grid_cap.blocks_for(SM count)
+// (engram/options.hpp: every SM in the foreground, half of them by default in the background; the cap bounds the
+// number of blocks, it does not reserve SMs). The launcher reports rows, tiles and grid.
 //
 // No CUDA types in this header: streams are passed as `void*` (a cudaStream_t; nullptr = legacy stream).
 #pragma once
@@ -28,6 +28,7 @@
 
 #include "cuda/registration.cuh"
 #include "engram/lookup.hpp"
+#include "engram/options.hpp"
 #include "engram/status.hpp"
 #include "engram/table.hpp"
 
@@ -87,7 +88,7 @@ struct LookupArgs {
   uint16_t* out = nullptr;                  // device, [tokens][out heads][d] bf16 bits, 16-byte aligned; out heads
                                             // = table->host_view().slice.out_heads(heads)
   unsigned long long* counters = nullptr;   // device [2]: += dead rows, += invalid ids; nullptr = not counted
-  double grid_fraction = 1.0;               // cap = max(1, floor(fraction * sm_count)), fraction in (0, 1]
+  GridCap grid_cap;                         // cap = grid_cap.blocks_for(sm_count); every SM by default
   int sm_count = 0;                         // 0 = read from the current device
   bool checked = false;                     // reject ids >= rows before launching (see above)
   const int64_t* ids_host = nullptr;        // optional host copy of ids (lets FastLookup use the host-gather path)
@@ -97,7 +98,7 @@ struct LaunchInfo {
   int64_t rows = 0;       // tokens * out heads: positions written
   int64_t tiles = 0;      // ceil(rows / tile_rows)
   int grid = 0;           // blocks launched: min(tiles, cap); 0 when rows == 0 (nothing launched)
-  int cap = 0;            // max(1, floor(grid_fraction * sm_count))
+  int cap = 0;            // grid_cap.blocks_for(sm_count)
   int block_threads = 0;
   int tile_rows = 0;      // 8 warps * (32 / G) * rows_in_flight
   int lanes_per_row = 0;  // G
@@ -106,7 +107,7 @@ struct LaunchInfo {
 
 // Checks what the launch needs: table (d % 32 == 0, fused stride % 16 == 0, 16-byte aligned payload and
 // device offset), non-null 8-byte-aligned ids and 16-byte-aligned out when rows > 0, tokens >= 0, heads > 0
-// (a TP slice: the layer's heads), rows * d within int64, grid_fraction in (0, 1]. kInvalidArgument names the
+// (a TP slice: the layer's heads), rows * d within int64 (the grid cap is valid by construction). kInvalidArgument names the
 // first violation.
 Status can_launch(const LookupArgs& args);
 
@@ -136,9 +137,12 @@ struct GatherArgs {
   int64_t rows = 0;
   uint8_t* out = nullptr;        // device [rows][out_stride], 16-byte aligned
   GatherBytes what = GatherBytes::kRowBytes;
-  double grid_fraction = 1.0;
+  GridCap grid_cap;
   int sm_count = 0;
 };
 Result<LaunchInfo> launch_plain_gather(const GatherArgs& args, void* stream);
+
+// `sm_count` when > 0, else the current device's SM count.
+Result<int> resolve_sm_count(int sm_count);
 
 }  // namespace engram::cuda

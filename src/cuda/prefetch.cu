@@ -79,7 +79,6 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
                std::to_string(layer_ids.size()) + " layer ids)");
   if (heads <= 0) return bad("heads must be > 0");
   if (options.max_tokens <= 0) return bad("max_tokens must be > 0");
-  if (!(options.grid_fraction > 0.0 && options.grid_fraction <= 1.0)) return bad("grid fraction not in (0, 1]");
   for (const UvaTable* t : tables)
     if (!t) return bad("null table");
   const int d = tables.front()->host_view().d;
@@ -279,7 +278,7 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
   a.heads = heads_;
   a.out = slot.staging;
   a.counters = counters_dev_;
-  a.grid_fraction = opt_.grid_fraction;
+  a.grid_cap = opt_.grid_cap;
   a.sm_count = sm_count_;
   a.checked = false;  // checked mode was done on the host in prepare(); device-side checking would synchronise
   FastLookup* path = opt_.fast_paths.empty() ? nullptr : opt_.fast_paths[static_cast<size_t>(layer_index)];

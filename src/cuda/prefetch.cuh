@@ -40,7 +40,7 @@ namespace engram::cuda {
 struct CudaPrefetchOptions {
   int rank = 0;
   int64_t max_tokens = 8192;   // capacity of each layer's ids and staging buffers, in tokens
-  double grid_fraction = 0.5;  // background grid cap (fraction of the SMs)
+  GridCap grid_cap = GridCap::background_default();  // grid cap of the lookups (EngineOptions::grid_cap)
   bool record_timeline = true;
   // Reject ids >= table rows in prepare() before anything is enqueued (host-side pass over the ids, ~1 ns per id;
   // no synchronisation). Off: such ids give zero rows and are counted in totals().invalid_ids.

@@ -13,17 +13,14 @@
 #include "cpu/thread_pool.hpp"
 #include "engine/backend.hpp"
 #include "engine/harness.hpp"
-#include "sys/affinity.hpp"
 
 namespace engram::engine {
 namespace {
 
-int resolved_threads(int requested) { return sys::threads_or_auto(requested); }
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::unique_ptr<cpu::CpuPrefetchQueue> q, std::vector<TableView> views, const EngineOptions& o)
-      : queue_(std::move(q)), compute_(engine_harness(o).layer_us), views_(std::move(views)), threads_(resolved_threads(o.lookup_threads)),
+      : queue_(std::move(q)), compute_(engine_harness(o).layer_us), views_(std::move(views)), threads_(queue_->lookup_threads()),
         heads_(0), cache_requested_(!o.cache.size.off()) {}
   void set_heads(int h) { heads_ = h; }
 
@@ -84,7 +81,7 @@ Result<std::unique_ptr<Backend>> cpu_create(const EngramLayout& layout, const st
                                             std::shared_ptr<Registration>, const EngineOptions& o) {
   cpu::CpuPrefetchOptions q;
   q.rank = o.rank;
-  q.lookup_threads = resolved_threads(o.lookup_threads);
+  q.lookup_threads = o.lookup_threads;
   q.checked = o.checked;
   q.record_timeline = o.record_timeline;
   q.clock_ns = o.clock_ns;

@@ -81,11 +81,8 @@ class CudaEngineBackend final : public Backend {
     a.tokens = tokens;
     a.heads = heads_;
     a.out = out;
-    const int sm = be_->device().sm_count;
-    a.sm_count = sm;
-    a.grid_fraction = call.grid_blocks > 0 ? std::min(1.0, (call.grid_blocks + 0.5) / std::max(1, sm))
-                      : call.grid_fraction > 0 ? call.grid_fraction
-                                               : 1.0;
+    a.sm_count = be_->device().sm_count;
+    a.grid_cap = call.grid_cap;
     a.checked = call.checked;
     void* s = call.stream;  // the caller's stream; null is the legacy default stream, never an engine stream
     cuda::ScopedDevice scope(be_->device().ordinal);
@@ -154,7 +151,11 @@ class CudaEngineBackend final : public Backend {
                         {"registration", {{"bytes", r.bytes}, {"chunks", r.chunks}, {"prefault_s", r.prefault_ns * 1e-9},
                                           {"register_s", r.register_ns * 1e-9},
                                           {"device_pointer_equals_host", r.device_equals_host}}},
-                        {"grid_fraction", opt_.grid_fraction},
+                        {"grid_fraction", opt_.grid_cap.in_blocks() ? nlohmann::json(nullptr)
+                                                                      : nlohmann::json(opt_.grid_cap.fraction())},
+                        {"grid_blocks", opt_.grid_cap.in_blocks() ? nlohmann::json(opt_.grid_cap.blocks())
+                                                                  : nlohmann::json(nullptr)},
+                        {"grid_cap_blocks", opt_.grid_cap.blocks_for(d.sm_count)},
                         {"fast_path_mode", fast_path_mode_name(opt_.fast_path)}};
     nlohmann::json fp = nlohmann::json::array();
     for (int li = 0; be_->fast_lookup(li) != nullptr; ++li) {
@@ -286,18 +287,13 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
                                              std::shared_ptr<Registration> registration, const EngineOptions& o) {
   cuda::CudaBackendOptions c;
   c.device = device_of(o);
-  c.rank = o.rank;
   c.layer_ids = layout.layer_ids;
   c.heads = layout.heads();
-  c.max_tokens = o.max_tokens;
-  c.grid_fraction = o.grid_fraction;
-  if (o.grid_blocks > 0) {
-    auto info = cuda::device_info(c.device);
-    if (!info.is_ok()) return info.status();
-    c.grid_fraction = std::min(1.0, (o.grid_blocks + 0.5) / std::max(1, info->sm_count));
-  }
-  c.record_timeline = o.record_timeline;
-  c.checked = o.checked;
+  c.queue.rank = o.rank;
+  c.queue.max_tokens = o.max_tokens;
+  c.queue.grid_cap = o.grid_cap;
+  c.queue.record_timeline = o.record_timeline;
+  c.queue.checked = o.checked;
   c.layer_us = engine_harness(o).layer_us;
   c.main_stream = o.main_stream;
   c.fast_path = o.fast_path != FastPathMode::kOff;

@@ -130,7 +130,7 @@ std::string Plan::path_name() const { return path_name_of_key(path_key()); }
 Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   Plan p;
   p.planner_enabled = o.enabled;
-  p.grid_fraction = o.background_grid_fraction;
+  p.grid_cap = o.background_grid_cap;
   const double n = static_cast<double>(std::max<int64_t>(b.rows, 0));
   const bool u_known = std::isfinite(b.unique_fraction);
   const bool h_measured = std::isfinite(b.cache_hit_fraction);
@@ -225,10 +225,10 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   // with the full grid to finish sooner; otherwise it stays in the background with the capped grid.
   if (std::isfinite(o.overlap_budget_us) && p.predicted_us > o.overlap_budget_us) {
     p.background = false;
-    p.grid_fraction = 1.0;
+    p.grid_cap = GridCap::all_sms();
   } else {
     p.background = true;
-    p.grid_fraction = o.background_grid_fraction;
+    p.grid_cap = o.background_grid_cap;
   }
   return p;
 }
@@ -268,7 +268,7 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
       why.push_back("inline, full grid: predicted " + fmt("%.1f us", p.predicted_us) + " > overlap budget " +
                     fmt("%.1f us", p.overlap_budget_us));
     } else {
-      why.push_back(std::string("background, grid fraction ") + fmt("%.2f", p.grid_fraction) +
+      why.push_back("background, grid " + p.grid_cap.to_string() +
                     (std::isfinite(p.overlap_budget_us) ? ": fits the overlap budget" : ": no overlap budget given"));
     }
   }

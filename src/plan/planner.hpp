@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "engram/options.hpp"
+
 namespace engram::plan {
 
 inline constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
@@ -83,7 +85,7 @@ struct PlannerOptions {
   int64_t split_min_rows = 32768;
   bool cache_present = false;
   double min_gain = 0.05;         // a technique must save at least this fraction of the plain time
-  double background_grid_fraction = 0.5;
+  GridCap background_grid_cap = GridCap::background_default();  // the grid of a plan that stays in the background
   double overlap_budget_us = kUnknown;  // compute available to hide the lookup behind; unknown: background
   double host_share_override = kUnknown;  // force the hybrid's host share in [0, 1]
 };
@@ -103,7 +105,7 @@ enum class HitSource : uint8_t { kNoCache, kMeasured, kPrior, kAssumedZero };
 
 struct Plan {
   bool background = true;      // prefetch queue with a capped grid; false: inline, full grid
-  double grid_fraction = 0.5;
+  GridCap grid_cap = GridCap::background_default();  // background_grid_cap, or every SM inline
   bool dedup = false;
   bool sort = false;           // sort-based dedup (unique ids in address order) instead of hash-based
   bool cache = false;

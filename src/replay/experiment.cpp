@@ -101,7 +101,7 @@ std::string effective_text(const ArmSpec& a, const std::vector<int>& nodes, Back
   std::string t = pages_where(a, nodes) + ", consumer on " +
                   (a.consumer_node < 0 ? std::string("any node") : "N" + std::to_string(a.consumer_node)) + ", " +
                   prefetch_mode_name(a.mode) + " prefetch, ";
-  if (backend == BackendKind::kCuda) return t + "grid " + num(a.rig.grid_fraction, "%.3f") + " of the SMs";
+  if (backend == BackendKind::kCuda) return t + "grid " + num(a.rig.grid_cap.fraction(), "%.3f") + " of the SMs";
   return t + (a.rig.lookup_threads > 0 ? std::to_string(a.rig.lookup_threads) : std::string("default")) + " lookup threads";
 }
 
@@ -185,11 +185,12 @@ Result<std::vector<ArmSpec>> make_arms(const std::string& id, const EngineOption
       return Status(Code::kInvalidArgument, "B2: --caps: expected two or more caps to compare (e.g. --caps 0.25 1.0), got " +
                                                 std::to_string(caps.size()));
     for (double c : caps) {
-      if (!(c > 0 && c <= 1))
+      auto cap = GridCap::of_fraction(c);
+      if (!cap.is_ok())
         return Status(Code::kInvalidArgument, "B2: --caps: expected fractions in (0, 1], got " + num(c, "%g"));
       ArmSpec a = arm("cap=" + num(c, "%.2f"), "");
       if (base.backend == BackendKind::kCuda) {
-        a.rig.grid_fraction = c;
+        a.rig.grid_cap = *cap;
         a.value = "lookup grid capped at " + num(100 * c, "%.0f") + "% of the SMs";
       } else {
         a.rig.lookup_threads = std::max(1, static_cast<int>(std::lround(c * std::max(1, hardware_threads - 1))));
@@ -503,7 +504,7 @@ Result<ExperimentResult> run_experiment(const ExperimentOptions& o) {
         if (v.is_number() && !std::isfinite(v.get<double>())) v = nullptr;
     }
     arms.push_back({{"name", a.spec.name}, {"value", a.spec.value}, {"placement", a.spec.rig.table.placement.to_string()},
-                    {"prefetch", prefetch_mode_name(a.spec.mode)}, {"grid_fraction", a.spec.rig.grid_fraction},
+                    {"prefetch", prefetch_mode_name(a.spec.mode)}, {"grid_fraction", a.spec.rig.grid_cap.fraction()},
                     {"lookup_threads", a.spec.rig.lookup_threads}, {"consumer_node", a.spec.consumer_node},
                     {"valid", a.valid}, {"census_evidence", a.evidence}, {"census_signature", a.signature},
                     {"census", a.censuses}, {"metrics", m}, {"trace_file", a.trace_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.trace_file)}});

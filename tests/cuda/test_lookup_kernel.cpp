@@ -63,7 +63,7 @@ RunResult run_lookup(const cuda::UvaTable& table, const std::vector<int64_t>& id
   a.heads = heads;
   a.out = dout.get();
   a.counters = dcnt.get();
-  a.grid_fraction = fraction;
+  a.grid_cap = GridCap::of_fraction(fraction).value();
   a.checked = checked;
   auto li = cuda::launch_lookup(a, nullptr);
   if (!li.is_ok()) {
@@ -263,9 +263,8 @@ TEST(LookupKernel, CanLaunchRejectsBadArguments) {
   b = a;
   b.heads = 0;
   EXPECT_EQ(cuda::can_launch(b).code(), Code::kInvalidArgument);
-  b = a;
-  b.grid_fraction = 1.5;
-  EXPECT_EQ(cuda::can_launch(b).code(), Code::kInvalidArgument);
+  // A grid fraction outside (0, 1] is refused where a grid cap is made: no LookupArgs can hold one.
+  EXPECT_EQ(GridCap::of_fraction(1.5).status().code(), Code::kInvalidArgument);
   b = a;
   b.ids = nullptr;
   EXPECT_EQ(cuda::launch_lookup(b, nullptr).status().code(), Code::kInvalidArgument);

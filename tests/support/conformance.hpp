@@ -63,7 +63,7 @@ inline EngineOptions conformance_options(const ConformanceCase& c, int64_t max_t
   o.content.kind = TableContent::Kind::kZero;  // random bytes are written by the test
   o.max_tokens = max_tokens;
   o.lookup_threads = 2;
-  o.grid_fraction = 0.5;
+  o.grid_cap = GridCap::background_default();
   if (c.cache) {
     o.cache.size = *parse_cache_size("20%");
     o.cache.warmup_steps = 1;

@@ -59,21 +59,31 @@ struct EngineArgs {
   std::string shm_dir = "/dev/shm";  // --backing shm: directory of the named files
   std::string placement = "none";
   std::string fast_path = "planner";
-  double grid_fraction = 0.5;
-  int threads = 0;
+  std::string grid_fraction = "0.5";  // --grid-fraction as typed: EngineOptions::grid_cap
+  std::string lookup_threads = "0";   // --threads as typed: EngineOptions::lookup_threads
   bool checked = false;
   CacheArgs cache;
   TpArgs tp;
 };
 
+// A flag whose text is an engine option's value: checked by the library's one options table (set_engine_option on
+// a scratch EngineOptions), so the command line accepts exactly what the engine does, with the engine's message.
+inline CLI::Validator engine_option_text(const char* key) {
+  return parsed_by([key](const std::string& text) {
+    EngineOptions scratch;
+    return set_engine_option(scratch, key, text);
+  });
+}
+
 inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--backend", a.backend,
                  "Lookup backend: auto (default: cuda when a usable GPU is present, else cpu, saying why), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  sub.add_option("--grid-fraction", a.grid_fraction, "CUDA: background grid cap as a fraction of the SMs (default 0.5)")
-      ->check(range(0.01, 1.0));
-  sub.add_option("--threads", a.threads, std::string("CPU lookup threads (default 0; ") + kAutoThreadsHelp + ")")
-      ->check(range(0, 4096));
+  sub.add_option("--grid-fraction", a.grid_fraction,
+                 "CUDA: background grid cap as a fraction of the SMs, in (0, 1] (default 0.5)")
+      ->check(engine_option_text("grid_fraction"));
+  sub.add_option("--threads", a.lookup_threads, std::string("CPU lookup threads, 0..4096 (default 0; ") + kAutoThreadsHelp + ")")
+      ->check(engine_option_text("lookup_threads"));
   sub.add_flag("--checked", a.checked, "Validate every id before each lookup (an out-of-range id fails the run)");
   sub.add_option("--fast-path", a.fast_path,
                  "CUDA lookup path: planner (default: per batch, dedup / sort / hot-row cache / plain from calibrated "
@@ -116,8 +126,8 @@ inline std::vector<std::pair<std::string, std::string>> lookup_option_text(const
   std::vector<std::pair<std::string, std::string>> v = {
       {"--backend", a.backend},           {"--fast-path", a.fast_path},
       {"--cache-size", a.cache.size},     {"--cache-format", a.cache.format},
-      {"--cache-update", a.cache.update}, {"--grid-fraction", std::to_string(a.grid_fraction)},
-      {"--threads", std::to_string(a.threads)},
+      {"--cache-update", a.cache.update}, {"--grid-fraction", a.grid_fraction},
+      {"--lookup-threads", a.lookup_threads},
       {"--checked", a.checked ? "true" : "false"},
       {"--cache-warmup", std::to_string(a.cache.warmup > 0 ? a.cache.warmup : std::max(1, default_warmup))}};
   if (!a.cache.profile.empty()) v.emplace_back("--cache-profile", a.cache.profile);

@@ -2,6 +2,8 @@
 // through to_string() that reports and JSON rely on.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engram/options.hpp"
 
 namespace engram {
@@ -72,6 +74,41 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
 
   for (const char* bad : {"every=0,rows=4", "rows=0", "every=x", "often", "every=4,colour=red", "slice=0", "burst=0"})
     EXPECT_FALSE(parse_cache_update(bad).is_ok()) << bad;
+}
+
+TEST(GridCapOption, FactoriesCheckAndBlocksForIsTheOneFormula) {
+  EXPECT_EQ(GridCap().blocks_for(132), 132);  // default: every SM
+  EXPECT_EQ(GridCap::all_sms(), GridCap());
+  EXPECT_EQ(GridCap::background_default().fraction(), 0.5);
+  EXPECT_EQ(GridCap::background_default().blocks_for(132), 66);
+  auto quarter = GridCap::of_fraction(0.25);
+  ASSERT_TRUE(quarter.is_ok());
+  EXPECT_FALSE(quarter->in_blocks());
+  EXPECT_EQ(quarter->blocks_for(132), 33);
+  EXPECT_EQ(quarter->blocks_for(3), 1);  // never below one block
+  EXPECT_EQ(GridCap::of_fraction(0.001)->blocks_for(132), 1);
+  auto blocks = GridCap::of_blocks(24);
+  ASSERT_TRUE(blocks.is_ok());
+  EXPECT_TRUE(blocks->in_blocks());
+  EXPECT_EQ(blocks->blocks(), 24);
+  EXPECT_EQ(blocks->blocks_for(132), 24);
+  EXPECT_EQ(blocks->blocks_for(16), 16);  // at most every SM
+  EXPECT_EQ(blocks->to_string(), "24 blocks");
+  EXPECT_EQ(quarter->to_string(), "fraction 0.25");
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")})
+    EXPECT_EQ(GridCap::of_fraction(bad).status().code(), Code::kInvalidArgument) << bad;
+  for (int64_t bad : {int64_t{0}, int64_t{-3}, (int64_t{1} << 20) + 1})
+    EXPECT_EQ(GridCap::of_blocks(bad).status().code(), Code::kInvalidArgument) << bad;
+}
+
+TEST(GridCapOption, TextFormsAndRefusals) {
+  EXPECT_EQ(parse_grid_fraction("0.5")->fraction(), 0.5);
+  EXPECT_EQ(parse_grid_fraction("1")->fraction(), 1.0);
+  EXPECT_EQ(parse_grid_blocks("24")->blocks(), 24);
+  for (const char* bad : {"", "0", "1.01", "nan", "inf", "-0.5", "0.5x", "half"})
+    EXPECT_EQ(parse_grid_fraction(bad).status().code(), Code::kInvalidArgument) << bad;
+  for (const char* bad : {"", "0", "-1", "1.5", "2000000", "24 blocks"})
+    EXPECT_EQ(parse_grid_blocks(bad).status().code(), Code::kInvalidArgument) << bad;
 }
 
 TEST(ModeOptions, NamesRoundTrip) {

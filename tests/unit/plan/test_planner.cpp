@@ -273,10 +273,10 @@ TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
   o.overlap_budget_us = 100;
   const Plan big = choose({196608, 1.0, kUnknown}, costs(), o);
   EXPECT_FALSE(big.background);
-  EXPECT_EQ(big.grid_fraction, 1.0);
+  EXPECT_EQ(big.grid_cap, GridCap::all_sms());
   const Plan small = choose({1536, 1.0, kUnknown}, costs(), o);
   EXPECT_TRUE(small.background);
-  EXPECT_EQ(small.grid_fraction, o.background_grid_fraction);
+  EXPECT_EQ(small.grid_cap, o.background_grid_cap);
 }
 
 TEST(Planner, DisabledPlannerIsThePlainGather) {

@@ -41,7 +41,7 @@ TEST(Experiment, ArmsChangeOneThing) {
   EXPECT_EQ((*b2)[1].rig.lookup_threads, 8);
   base.backend = BackendKind::kCuda;
   auto b2c = make_arms("B2", base, {0}, {0.25, 1.0}, 9);
-  EXPECT_DOUBLE_EQ((*b2c)[0].rig.grid_fraction, 0.25);
+  EXPECT_DOUBLE_EQ((*b2c)[0].rig.grid_cap.fraction(), 0.25);
   EXPECT_EQ(make_arms("B2", base, {0}, {1.5}, 9).status().code(), Code::kInvalidArgument);
   for (const char* a : {"A1", "A2", "A3"}) EXPECT_EQ(make_arms(a, base, {0}, {}, 8).status().code(), Code::kUnsupported) << a;
   auto a1 = make_arms("A1", base, {0, 1}, {}, 8);
