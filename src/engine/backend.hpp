@@ -27,7 +27,29 @@ class Registration {
   virtual nlohmann::json describe() const = 0;  // bytes, chunks, seconds
 };
 
-// One rank's lookup stack over registered table memory.
+// What only a device backend adds to the rank's queue: the Engine's CUDA queue extensions (ids already on the
+// device, graph-replay id refills, the caller's events, the streams and the launch shape) and the step hashing on
+// the device (engine.hpp says what each does). A backend that has them gives this interface out from
+// Backend::device_queue(); the engine asks once, when it builds the stack, and itself answers kUnsupported (or
+// null / -1) for an engine whose backend has none, so no backend implements a capability it does not have.
+class DeviceQueue {
+ public:
+  virtual ~DeviceQueue() = default;
+  virtual Status prepare_device(int layer_index, const int64_t* ids_device, int64_t tokens) = 0;
+  virtual Status write_ids(int layer_index, const int64_t* ids, int64_t tokens) = 0;
+  virtual Status main_wait_event(void* cuda_event) = 0;
+  virtual Result<LaunchShape> last_launch(int layer_index) const = 0;
+  virtual void* main_stream() const = 0;
+  virtual void* prefetch_stream() const = 0;
+  virtual int device() const = 0;
+  virtual Status enable_device_hashing(const NgramHashParams& params, int max_requests, int64_t max_tokens) = 0;
+  virtual Status hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests) = 0;
+  virtual Status hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
+                                         const uint8_t* new_sequence, int n_chunks) = 0;
+  virtual Result<DeviceHashStep> last_device_hash(bool with_ids) const = 0;
+};
+
+// One rank's lookup stack over registered table memory: what every backend implements.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -36,26 +58,11 @@ class Backend {
   virtual Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
                                       const LookupCall& call) = 0;
   virtual Status synchronize() = 0;
-  // CUDA queue extensions (engine.hpp); the CPU backend answers kUnsupported / null / -1.
-  virtual Status prepare_device(int, const int64_t*, int64_t) { return unsupported(); }
-  virtual Status write_ids(int, const int64_t*, int64_t) { return unsupported(); }
-  virtual Status main_wait_event(void*) { return unsupported(); }
-  virtual Result<LaunchShape> last_launch(int) const { return unsupported(); }
-  virtual void* main_stream() const { return nullptr; }
-  virtual void* prefetch_stream() const { return nullptr; }
-  virtual int device() const { return -1; }
-  // Step hashing on the device (Engine::enable_device_hashing); the CPU backend answers kUnsupported.
-  virtual Status enable_device_hashing(const NgramHashParams&, int, int64_t) { return unsupported(); }
-  virtual Status hash_and_prepare(const int64_t*, const uint8_t*, int) { return unsupported(); }
-  virtual Status hash_chunks_and_prepare(const int64_t*, const int32_t*, const int32_t*, const uint8_t*, int) {
-    return unsupported();
-  }
-  virtual Result<DeviceHashStep> last_device_hash(bool) const { return unsupported(); }
-  // {"backend", device, registration, grid_fraction, fast_path: [per layer], fast_path_note, compute, ...}
+  // {"backend", ...}: the backend's own figures (cuda: device, registration, grid cap, fast_path: [per layer],
+  // fast_path_note, compute; cpu: lookup_threads, compute, cache_note).
   virtual nlohmann::json describe() const = 0;
-
- protected:
-  static Status unsupported() { return Status(Code::kUnsupported, "a CUDA queue extension on the cpu backend"); }
+  // The device extension, or null (the cpu backend). Lives as long as the backend.
+  virtual DeviceQueue* device_queue() { return nullptr; }
 };
 
 struct BackendEntry {

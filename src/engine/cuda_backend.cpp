@@ -18,6 +18,65 @@
 #include "report/numbers.hpp"
 #endif
 
+#if defined(ENGRAM_HAVE_CUDA)
+// The CUDA backend's typed reports as JSON: one function per report (nlohmann's to_json, found by argument-dependent
+// lookup), so describe() and the registration holder write them the same way. A figure that could not be taken
+// (NaN) and an empty text are null.
+namespace engram::cuda {
+
+static nlohmann::json text_or_null(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
+
+static void to_json(nlohmann::json& j, const DeviceInfo& d) {
+  j = {{"ordinal", d.ordinal},         {"name", d.name},
+       {"pci_bus_id", d.pci_bus_id},   {"sm_count", d.sm_count},
+       {"driver_version", d.driver_version}, {"runtime_version", d.runtime_version}};
+}
+
+static void to_json(nlohmann::json& j, const CudaRegistrationReport& r) {
+  j = {{"bytes", r.bytes}, {"chunks", r.chunks}, {"prefault_s", r.prefault_ns * 1e-9},
+       {"register_s", r.register_ns * 1e-9}, {"device_pointer_equals_host", r.device_equals_host}};
+}
+
+static void to_json(nlohmann::json& j, const EngineCacheReport& c) {
+  using report::json_num;
+  auto series = [](const std::vector<int64_t>& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  j = {{"state", c.state},
+       {"note", text_or_null(c.note)},
+       {"source", text_or_null(c.source)},
+       {"format", cache_format_name(c.format)},
+       {"budget_bytes", c.budget_bytes},
+       {"slots", c.slots},
+       {"rows_cached", c.filled},
+       {"hbm_bytes", c.hbm_bytes},
+       {"created_after_step", c.created_after_step},
+       {"create_ms", json_num(c.create_ms)},
+       {"profile_coverage", json_num(c.profile_coverage)},
+       {"probes", c.probes},
+       {"hits", c.hits},
+       {"hit_rate", json_num(c.hit_rate)},
+       {"rows_since_create", c.rows_since_create},
+       {"link_bytes_avoided", c.link_bytes_avoided},
+       {"link_bytes_avoided_per_token", json_num(c.link_bytes_avoided_per_token)},
+       {"updates", c.updates},
+       {"updates_deferred", c.updates_deferred},
+       {"slices", c.slices},
+       {"burst_updates", c.burst_updates},
+       {"update_scale_max", c.update_scale_max},
+       {"plan_us_mean", json_num(c.plan_us_mean)},
+       {"plan_us_max", json_num(c.plan_us_max)},
+       {"rows_swapped", c.rows_swapped},
+       {"map_rebuilds", c.map_rebuilds},
+       {"update_host_us_max", json_num(c.update_host_us_max)},
+       {"update_host_us_mean", json_num(c.update_host_us_mean)},
+       {"counted_batches", c.counted_batches},
+       {"dropped_batches", c.dropped_batches},
+       {"step_probes", series(c.step_probes)},
+       {"step_hits", series(c.step_hits)}};
+}
+
+}  // namespace engram::cuda
+#endif
+
 namespace engram::engine {
 
 #if defined(ENGRAM_HAVE_CUDA)
@@ -56,14 +115,16 @@ class CudaRegistrationHold final : public Registration {
  public:
   explicit CudaRegistrationHold(std::shared_ptr<cuda::TableRegistration> r) : reg(std::move(r)) {}
   nlohmann::json describe() const override {
-    const auto& r = reg->report();
-    return {{"device", reg->device()}, {"bytes", r.bytes}, {"chunks", r.chunks}, {"prefault_s", r.prefault_ns * 1e-9},
-            {"register_s", r.register_ns * 1e-9}, {"device_pointer_equals_host", r.device_equals_host}};
+    nlohmann::json j = reg->report();
+    j["device"] = reg->device();
+    return j;
   }
   std::shared_ptr<cuda::TableRegistration> reg;
 };
 
-class CudaEngineBackend final : public Backend {
+// The cuda entry's Backend and its DeviceQueue extension over src/cuda's CudaBackend (which holds every CUDA
+// resource): direct lookups, the layer's launch shape and path, device hashing (StepHasher) and describe().
+class CudaEngineBackend final : public Backend, public DeviceQueue {
  public:
   CudaEngineBackend(std::unique_ptr<cuda::CudaBackend> be, const EngineOptions& o) : be_(std::move(be)), opt_(o) {}
   PrefetchQueue& queue() override { return be_->engine_queue(); }
@@ -141,16 +202,12 @@ class CudaEngineBackend final : public Backend {
     return s;
   }
   Status synchronize() override { return be_->synchronize(); }
+  DeviceQueue* device_queue() override { return this; }
   nlohmann::json describe() const override {
     const auto& d = be_->device();
-    const auto& r = be_->registration();
     nlohmann::json j = {{"backend", "cuda"},
-                        {"device", {{"ordinal", d.ordinal}, {"name", d.name}, {"pci_bus_id", d.pci_bus_id},
-                                    {"sm_count", d.sm_count}, {"driver_version", d.driver_version},
-                                    {"runtime_version", d.runtime_version}}},
-                        {"registration", {{"bytes", r.bytes}, {"chunks", r.chunks}, {"prefault_s", r.prefault_ns * 1e-9},
-                                          {"register_s", r.register_ns * 1e-9},
-                                          {"device_pointer_equals_host", r.device_equals_host}}},
+                        {"device", d},
+                        {"registration", be_->registration()},
                         {"grid_fraction", opt_.grid_cap.in_blocks() ? nlohmann::json(nullptr)
                                                                       : nlohmann::json(opt_.grid_cap.fraction())},
                         {"grid_blocks", opt_.grid_cap.in_blocks() ? nlohmann::json(opt_.grid_cap.blocks())
@@ -195,40 +252,7 @@ class CudaEngineBackend final : public Backend {
   nlohmann::json cache_json(int li) const {
     auto r = be_->cache_report(li);
     if (!r.is_ok()) return {{"state", "unknown"}, {"note", r.status().message()}};
-    const cuda::EngineCacheReport& c = *r;
-    auto text = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
-    return {{"state", c.state},
-            {"note", text(c.note)},
-            {"source", text(c.source)},
-            {"format", cache_format_name(c.format)},
-            {"budget_bytes", c.budget_bytes},
-            {"slots", c.slots},
-            {"rows_cached", c.filled},
-            {"hbm_bytes", c.hbm_bytes},
-            {"created_after_step", c.created_after_step},
-            {"create_ms", json_num(c.create_ms)},
-            {"profile_coverage", json_num(c.profile_coverage)},
-            {"probes", c.probes},
-            {"hits", c.hits},
-            {"hit_rate", json_num(c.hit_rate)},
-            {"rows_since_create", c.rows_since_create},
-            {"link_bytes_avoided", c.link_bytes_avoided},
-            {"link_bytes_avoided_per_token", json_num(c.link_bytes_avoided_per_token)},
-            {"updates", c.updates},
-            {"updates_deferred", c.updates_deferred},
-            {"slices", c.slices},
-            {"burst_updates", c.burst_updates},
-            {"update_scale_max", c.update_scale_max},
-            {"plan_us_mean", json_num(c.plan_us_mean)},
-            {"plan_us_max", json_num(c.plan_us_max)},
-            {"rows_swapped", c.rows_swapped},
-            {"map_rebuilds", c.map_rebuilds},
-            {"update_host_us_max", json_num(c.update_host_us_max)},
-            {"update_host_us_mean", json_num(c.update_host_us_mean)},
-            {"counted_batches", c.counted_batches},
-            {"dropped_batches", c.dropped_batches},
-            {"step_probes", c.step_probes.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.step_probes)},
-            {"step_hits", c.step_hits.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.step_hits)}};
+    return *r;
   }
 
   std::unique_ptr<cuda::CudaBackend> be_;

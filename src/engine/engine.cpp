@@ -42,6 +42,7 @@ Engine::~Engine() {
   // The backend first (its queue reads the table, its registration pins it), then the group, then the table.
   if (impl_) {
     impl_->metered.reset();
+    impl_->device = nullptr;
     impl_->backend.reset();
     impl_->registration.reset();
     impl_->group.reset();
@@ -124,7 +125,8 @@ Status build_stack(Engine::Impl& impl, const EngineOptions& o) {
   impl.metrics->init(*impl.table, o, impl.entry->name, /*has_queue=*/true, o.record_timeline, impl.load_s,
                      impl.group_world);
   impl.metrics->set_censuses(impl.censuses);
-  impl.metered = std::make_unique<MeteredQueue>(impl.backend->queue(), *impl.metrics, *impl.backend);
+  impl.device = impl.backend->device_queue();
+  impl.metered = std::make_unique<MeteredQueue>(impl.backend->queue(), *impl.metrics, impl.device);
   return Status::ok();
 }
 
@@ -310,16 +312,24 @@ Status Engine::Impl::counted(Status s) const {
 }
 
 Status Engine::prepare_device(int li, const int64_t* ids, int64_t tokens) {
-  return impl_->counted(impl_->require_backend().prepare_device(li, ids, tokens));
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("prepare_device"));
+  return impl_->counted(d->prepare_device(li, ids, tokens));
 }
 Status Engine::write_ids(int li, const int64_t* ids, int64_t tokens) {
-  return impl_->require_backend().write_ids(li, ids, tokens);
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("write_ids"));
+  return d->write_ids(li, ids, tokens);
 }
-Status Engine::main_wait_event(void* ev) { return impl_->require_backend().main_wait_event(ev); }
-Result<LaunchShape> Engine::last_launch(int li) const { return impl_->require_backend().last_launch(li); }
-void* Engine::main_stream() const { return impl_->backend ? impl_->backend->main_stream() : nullptr; }
-void* Engine::prefetch_stream() const { return impl_->backend ? impl_->backend->prefetch_stream() : nullptr; }
-int Engine::device() const { return impl_->backend ? impl_->backend->device() : -1; }
+Status Engine::main_wait_event(void* ev) {
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("main_wait_event"));
+  return d->main_wait_event(ev);
+}
+Result<LaunchShape> Engine::last_launch(int li) const {
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("last_launch"));
+  return d->last_launch(li);
+}
+void* Engine::main_stream() const { return impl_->device ? impl_->device->main_stream() : nullptr; }
+void* Engine::prefetch_stream() const { return impl_->device ? impl_->device->prefetch_stream() : nullptr; }
+int Engine::device() const { return impl_->device ? impl_->device->device() : -1; }
 
 Status Engine::enable_device_hashing(const NgramHasher& hasher, int max_requests, int64_t max_tokens) {
   const EngramLayout& hl = hasher.layout();
@@ -327,23 +337,25 @@ Status Engine::enable_device_hashing(const NgramHasher& hasher, int max_requests
   if (hl.layer_ids != tl.layer_ids || hl.head_rows != tl.head_rows)
     return Status(Code::kInvalidArgument, "device hashing: the hasher's layout " + hl.name +
                                               " has other layers or rows than the table's " + tl.name);
-  return impl_->require_backend().enable_device_hashing(ngram_hash_params(hasher, HashIdKind::kGlobalRow), max_requests,
-                                                        max_tokens);
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("enable_device_hashing"));
+  return d->enable_device_hashing(ngram_hash_params(hasher, HashIdKind::kGlobalRow), max_requests, max_tokens);
 }
 Status Engine::hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests) {
-  Status s = impl_->counted(impl_->require_backend().hash_and_prepare(tokens, new_sequence, n_requests));
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("hash_and_prepare"));
+  Status s = impl_->counted(d->hash_and_prepare(tokens, new_sequence, n_requests));
   if (s.is_ok()) impl_->metered->note_device_hash();
   return s;
 }
 Status Engine::hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
                                        const uint8_t* new_sequence, int n_chunks) {
-  Status s = impl_->counted(
-      impl_->require_backend().hash_chunks_and_prepare(tokens, counts, slots, new_sequence, n_chunks));
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("hash_chunks_and_prepare"));
+  Status s = impl_->counted(d->hash_chunks_and_prepare(tokens, counts, slots, new_sequence, n_chunks));
   if (s.is_ok()) impl_->metered->note_device_hash();
   return s;
 }
 Result<DeviceHashStep> Engine::last_device_hash(bool with_ids) const {
-  return impl_->require_backend().last_device_hash(with_ids);
+  ENGRAM_ASSIGN_OR_RETURN(engine::DeviceQueue * d, impl_->require_device("last_device_hash"));
+  return d->last_device_hash(with_ids);
 }
 
 Status Engine::synchronize() { return impl_->backend ? impl_->backend->synchronize() : Status::ok(); }
@@ -390,6 +402,14 @@ Backend& Engine::Impl::require_backend() const {
     std::abort();
   }
   return *backend;
+}
+
+Result<engine::DeviceQueue*> Engine::Impl::require_device(const char* what) const {
+  require_backend();
+  if (!device)
+    return Status(Code::kUnsupported, std::string(what) + ": a CUDA queue extension; the " + entry->name +
+                                          " backend has none");
+  return device;
 }
 
 }  // namespace engram

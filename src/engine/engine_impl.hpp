@@ -28,6 +28,7 @@ struct Engine::Impl {
   const engine::BackendEntry* entry = nullptr;
   std::shared_ptr<engine::Registration> registration;
   std::unique_ptr<engine::Backend> backend;
+  engine::DeviceQueue* device = nullptr;  // backend->device_queue(), asked once when the stack is built; null: none
   std::unique_ptr<engine::MeteredQueue> metered;  // the backend's queue as Engine::queue() gives it out
   std::unique_ptr<engine::EngineMetrics> metrics = std::make_unique<engine::EngineMetrics>();
   std::vector<host::PageCensus> censuses;
@@ -38,6 +39,9 @@ struct Engine::Impl {
   bool registered_during_load = false;
 
   engine::Backend& require_backend() const;
+  // The backend's device extension; kUnsupported naming `what` when the backend has none. Aborts without a backend
+  // (serve_group), as require_backend.
+  Result<engine::DeviceQueue*> require_device(const char* what) const;
   Status counted(Status s) const;  // counts a non-ok status in the metrics' errors, returns it
 };
 

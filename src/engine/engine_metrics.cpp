@@ -252,9 +252,9 @@ Status MeteredQueue::end_step() {
   Status s = inner_.end_step();
   if (!s.is_ok()) metrics_.count_error(s);
   metrics_.fold_timeline(inner_.timeline());
-  if (device_hashed_ && s.is_ok()) {
+  if (device_hashed_ && device_ && s.is_ok()) {
     // end_step synchronised the step, so reading the hashing events waits for nothing.
-    auto h = backend_.last_device_hash(false);
+    auto h = device_->last_device_hash(false);
     if (h.is_ok()) metrics_.observe_device_hash_seconds(h->gpu_ns * kNsToS);
   }
   device_hashed_ = false;

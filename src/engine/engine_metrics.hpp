@@ -25,7 +25,7 @@
 
 namespace engram::engine {
 
-class Backend;
+class DeviceQueue;
 
 class EngineMetrics {
  public:
@@ -78,8 +78,9 @@ class EngineMetrics {
 // it returns, and at end_step folds the step's timeline rows into the metrics.
 class MeteredQueue final : public PrefetchQueue {
  public:
-  MeteredQueue(PrefetchQueue& inner, EngineMetrics& metrics, Backend& backend)
-      : inner_(inner), metrics_(metrics), backend_(backend) {}
+  // device: the backend's device extension (null without one): the step hashing's GPU time.
+  MeteredQueue(PrefetchQueue& inner, EngineMetrics& metrics, DeviceQueue* device)
+      : inner_(inner), metrics_(metrics), device_(device) {}
   void begin_step(int64_t step) override { inner_.begin_step(step); }
   Status prepare(int layer_index, const int64_t* ids, int64_t tokens) override;
   Result<StagingView> consume(int layer_index) override;
@@ -93,7 +94,7 @@ class MeteredQueue final : public PrefetchQueue {
  private:
   PrefetchQueue& inner_;
   EngineMetrics& metrics_;
-  Backend& backend_;
+  DeviceQueue* device_;
   bool device_hashed_ = false;
 };
 

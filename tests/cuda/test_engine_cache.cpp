@@ -72,9 +72,9 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
   cuda::CudaBackendOptions o;
   o.layer_ids = layout.layer_ids;
   o.heads = layout.heads();
-  o.max_tokens = kTokens;
+  o.queue.max_tokens = kTokens;
   o.fast_path = s.fast_path;
-  o.record_timeline = s.record_timeline;
+  o.queue.record_timeline = s.record_timeline;
   if (s.budget_bytes > 0) o.cache.budget_bytes.assign(static_cast<size_t>(layout.n_layers()), s.budget_bytes);
   o.cache.format = format;
   o.cache.warmup_steps = s.warmup_steps;

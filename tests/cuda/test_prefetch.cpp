@@ -30,10 +30,10 @@ Fixture make_fixture(std::mt19937_64& rng, double layer_us = 0, bool timeline = 
   cuda::CudaBackendOptions o;
   o.layer_ids = f.layout.layer_ids;
   o.heads = f.layout.heads();
-  o.max_tokens = 512;
+  o.queue.max_tokens = 512;
   o.layer_us = layer_us;
-  o.record_timeline = timeline;
-  o.checked = checked;
+  o.queue.record_timeline = timeline;
+  o.queue.checked = checked;
   std::vector<TableView> views;
   for (int li = 0; li < f.layout.n_layers(); ++li) views.push_back(f.host->view(li));
   auto be = cuda::make_cuda_backend(o, views);

@@ -233,7 +233,7 @@ TEST(HostRegistration, NoDeviceCopyOfTheTable) {
   cuda::CudaBackendOptions o;
   o.layer_ids = l.layer_ids;
   o.heads = l.heads();
-  o.max_tokens = 16;  // staging 16 x 24 x 256 x 2 B: negligible
+  o.queue.max_tokens = 16;  // staging 16 x 24 x 256 x 2 B: negligible
   auto be = cuda::make_cuda_backend(o, {(*t)->view(0)});
   ASSERT_TRUE(be.is_ok()) << be.status().to_string();
   // Run one lookup so that any lazy copy would have happened.
