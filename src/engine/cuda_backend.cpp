@@ -1,8 +1,10 @@
 // The cuda entry of the backend registry, over src/cuda's CudaBackend: registration (TableRegistration, the
 // protocol's "register" step), then the rank's stack (UVA tables, each layer's lookup path — FastLookup with the
 // planner and the hot-row cache, or the plain kernel — fixed when the queue is built, the prefetch stream and the
-// calibrated GEMM compute). This file has no CUDA API calls; it is compiled with and without the toolkit, and
-// without it the entry does not exist (cuda_backend_entry() is null, so `auto` takes cpu and says why).
+// calibrated GEMM compute). Its Backend is also the engine's DeviceQueue (the CUDA-only calls: device ids, graph
+// refills, events, streams, launch shape, step hashing), and its reports (device, registration, hot-row cache) go
+// to JSON through one to_json each. This file has no CUDA API calls; it is compiled with and without the toolkit,
+// and without it the entry does not exist (cuda_backend_entry() is null, so `auto` takes cpu and says why).
 #include "engine/backend.hpp"
 #include "engine/harness.hpp"
 
