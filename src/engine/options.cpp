@@ -255,10 +255,10 @@ Status apply_row(const Row& r, EngineOptions& o, std::string_view key, const std
   return s.is_ok() ? s : Status(Code::kInvalidArgument, "option " + shown + ": " + s.message());
 }
 
-std::string known_keys(bool table_only) {
+std::string known_keys() {
   std::string known;
   for (const Row& r : rows())
-    if (r.listed && (!table_only || r.table)) known += std::string(known.empty() ? "" : ", ") + r.key;
+    if (r.listed) known += std::string(known.empty() ? "" : ", ") + r.key;
   return known;
 }
 
@@ -268,7 +268,7 @@ Status set_engine_option(EngineOptions& o, std::string_view key, const std::stri
   const Row* r = find_row(canonical_key(key));
   if (r) return apply_row(*r, o, key, value, 0);
   const std::string shown = key.empty() ? std::string("''") : std::string(key);
-  return Status(Code::kInvalidArgument, "unknown option " + shown + " (options: " + known_keys(false) + ")");
+  return Status(Code::kInvalidArgument, "unknown option " + shown + " (options: " + known_keys() + ")");
 }
 
 Status set_table_option(TableOptions& options, std::string_view key, const std::string& value, int heads) {
