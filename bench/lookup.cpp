@@ -36,6 +36,7 @@
 #include "core/parallel.hpp"
 #include "cpu/lookup.hpp"
 #include "cpu/thread_pool.hpp"
+#include "engine/bare_table.hpp"
 #include "engram/census.hpp"
 #include "engram/layout.hpp"
 #include "engram/options.hpp"
@@ -238,7 +239,8 @@ Status run_fast(const LookupOptions& o, const std::vector<std::string>& sections
   TableOptions to;
   ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--backing", o.backing));
   ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--placement", o.placement));
-  ENGRAM_ASSIGN_OR_RETURN(auto table, HostTable::create(layout, to));
+  ENGRAM_ASSIGN_OR_RETURN(engine::BareTable built, engine::create_bare_table(layout, to));
+  std::unique_ptr<HostTable>& table = built.table;
   const TableView view = table->view(0);
   const double t0 = now_ns();
   fill_table(view, ctx.seed, ctx.threads);
@@ -351,7 +353,8 @@ Result<Report> run_lookup(Context& ctx) {
       ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--backing", o.backing));
       ENGRAM_RETURN_IF_ERROR(set_table_option(to, "--placement", o.placement));
       const double tc0 = now_ns();
-      ENGRAM_ASSIGN_OR_RETURN(auto table, HostTable::create(layout, to));
+      ENGRAM_ASSIGN_OR_RETURN(engine::BareTable built, engine::create_bare_table(layout, to));
+      std::unique_ptr<HostTable>& table = built.table;
       const TableView view = table->view(0);
       fill_table(view, ctx.seed, ctx.threads);
       const double fill_s = (now_ns() - tc0) * 1e-9;

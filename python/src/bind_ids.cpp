@@ -25,7 +25,7 @@ void bind_ids(py::module_& m) {
              DecodeIdsSpec spec;
              spec.ids = ids;
              spec.tokens = tokens;
-             spec.model = model;
+             spec.model_dir = model;
              spec.tensor_names = tensor_names;
              spec.zipf_alpha = zipf_alpha;
              spec.seed = seed;

@@ -1,7 +1,7 @@
 // Named transfer paths for `engram model` (figures and their sources; see cost_model.hpp).
 #include "core/cost_model.hpp"
 
-namespace engram::model {
+namespace engram::cost_model {
 
 const std::vector<NamedPath>& named_paths() {
   static const std::vector<NamedPath> kPaths = {
@@ -16,4 +16,4 @@ const std::vector<NamedPath>& named_paths() {
   return kPaths;
 }
 
-}  // namespace engram::model
+}  // namespace engram::cost_model

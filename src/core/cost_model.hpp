@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace engram::model {
+namespace engram::cost_model {
 
 struct NamedPath {
   std::string name;
@@ -39,4 +39,4 @@ inline double engram_staging_bytes(double n, double h, int d) { return 2.0 * n *
 // Request-bound lookup time: rows / measured rows per second (random row reads are bound by requests, not bytes).
 inline double lookup_s(double rows, double rows_per_s) { return rows / rows_per_s; }
 
-}  // namespace engram::model
+}  // namespace engram::cost_model

@@ -11,14 +11,17 @@
 
 #include <cstdint>
 
+#include "core/decode_fast_range.hpp"
 #include "engram/format.hpp"
 
 namespace engram::cuda {
 
-inline constexpr uint32_t kFastScaleMin = 10;
-inline constexpr uint32_t kFastScaleMax = 246;
+using engram::kFastScaleMax;
+using engram::kFastScaleMin;
 
-ENGRAM_HD bool decode_fast_ok(uint32_t scale) { return scale - kFastScaleMin <= kFastScaleMax - kFastScaleMin; }
+ENGRAM_HD bool decode_fast_ok(uint32_t scale) {
+  return scale - static_cast<uint32_t>(kFastScaleMin) <= static_cast<uint32_t>(kFastScaleMax - kFastScaleMin);
+}
 
 // bf16 bits of fp8 `code` times 2^(scale - 127); requires decode_fast_ok(scale). Branch-free (selects only).
 ENGRAM_HD uint32_t decode_fast(uint32_t code, uint32_t scale) {

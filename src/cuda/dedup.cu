@@ -250,8 +250,6 @@ cudaError_t launch_g(int g, int grid, const FastGatherArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-const char* dedup_method_name(DedupMethod m) { return m == DedupMethod::kHash ? "hash" : "sort"; }
-
 Result<std::unique_ptr<DeviceDedup>> DeviceDedup::create(int64_t max_rows) {
   if (max_rows <= 0 || max_rows >= INT32_MAX)
     return Status(Code::kInvalidArgument, "device dedup: max_rows " + std::to_string(max_rows) + " outside [1, 2^31)");

@@ -25,7 +25,6 @@
 namespace engram::cuda {
 
 enum class DedupMethod { kHash, kSort };
-const char* dedup_method_name(DedupMethod m);
 
 class DeviceDedup {
  public:

@@ -15,8 +15,6 @@ int device_count() {
   return n;
 }
 
-void clear_pending_error() { (void)cudaGetLastError(); }
-
 int current_device() {
   int d = -1;
   if (cudaGetDevice(&d) != cudaSuccess) {
@@ -24,11 +22,6 @@ int current_device() {
     return -1;
   }
   return d;
-}
-
-Status set_current_device(int device) {
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-  return Status::ok();
 }
 
 namespace {

@@ -26,11 +26,8 @@ struct DeviceInfo {
 Result<DeviceInfo> device_info(int ordinal = 0);
 // Number of visible devices; 0 when there is no driver or device.
 int device_count();
-// Clears CUDA's pending (non-sticky) error after a recoverable failure.
-void clear_pending_error();
-// The calling thread's current device (-1 when none can be read), and making `device` current.
+// The calling thread's current device (-1 when none can be read).
 int current_device();
-Status set_current_device(int device);
 // On device `device`: `stream` waits on the GPU for `event` (a cudaEvent_t); `consumer` waits for what was
 // enqueued on `producer` so far (nothing when they are the same stream; 1 = the legacy default stream, as in
 // DLPack). Streams are cudaStream_t; nothing blocks the host.

@@ -247,12 +247,6 @@ std::vector<int> UnixGroupChannel::pids() const {
   return out;
 }
 
-int UnixGroupChannel::alive_peers() const {
-  int n = 0;
-  for (const auto& p : peers_) n += p.alive ? 1 : 0;
-  return n;
-}
-
 void UnixGroupChannel::drop(Peer& p, Status why) {
   if (!p.alive) return;
   p.alive = false;

@@ -69,8 +69,6 @@ class UnixGroupChannel final : public GroupChannel {
   int leader_pid() const { return leader_pid_; }
   // Leader: pids of the peers by rank (index 0 is the leader itself).
   std::vector<int> pids() const;
-  // Leader: peers still connected.
-  int alive_peers() const;
 
  private:
   friend class UnixGroupListener;

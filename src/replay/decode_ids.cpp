@@ -12,13 +12,13 @@ namespace engram {
 namespace {
 
 Result<std::unique_ptr<IdSource>> text_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
-                                              const ModelTextHashing* model, const std::string& tokens) {
+                                              const ModelHashing* model, const std::string& tokens) {
   return model == nullptr ? make_text_id_source(layout, tokens, "", 0, spec.text)
-                          : make_model_text_id_source(layout, tokens, *model, spec.text);
+                          : make_model_text_id_source(layout, tokens, spec.model_dir, *model, spec.text);
 }
 
 Result<std::unique_ptr<IdSource>> plain_source(const EngramLayout& layout, const DecodeIdsSpec& spec,
-                                               const ModelTextHashing* model, std::string* note) {
+                                               const ModelHashing* model, std::string* note) {
   if (spec.ids == "text" || spec.ids == "auto") {
     const std::string tok = spec.tokens.empty() ? default_token_file_path() : spec.tokens;
     Result<std::unique_ptr<IdSource>> t = text_source(layout, spec, model, tok);
@@ -44,13 +44,13 @@ Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layo
     return Status(Code::kInvalidArgument, "ids '" + spec.ids + "': expected auto, text, zipf or uniform");
   // A model directory's hashing is needed for text ids; a directory whose table cannot be had (no tokenizer,
   // V' disagreeing with config.json) is an error, never a reason to fall back to synthetic ids.
-  std::optional<ModelTextHashing> model;
-  if (!spec.model.empty() && (spec.ids == "auto" || spec.ids == "text")) {
-    auto h = model_text_hashing(spec.model, spec.tensor_names);
+  std::optional<ModelHashing> model;
+  if (!spec.model_dir.empty() && (spec.ids == "auto" || spec.ids == "text")) {
+    auto h = read_model_hashing(spec.model_dir, layout.format, spec.tensor_names);
     if (!h.is_ok()) return h.status().with_context("model compression table");
     model = std::move(h).value();
   }
-  const ModelTextHashing* m = model ? &*model : nullptr;
+  const ModelHashing* m = model ? &*model : nullptr;
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<IdSource> first, plain_source(layout, spec, m, note));
   if (spec.switch_tokens.empty()) return first;
   if (dynamic_cast<TextIdSource*>(first.get()) == nullptr)

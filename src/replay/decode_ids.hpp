@@ -17,7 +17,7 @@ namespace engram {
 struct DecodeIdsSpec {
   std::string ids = "auto";   // auto | text | zipf | uniform
   std::string tokens;         // token file of text ids ("" = the default token file)
-  std::string model;          // model directory: hash with its compression table and pad id ("" = the reference's)
+  std::string model_dir;      // model directory: hash with its compression table and pad id ("" = the reference's)
   std::string tensor_names;   // with model: "WEIGHT,SCALE" with {L} ("" = the released names)
   double zipf_alpha = 1.0;
   uint64_t seed = 1;          // seed of zipf and uniform ids
@@ -28,7 +28,7 @@ struct DecodeIdsSpec {
 
 // auto: text when the token file can be read and matches the hasher, else zipf with `note` (if given) saying why;
 // text, or auto with a named token file: the text source's error (kNotFound says how to make the token file).
-// With a model directory (auto or text): its compression table's error (model_text_hashing) when it has none.
+// With a model directory (auto or text): its compression table's error (read_model_hashing) when it has none.
 // kInvalidArgument for an unknown ids kind or a bad zipf_alpha, and for switch_tokens without text ids or with a
 // bad switch_at.
 Result<std::unique_ptr<IdSource>> make_decode_id_source(const EngramLayout& layout, const DecodeIdsSpec& spec,

@@ -15,18 +15,18 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
                                              LayerCompute& compute, const DecodeReplayOptions& opt) {
   if (opt.batch <= 0 || opt.steps <= 0 || opt.warmup_steps < 0)
     return Status(Code::kInvalidArgument, "replay: batch and steps must be > 0, warm-up >= 0");
-  int model_layers = opt.model_layers;
+  int decoder_layers = opt.decoder_layers;
   const int max_id = *std::max_element(layout.layer_ids.begin(), layout.layer_ids.end());
-  if (model_layers <= 0) model_layers = max_id + 2;
-  if (model_layers <= max_id)
-    return Status(Code::kInvalidArgument, "replay: model has " + std::to_string(model_layers) +
+  if (decoder_layers <= 0) decoder_layers = max_id + 2;
+  if (decoder_layers <= max_id)
+    return Status(Code::kInvalidArgument, "replay: model has " + std::to_string(decoder_layers) +
                                               " layers but Engram layer " + std::to_string(max_id) + " is beyond it");
   auto clock = opt.clock_ns;
   if (!clock) {
     const auto origin = std::chrono::steady_clock::now();
     clock = [origin] { return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - origin).count(); };
   }
-  std::vector<int> engram_index(static_cast<size_t>(model_layers), -1);
+  std::vector<int> engram_index(static_cast<size_t>(decoder_layers), -1);
   for (int li = 0; li < layout.n_layers(); ++li) engram_index[static_cast<size_t>(layout.layer_ids[li])] = li;
 
   DecodeReplayReport rep;
@@ -38,7 +38,7 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     std::vector<double> base;
     for (int64_t step = 0; step < total_steps; ++step) {
       const double t0 = clock();
-      for (int layer = 0; layer < model_layers; ++layer) ENGRAM_RETURN_IF_ERROR(compute.run_layer(layer));
+      for (int layer = 0; layer < decoder_layers; ++layer) ENGRAM_RETURN_IF_ERROR(compute.run_layer(layer));
       ENGRAM_RETURN_IF_ERROR(compute.synchronize());  // CUDA run_layer only enqueues
       if (step >= opt.warmup_steps) base.push_back(clock() - t0);
     }
@@ -69,7 +69,7 @@ Result<DecodeReplayReport> run_decode_replay(const EngramLayout& layout, IdSourc
     } else if (opt.mode == PrefetchMode::kEarly) {
       for (int li = 0; li < layout.n_layers(); ++li) ENGRAM_RETURN_IF_ERROR(queue.prepare(li, ids[li].data(), opt.batch));
     }
-    for (int layer = 0; layer < model_layers; ++layer) {
+    for (int layer = 0; layer < decoder_layers; ++layer) {
       const int li = engram_index[static_cast<size_t>(layer)];
       if (li >= 0) {
         if (opt.mode == PrefetchMode::kOnDemand) ENGRAM_RETURN_IF_ERROR(queue.prepare(li, ids[li].data(), opt.batch));

@@ -25,7 +25,7 @@ struct DecodeReplayOptions {
   int batch = 64;            // sequences (one new token each per step)
   int steps = 32;            // measured steps
   int warmup_steps = 4;      // steps run first and not measured
-  int model_layers = 0;      // decoder layers; 0 = max(layer_ids) + 2
+  int decoder_layers = 0;    // decoder layers; 0 = max(layer_ids) + 2
   PrefetchMode mode = PrefetchMode::kEarly;
   bool compute_only_baseline = true;
   std::function<double()> clock_ns;  // default steady_clock

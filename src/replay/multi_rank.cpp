@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "core/splitmix.hpp"
@@ -31,10 +30,8 @@
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
 #include "host/token_io.hpp"
-#include "replay/decode_ids.hpp"
-#include "replay/decode_replay.hpp"
-#include "sched/layer_compute.hpp"
-#include "engram/prefetch_queue.hpp"
+#include "engine/rank_group_leader.hpp"
+#include "replay/decode_run.hpp"
 #include "replay/text_id_source.hpp"
 #include "report/numbers.hpp"
 #include "sys/affinity.hpp"
@@ -127,15 +124,10 @@ class StepOffsetIdSource final : public IdSource {
   bool primed_ = false;
 };
 
-// `stream` receives what makes this rank's ids its own: the seed, or the text's starting step.
-Result<std::unique_ptr<IdSource>> rank_ids(const RankJob& job, const EngramLayout& layout, int rank, std::string* note,
-                                           json* stream) {
-  DecodeIdsSpec spec;
-  spec.ids = job.ids;
-  spec.tokens = job.tokens;
-  spec.model = job.model;
-  spec.tensor_names = job.tensor_names;
-  spec.zipf_alpha = job.zipf_alpha;
+// This rank's ids: the job's, with what makes them its own (`stream`): zipf / uniform ids seeded with (seed, rank),
+// real text started (rank - 1) x (warm-up + steps) steps into the stream.
+Result<std::unique_ptr<IdSource>> rank_ids(const RankJob& job, const EngramLayout& layout, int rank, DecodeIdsSpec spec,
+                                           std::string* note, json* stream) {
   spec.seed = mix_seed(job.seed, static_cast<uint64_t>(rank), 0x1d5);
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<IdSource> source, make_decode_id_source(layout, spec, note));
   if (dynamic_cast<TextIdSource*>(source.get()) != nullptr) {
@@ -176,122 +168,6 @@ struct RankSet {
 };
 
 }  // namespace
-
-// ---- RankJob -------------------------------------------------------------------------------------
-
-json RankJob::to_json() const {
-  return {{"layout", layout},       {"table_bytes", table_bytes},
-          {"row_layout", row_layout}, {"checkpoint", checkpoint},
-          {"model", model},         {"tensor_names", tensor_names},
-          {"seed", seed},           {"batch", batch},
-          {"steps", steps},         {"warmup", warmup},
-          {"model_layers", model_layers}, {"prefetch", prefetch},
-          {"layer_us", layer_us},   {"ids", ids},
-          {"tokens", tokens},       {"zipf_alpha", zipf_alpha},
-          {"compute_only_baseline", compute_only_baseline},
-          {"verify_rows", verify_rows}, {"timeline", timeline},
-          {"timeline_absolute", timeline_absolute},
-          {"ranks", ranks},         {"engine", engine},
-          {"gpus", gpus}};
-}
-
-Result<RankJob> RankJob::from_json(const std::string& text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status(Code::kInvalidArgument, "rank job: not a JSON object");
-  RankJob r;
-  std::string bad;
-  auto str = [&](const char* k, std::string* v) {
-    auto it = j.find(k);
-    if (it == j.end() || !it->is_string()) bad = k;
-    else *v = it->get<std::string>();
-  };
-  auto integer = [&](const char* k, auto* v) {
-    auto it = j.find(k);
-    if (it == j.end() || !it->is_number_integer()) bad = k;
-    else *v = it->get<std::remove_pointer_t<decltype(v)>>();
-  };
-  auto number = [&](const char* k, double* v) {
-    auto it = j.find(k);
-    if (it == j.end() || !it->is_number()) bad = k;
-    else *v = it->get<double>();
-  };
-  auto boolean = [&](const char* k, bool* v) {
-    auto it = j.find(k);
-    if (it == j.end() || !it->is_boolean()) bad = k;
-    else *v = it->get<bool>();
-  };
-  str("layout", &r.layout);
-  integer("table_bytes", &r.table_bytes);
-  str("row_layout", &r.row_layout);
-  str("checkpoint", &r.checkpoint);
-  str("model", &r.model);
-  str("tensor_names", &r.tensor_names);
-  integer("seed", &r.seed);
-  integer("batch", &r.batch);
-  integer("steps", &r.steps);
-  integer("warmup", &r.warmup);
-  integer("model_layers", &r.model_layers);
-  str("prefetch", &r.prefetch);
-  number("layer_us", &r.layer_us);
-  str("ids", &r.ids);
-  str("tokens", &r.tokens);
-  number("zipf_alpha", &r.zipf_alpha);
-  boolean("compute_only_baseline", &r.compute_only_baseline);
-  integer("verify_rows", &r.verify_rows);
-  str("timeline", &r.timeline);
-  boolean("timeline_absolute", &r.timeline_absolute);
-  integer("ranks", &r.ranks);
-  integer("gpus", &r.gpus);
-  {
-    auto it = j.find("engine");
-    if (it == j.end() || !it->is_array()) {
-      bad = "engine";
-    } else {
-      for (const auto& kv : *it) {
-        if (!kv.is_array() || kv.size() != 2 || !kv[0].is_string() || !kv[1].is_string()) {
-          bad = "engine";
-          break;
-        }
-        r.engine.emplace_back(kv[0].get<std::string>(), kv[1].get<std::string>());
-      }
-    }
-  }
-  if (!bad.empty()) return Status(Code::kInvalidArgument, "rank job: field '" + bad + "' missing or of the wrong type");
-  if (r.batch < 1 || r.steps < 1 || r.warmup < 0 || r.verify_rows < 0 || r.ranks < 1)
-    return Status(Code::kInvalidArgument, "rank job: batch, steps, ranks must be >= 1; warmup, verify_rows >= 0");
-  if (r.gpus < 0) return Status(Code::kInvalidArgument, "rank job: gpus must be >= 0");
-  EngineOptions probe;
-  for (const auto& [k, v] : r.engine) ENGRAM_RETURN_IF_ERROR(set_engine_option(probe, k, v).with_context("rank job"));
-  if (r.prefetch != "early" && r.prefetch != "on_demand")
-    return Status(Code::kInvalidArgument, "rank job: prefetch '" + r.prefetch + "' (early | on_demand)");
-  if (r.ids != "auto" && r.ids != "text" && r.ids != "zipf" && r.ids != "uniform")
-    return Status(Code::kInvalidArgument, "rank job: ids '" + r.ids + "' (auto | text | zipf | uniform)");
-  return r;
-}
-
-TableContent RankJob::content() const {
-  if (!model.empty()) return TableContent::model(model, tensor_names);
-  return TableContent::synthetic_or_checkpoint(seed, checkpoint);
-}
-
-Result<EngramLayout> job_layout(const RankJob& job) {
-  ENGRAM_ASSIGN_OR_RETURN(RowFormat fmt_, parse_row_format(job.row_layout));
-  const TableContent c = job.content();
-  if (c.kind == TableContent::Kind::kSynthetic) return make_preset_layout(job.layout, job.table_bytes, fmt_);
-  return content_layout(c, fmt_);
-}
-
-Result<RankGroupLeader> start_rank_group_leader(const std::string& group_name, const std::string& shm_dir) {
-  RankGroupLeader l;
-  l.swept = host::sweep_stale({host::default_sweep_dirs(shm_dir)});
-  ENGRAM_ASSIGN_OR_RETURN(sys::FileGuardian guard, sys::FileGuardian::start());
-  l.guardian = std::make_shared<sys::FileGuardian>(std::move(guard));
-  host::UnixGroupOptions gopt;
-  gopt.group = group_name;
-  ENGRAM_ASSIGN_OR_RETURN(l.listener, host::UnixGroupListener::listen(gopt));
-  ENGRAM_RETURN_IF_ERROR(l.guardian->arm(l.listener->socket_path()));
-  return l;
-}
 
 // ---- parent --------------------------------------------------------------------------------------
 
@@ -526,18 +402,15 @@ Status run_rank_worker(const RankWorkerOptions& o) {
       return Status(Code::kInternal, "rank " + std::to_string(replay_rank) + ": " +
                                          std::to_string(report["verify"]["mismatches"].get<int64_t>()) +
                                          " sampled rows differ from the table's synthetic content");
+    DecodeRunSpec spec = decode_run_spec(job);
+    spec.timeline = job.timeline.empty() || job.timeline == "none"
+                        ? ""
+                        : job.timeline + ".rank" + std::to_string(replay_rank) + ".json";
     std::string note;
     json stream;
-    ENGRAM_ASSIGN_OR_RETURN(auto ids, rank_ids(job, layout, rank, &note, &stream));
+    ENGRAM_ASSIGN_OR_RETURN(auto ids, rank_ids(job, layout, rank, spec.ids, &note, &stream));
     report["ids_stream"] = stream;
-    DecodeReplayOptions ropt;
-    ropt.batch = job.batch;
-    ropt.steps = job.steps;
-    ropt.warmup_steps = job.warmup;
-    ropt.model_layers = job.model_layers;
-    ropt.mode = engine.options().prefetch;
-    ropt.compute_only_baseline = job.compute_only_baseline;
-    ENGRAM_ASSIGN_OR_RETURN(DecodeReplayReport r, run_decode_replay(layout, *ids, engine.queue(), engine.compute(), ropt));
+    ENGRAM_ASSIGN_OR_RETURN(DecodeRun run, run_decode(engine, *ids, spec));
     const nlohmann::json details = engine.describe();
     report["backend"] = engine.backend_name();
     report["backend_details"] = engine.backend() == BackendKind::kCuda ? details : json(nullptr);
@@ -549,17 +422,8 @@ Status run_rank_worker(const RankWorkerOptions& o) {
     const HostTable& t = engine.table();
     report["replica_node"] = t.n_replicas() > 0 ? t.replica_node(t.home_replica()) : -1;
     report["read_only"] = t.read_only();
-    add_replay_json(r, report);
-    report["timeline"] = nullptr;
-    if (!job.timeline.empty() && job.timeline != "none") {
-      const std::string path = job.timeline + ".rank" + std::to_string(replay_rank) + ".json";
-      std::ofstream f(path);
-      if (!f) return Status(Code::kIo, "cannot write timeline file '" + path + "'");
-      Timeline tl = engine.queue().timeline();
-      tl.mark_warmup(r.first_measured_row, r.first_measured_step);
-      f << tl.to_chrome_trace({sys::process_id(), job.timeline_absolute}).dump() << "\n";
-      report["timeline"] = path;
-    }
+    add_replay_json(run.replay, report);
+    report["timeline"] = run.timeline_path.empty() ? json(nullptr) : json(run.timeline_path);
     return Status::ok();
   }();
   fault(kStepReplayed);

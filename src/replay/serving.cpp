@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/json_num.hpp"
+#include "core/stats.hpp"
 #include "core/splitmix.hpp"
 #include "replay/id_source.hpp"
 #include "sys/file.hpp"
@@ -30,17 +31,6 @@ double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) 
 
 nlohmann::json dist_json(const Distribution& d) { return d.to_json(); }
 
-// Mean and sample standard deviation of the finite values (NaN when there are none; std 0 for one value).
-std::pair<double, double> mean_std(const std::vector<double>& v) {
-  double sum = 0, sq = 0;
-  size_t n = 0;
-  for (double x : v)
-    if (std::isfinite(x)) sum += x, sq += x * x, ++n;
-  if (n == 0) return {kNotRecorded, kNotRecorded};
-  const double mean = sum / static_cast<double>(n);
-  const double var = n > 1 ? std::max(0.0, (sq - sum * mean) / static_cast<double>(n - 1)) : 0.0;
-  return {mean, std::sqrt(var)};
-}
 
 }  // namespace
 
@@ -341,7 +331,9 @@ nlohmann::json ServingReport::to_json() const {
                            {"output_throughput", json_num(throughput_tokens_per_s)},
                            {"request_goodput", json_num(goodput_rps)}};
   auto add = [&client](const std::string& metric, const Distribution& d, const std::vector<double>& samples) {
-    const auto [mean, sd] = mean_std(samples);
+    // Mean and sample standard deviation of the finite values: NaN when there are none, std 0 for one value.
+    const double mean = stats::mean(samples), stdev = stats::stdev(samples);
+    const double sd = std::isfinite(mean) && !std::isfinite(stdev) ? 0.0 : stdev;
     client["mean_" + metric + "_ms"] = json_num(mean / 1e6);
     client["median_" + metric + "_ms"] = json_num(d.median / 1e6);
     client["std_" + metric + "_ms"] = json_num(sd / 1e6);

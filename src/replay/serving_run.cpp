@@ -30,8 +30,8 @@ class Executor {
            PrefetchQueue& queue, LayerCompute& compute, const ServingOptions& opt)
       : layout_(layout), reqs_(reqs), ids_(ids), queue_(queue), compute_(compute), opt_(opt), state_(reqs.size()) {
     const int max_id = *std::max_element(layout.layer_ids.begin(), layout.layer_ids.end());
-    model_layers_ = std::max(opt.model.layers, max_id + 1);
-    engram_index_.assign(static_cast<size_t>(model_layers_), -1);
+    decoder_layers_ = std::max(opt.model.layers, max_id + 1);
+    engram_index_.assign(static_cast<size_t>(decoder_layers_), -1);
     for (int li = 0; li < layout.n_layers(); ++li) engram_index_[static_cast<size_t>(layout.layer_ids[li])] = li;
     start_clock();  // warm-up needs a clock too; the replay restarts it at its origin
   }
@@ -112,7 +112,7 @@ class Executor {
     } else if (opt_.mode == PrefetchMode::kEarly) {
       for (int li = 0; li < layout_.n_layers(); ++li) ENGRAM_RETURN_IF_ERROR(queue_.prepare(li, ids_buf_[static_cast<size_t>(li)].data(), T));
     }
-    for (int layer = 0; layer < model_layers_; ++layer) {
+    for (int layer = 0; layer < decoder_layers_; ++layer) {
       const int li = engram_index_[static_cast<size_t>(layer)];
       if (li >= 0) {
         if (opt_.mode == PrefetchMode::kOnDemand) ENGRAM_RETURN_IF_ERROR(queue_.prepare(li, ids_buf_[static_cast<size_t>(li)].data(), T));
@@ -247,7 +247,7 @@ class Executor {
   const ServingOptions& opt_;
   std::function<double()> clock_;
   double paused_ns_ = 0;  // clock time spent off the replay's clock
-  int model_layers_ = 0;
+  int decoder_layers_ = 0;
   std::vector<int> engram_index_;
   std::vector<std::vector<int64_t>> ids_buf_;
   std::vector<ReqState> state_;

@@ -231,33 +231,16 @@ Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout
   return text_source(layout, std::move(tokens), std::move(table), table_path, opt, options);
 }
 
-Result<ModelTextHashing> model_text_hashing(const std::string& model_dir, const std::string& tensor_names) {
-  host::ModelTensorNames names;
-  if (!tensor_names.empty()) {
-    ENGRAM_ASSIGN_OR_RETURN(names, host::parse_model_tensor_names(tensor_names));
-  }
-  ENGRAM_ASSIGN_OR_RETURN(const host::ModelInfo info, host::read_model_dir(model_dir, names));
-  ENGRAM_ASSIGN_OR_RETURN(host::ModelCompressionTable t, host::model_compression_table(info));
-  ModelTextHashing h;
-  h.model_dir = model_dir;
-  h.table = std::move(t.table);
-  h.table_path = t.path;
-  h.table_source = host::compression_source_name(t.source);
-  h.hash.pad_id = info.config.pad_token_id;
-  h.hash.expected_compressed_vocab = info.config.compressed_vocab_size;
-  return h;
-}
-
 Result<std::unique_ptr<IdSource>> make_model_text_id_source(const EngramLayout& layout, const std::string& token_file,
-                                                            const ModelTextHashing& hashing,
+                                                            const std::string& model_dir, const ModelHashing& hashing,
                                                             const TextIdSourceOptions& options) {
   ENGRAM_ASSIGN_OR_RETURN(TokenFile tokens, read_tokens(token_file));
   const std::string table_name =
-      hashing.table_path.empty() ? hashing.model_dir + "/" + host::kModelTokenizerFile + " (built, not cached)" : hashing.table_path;
+      hashing.table_path.empty() ? model_dir + "/" + host::kModelTokenizerFile + " (built, not cached)" : hashing.table_path;
   if (Status st = check_token_file_matches_table(tokens, hashing.table, table_name); !st.is_ok())
     return Status(st.code(), st.message() + " (text ids need a token file of the model's own tokenizer; tools/tokenize writes one: " +
                                  "node " + shell_quote(tokenize_script_path()) + " tokens --tokenizer-json " +
-                                 shell_quote(hashing.model_dir + "/" + host::kModelTokenizerFile) + " --add-bos --out FILE TEXT...)");
+                                 shell_quote(model_dir + "/" + host::kModelTokenizerFile) + " --add-bos --out FILE TEXT...)");
   return text_source(layout, std::move(tokens), hashing.table, table_name, hashing.hash, options);
 }
 

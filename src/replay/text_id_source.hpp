@@ -129,23 +129,12 @@ class TextIdSource final : public IdSource {
 Result<std::unique_ptr<IdSource>> make_text_id_source(const EngramLayout& layout, const std::string& token_file,
                                                       const std::string& compression_table, int64_t seed,
                                                       const TextIdSourceOptions& options = {});
-// A model directory's hashing: its compression table (host::model_compression_table: the directory's own
-// engram.compress.bin, else the cached or freshly built table of its tokenizer.json; V' checked against
-// config.json), config.json's pad id and V'. `tensor_names`: "WEIGHT,SCALE" with {L} ("" = the released names).
-// Errors: those of read_model_dir and model_compression_table.
-struct ModelTextHashing {
-  std::string model_dir;
-  CompressionTable table;
-  std::string table_path;   // the file the table was read from or cached at ("" = built, not cached)
-  std::string table_source; // "directory", "cache" or "built"
-  NgramHashOptions hash;
-};
-Result<ModelTextHashing> model_text_hashing(const std::string& model_dir, const std::string& tensor_names = "");
-// make_text_id_source with a model directory's hashing. The token file must come from the model's tokenizer
+// make_text_id_source with the hashing of the model directory `model_dir` (read_model_hashing: its compression
+// table, config.json's pad id and V'). The token file must come from the model's tokenizer
 // (the same tokenizer.json SHA-256 or tokenizer name, check_token_file_matches_table); kInvalidArgument says
 // how to make one otherwise.
 Result<std::unique_ptr<IdSource>> make_model_text_id_source(const EngramLayout& layout, const std::string& token_file,
-                                                            const ModelTextHashing& hashing,
+                                                            const std::string& model_dir, const ModelHashing& hashing,
                                                             const TextIdSourceOptions& options = {});
 
 }  // namespace engram

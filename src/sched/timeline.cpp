@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_num.hpp"
+#include "core/stats.hpp"
 
 namespace engram {
 
@@ -283,12 +284,13 @@ nlohmann::json Distribution::to_json(double scale) const {
 }
 
 Distribution Distribution::of(const std::vector<double>& v) {
+  const std::vector<double> s = stats::finite_sorted(v);
   Distribution d;
-  for (double x : v) d.n += std::isfinite(x) ? 1 : 0;
-  d.median = percentile(v, 50);
-  d.p5 = percentile(v, 5);
-  d.p95 = percentile(v, 95);
-  d.p99 = percentile(v, 99);
+  d.n = s.size();
+  d.median = stats::percentile_sorted(s, 50);
+  d.p5 = stats::percentile_sorted(s, 5);
+  d.p95 = stats::percentile_sorted(s, 95);
+  d.p99 = stats::percentile_sorted(s, 99);
   return d;
 }
 
@@ -306,7 +308,7 @@ std::vector<LayerAnalysis> analyze_timeline(const Timeline& timeline, double sca
     for (const auto& t : all)
       if (t.rank == rank) q.push_back(t);
     std::stable_sort(q.begin(), q.end(), [&](const LayerTiming& a, const LayerTiming& b) { return key(a) < key(b); });
-    const auto model = explain_serial_queue(q, q.empty() ? 0.0 : q.front().r_ns - advance_r_ns, scale_l, advance_r_ns);
+    const auto queue_model = explain_serial_queue(q, q.empty() ? 0.0 : q.front().r_ns - advance_r_ns, scale_l, advance_r_ns);
     std::vector<int> layers;
     for (const auto& t : q)
       if (std::find(layers.begin(), layers.end(), t.layer_id) == layers.end()) layers.push_back(t.layer_id);
@@ -324,8 +326,8 @@ std::vector<LayerAnalysis> analyze_timeline(const Timeline& timeline, double sca
         e.push_back(t.exposed_wait_ns());
         w.push_back(t.measured_wait_ns());
         lead.push_back(t.lead_ns());
-        res.push_back(model[i].residual_s_ns);
-        me.push_back(model[i].model_e_ns);
+        res.push_back(queue_model[i].residual_s_ns);
+        me.push_back(queue_model[i].model_e_ns);
         if (std::isfinite(e.back())) a.total_exposed_wait_ns += e.back();
         if (std::isfinite(me.back())) a.total_model_exposed_wait_ns += me.back();
       }
@@ -379,15 +381,6 @@ std::vector<LayerTiming> step_rows(const Timeline& timeline, int rank, int64_t s
   return v;
 }
 
-double percentile(std::vector<double> values, double pct) {
-  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }), values.end());
-  if (values.empty()) return kNotRecorded;
-  std::sort(values.begin(), values.end());
-  const double pos = std::clamp(pct, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(values.size() - 1, lo + 1);
-  const double frac = pos - static_cast<double>(lo);
-  return values[lo] + (values[hi] - values[lo]) * frac;
-}
+double percentile(std::vector<double> values, double pct) { return stats::percentile(values, pct); }
 
 }  // namespace engram

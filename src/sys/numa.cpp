@@ -230,11 +230,6 @@ Result<std::vector<int>> node_cpus(int node) {
   return parse_int_list(t);
 }
 
-int node_of_cpu(int cpu) {
-  if (numa_available() < 0) return cpu >= 0 ? 0 : -1;
-  return numa_node_of_cpu(cpu);
-}
-
 Result<NodeMemory> node_memory(int node) {
   // node<N>/meminfo: "Node 0 MemTotal:  24000000 kB" / "Node 0 MemFree: ..." (read directly so that
   // a missing node is an error, not libnuma's -1 with a warning on stderr).

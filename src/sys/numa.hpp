@@ -76,8 +76,6 @@ std::vector<int> online_nodes();
 std::vector<int> memory_nodes();
 // CPUs of a node from /sys/devices/system/node/node<N>/cpulist; kNotFound for no such node.
 Result<std::vector<int>> node_cpus(int node);
-// Node of a CPU (libnuma numa_node_of_cpu); -1 if unknown.
-int node_of_cpu(int cpu);
 // Total / free bytes of a node (libnuma numa_node_size64); kNotFound for no such node.
 struct NodeMemory {
   int64_t total_bytes = 0;

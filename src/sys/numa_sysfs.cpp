@@ -35,16 +35,6 @@ Result<std::vector<std::string>> list_dir(const std::string& path) {
   return names;
 }
 
-Result<std::string> read_link(const std::string& path) {
-  char buf[4096];
-  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
-  if (n < 0) {
-    const int err = errno;
-    return errno_status(err, "readlink(" + path + ")");
-  }
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 Result<std::string> real_path(const std::string& path) {
   char* r = ::realpath(path.c_str(), nullptr);
   if (r == nullptr) {
@@ -101,25 +91,6 @@ std::string format_int_list(std::vector<int> values) {
     i = j + 1;
   }
   return out;
-}
-
-Result<std::vector<int>> parse_hex_mask(const std::string& text) {
-  std::string hex;
-  for (char c : text)
-    if (c != ',' && c != '\n' && c != ' ') hex += c;
-  std::vector<int> bits;
-  const int n = static_cast<int>(hex.size());
-  for (int i = 0; i < n; ++i) {
-    const char c = hex[static_cast<size_t>(n - 1 - i)];
-    int v;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
-    else return Status(Code::kInvalidArgument, "bad hex mask '" + text + "'");
-    for (int b = 0; b < 4; ++b)
-      if (v & (1 << b)) bits.push_back(i * 4 + b);
-  }
-  return bits;
 }
 
 }  // namespace engram::sys

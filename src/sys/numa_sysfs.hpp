@@ -19,15 +19,11 @@ namespace engram::sys {
 Result<int64_t> read_int_file(const std::string& path);
 // Names of the entries of a directory (no "." / ".."), unsorted. kNotFound if it does not exist.
 Result<std::vector<std::string>> list_dir(const std::string& path);
-// readlink(2). kNotFound if the link does not exist.
-Result<std::string> read_link(const std::string& path);
 // realpath(3): the canonical path with every symlink resolved. kNotFound if it does not exist.
 Result<std::string> real_path(const std::string& path);
 // Parses a kernel list "0-3,8,10-11" into {0,1,2,3,8,10,11}; kInvalidArgument on garbage.
 Result<std::vector<int>> parse_int_list(const std::string& text);
 // Inverse of parse_int_list: sorted unique values as "0-3,8,10-11" ("" for none).
 std::string format_int_list(std::vector<int> values);
-// Parses a hex mask as in /proc/<pid>/status Cpus_allowed ("ff,ffffffff") into bit indices.
-Result<std::vector<int>> parse_hex_mask(const std::string& text);
 
 }  // namespace engram::sys

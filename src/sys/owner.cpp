@@ -144,15 +144,6 @@ Result<ProcessStamp> self_stamp() {
   return process_stamp(static_cast<int>(::getpid()));
 }
 
-const char* owner_state_name(OwnerState s) noexcept {
-  switch (s) {
-    case OwnerState::kAlive: return "alive";
-    case OwnerState::kDead: return "dead";
-    case OwnerState::kUnknown: return "unknown";
-  }
-  return "unknown";
-}
-
 OwnerState owner_state(const ProcessStamp& recorded, std::string* why) {
   std::string local;
   std::string& w = why ? *why : local;

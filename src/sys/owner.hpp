@@ -45,7 +45,6 @@ Result<ProcessStamp> self_stamp();
 Result<ProcessStamp> process_stamp(int pid, bool* zombie = nullptr);
 
 enum class OwnerState { kAlive, kDead, kUnknown };
-const char* owner_state_name(OwnerState s) noexcept;  // "alive", "dead", "unknown"
 // Decides as the file comment says; `why` gets a short reason ("pid 4242 is gone", "pid 4242 now
 // belongs to another process (start time differs)", "another boot", "alive").
 OwnerState owner_state(const ProcessStamp& recorded, std::string* why);

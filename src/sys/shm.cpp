@@ -74,9 +74,4 @@ Status unlink_named_file(const std::string& path) {
   return remove_owner_record(path).with_context("unlink_named_file");
 }
 
-bool named_file_exists(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0;
-}
-
 }  // namespace engram::sys

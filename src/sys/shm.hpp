@@ -32,7 +32,5 @@ Result<int> open_named_file(const std::string& path);
 // unlink(path) and its owner record; kNotFound if the file was already gone (the record is removed
 // then too).
 Status unlink_named_file(const std::string& path);
-// True when `path` names an existing file (lstat succeeds; no error reporting: a probe).
-bool named_file_exists(const std::string& path);
 
 }  // namespace engram::sys

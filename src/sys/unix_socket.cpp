@@ -330,7 +330,6 @@ Result<PeerCredentials> peer_credentials(const UnixSocket& socket) {
 }
 
 uint32_t effective_uid() noexcept { return ::geteuid(); }
-uint32_t effective_gid() noexcept { return ::getegid(); }
 int process_id() noexcept { return ::getpid(); }
 
 Status set_reuse_address(int fd) {

@@ -134,7 +134,6 @@ Result<std::pair<UnixSocket, UnixSocket>> unix_socket_pair();
 Result<PeerCredentials> peer_credentials(const UnixSocket& socket);
 
 uint32_t effective_uid() noexcept;
-uint32_t effective_gid() noexcept;
 int process_id() noexcept;
 // setsockopt(SO_REUSEADDR) on a listening socket of any family (a restarted server binds its port while the last
 // connections sit in TIME_WAIT), and nothing else: no SO_REUSEPORT, so a second process cannot bind the same port.

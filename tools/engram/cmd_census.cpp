@@ -17,7 +17,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
-#include "engine/guardian.hpp"
+#include "engine/bare_table.hpp"
 #include "engine_args.hpp"
 #include "named_tables.hpp"
 #include "progress_args.hpp"
@@ -74,10 +74,9 @@ int census_here(const CensusArgs& a) {
     if (Status st = set_table_option(opts, flag, value, layout->heads()); !st.is_ok()) return report_failure("census", st);
   if (Status st = apply_tp_args(a.tp, opts); !st.is_ok()) return report_failure("census", st);
   sweep_before_named_table("census", opts);
-  auto guardian = engine::guard_named_backings(opts);
-  if (!guardian.is_ok()) return report_failure("census", guardian.status());
-  auto table = HostTable::create(*layout, opts);
-  if (!table.is_ok()) return report_failure("census", table.status());
+  auto built = engine::create_bare_table(*layout, opts);
+  if (!built.is_ok()) return report_failure("census", built.status());
+  const std::unique_ptr<HostTable>* table = &built->table;
   nlohmann::json j;
   j["schema"] = "engram.census/1";
   j["placement"] = nlohmann::json::array();

@@ -190,7 +190,7 @@ int run(const HashArgs& a) {
     if (!info.is_ok()) return report_failure(cmd, info.status());
     layout = host::model_layout(*info, RowFormat::kSplit);
     if (!layout.is_ok()) return report_failure(cmd, layout.status().with_context("--model"));
-    auto hashing = model_text_hashing(a.model, a.tensor_names);
+    auto hashing = read_model_hashing(a.model, RowFormat::kSplit, a.tensor_names);
     if (!hashing.is_ok()) return report_failure(cmd, hashing.status().with_context("--model"));
     table = std::move(hashing->table);
     table_path = hashing->table_path.empty() ? info->path(host::kModelTokenizerFile) : hashing->table_path;

@@ -20,7 +20,7 @@
 namespace engram::cli {
 namespace {
 
-struct ModelArgs {
+struct CostModelArgs {
   std::string bytes = "16GB", path, layout = "v41-flash", table_size = "512MiB";
   double gbps = 0, tflops = 600, params = 70e9, rows_per_s = 0;
   int layers = 80, kv_heads = 8, head_dim = 128, nodes = 2;
@@ -50,7 +50,7 @@ bool finite(const char* cmd, std::initializer_list<double> results) {
 }
 
 // The layout of `engram model engram / capacity`: --table-size sizes v41-flash-mini only.
-Result<EngramLayout> model_layout(const ModelArgs& a) {
+Result<EngramLayout> cost_model_layout(const CostModelArgs& a) {
   if (a.table_size_given && a.layout != "v41-flash-mini")
     return Status(Code::kInvalidArgument, "--table-size applies to --layout v41-flash-mini only (layout '" + a.layout +
                                               "' has a fixed size)");
@@ -68,13 +68,13 @@ int print(nlohmann::json j, bool json, const std::string& text) {
   return 0;
 }
 
-int transfer(const ModelArgs& a) {
+int transfer(const CostModelArgs& a) {
   auto b = parse_size_bytes(a.bytes);
   if (!b.is_ok()) return report_failure("model transfer", b.status().with_context("--bytes"));
   nlohmann::json rows = nlohmann::json::array();
   std::string text = "t = B / BW, B = " + std::to_string(*b) + " B\n";
   auto add = [&](const std::string& name, double bw, const std::string& src) {
-    const double t = model::transfer_s(static_cast<double>(*b), bw);
+    const double t = cost_model::transfer_s(static_cast<double>(*b), bw);
     rows.push_back({{"path", name}, {"gbps", bw / 1e9}, {"seconds", t}, {"source", src}});
     char line[256];
     std::snprintf(line, sizeof line, "  %-16s %8.1f GB/s  %10.1f ms   (%s)\n", name.c_str(), bw / 1e9, t * 1e3, src.c_str());
@@ -84,7 +84,7 @@ int transfer(const ModelArgs& a) {
     add("given", a.gbps * 1e9, "--gbps");
   } else {
     bool found = false;
-    for (const auto& p : model::named_paths())
+    for (const auto& p : cost_model::named_paths())
       if (a.path.empty() || a.path == p.name) {
         add(p.name, p.bytes_per_s, p.source);
         found = true;
@@ -94,13 +94,13 @@ int transfer(const ModelArgs& a) {
   return print({{"bytes", *b}, {"paths", rows}}, a.json, text);
 }
 
-int kv(const ModelArgs& a) {
-  const model::KvShape s{a.layers, a.kv_heads, a.head_dim, a.elem_bytes};
+int kv(const CostModelArgs& a) {
+  const cost_model::KvShape s{a.layers, a.kv_heads, a.head_dim, a.elem_bytes};
   const double bw = (a.gbps > 0 ? a.gbps : 50) * 1e9;
-  const double per_token = model::kv_bytes_per_token(s), total = per_token * static_cast<double>(a.context);
-  const double swap_s = model::transfer_s(total, bw);
+  const double per_token = cost_model::kv_bytes_per_token(s), total = per_token * static_cast<double>(a.context);
+  const double swap_s = cost_model::transfer_s(total, bw);
   const double context = static_cast<double>(a.context);
-  const double flops = model::recompute_flops(a.params, context), recompute_s = flops / (a.tflops * 1e12);
+  const double flops = cost_model::recompute_flops(a.params, context), recompute_s = flops / (a.tflops * 1e12);
   if (!finite("model kv", {per_token, total, swap_s, flops, recompute_s})) return 2;
   char text[768];
   std::snprintf(text, sizeof text,
@@ -113,13 +113,13 @@ int kv(const ModelArgs& a) {
                a.json, text);
 }
 
-int engram_bytes(const ModelArgs& a) {
-  auto l = model_layout(a);
+int engram_bytes(const CostModelArgs& a) {
+  auto l = cost_model_layout(a);
   if (!l.is_ok()) return report_failure("model engram", l.status());
   const double h = l->heads(), n = static_cast<double>(a.tokens);
-  const double src = model::engram_source_bytes(n, h, l->d), stg = model::engram_staging_bytes(n, h, l->d);
+  const double src = cost_model::engram_source_bytes(n, h, l->d), stg = cost_model::engram_staging_bytes(n, h, l->d);
   const double rows = n * h;
-  const double t = a.rows_per_s > 0 ? model::lookup_s(rows, a.rows_per_s) : std::numeric_limits<double>::quiet_NaN();
+  const double t = a.rows_per_s > 0 ? cost_model::lookup_s(rows, a.rows_per_s) : std::numeric_limits<double>::quiet_NaN();
   if (!finite("model engram", {src, stg, rows, a.rows_per_s > 0 ? t : 0.0})) return 2;
   char text[768];
   std::snprintf(text, sizeof text,
@@ -132,8 +132,8 @@ int engram_bytes(const ModelArgs& a) {
   return print({{"rows", rows}, {"b_source_bytes", src}, {"b_staging_bytes", stg}, {"lookup_s", json_num(t)}}, a.json, text);
 }
 
-int capacity(const ModelArgs& a) {
-  auto l = model_layout(a);
+int capacity(const CostModelArgs& a) {
+  auto l = cost_model_layout(a);
   if (!l.is_ok()) return report_failure("model capacity", l.status());
   const double w = static_cast<double>(l->total_bytes());
   char text[512];
@@ -146,16 +146,16 @@ int capacity(const ModelArgs& a) {
 }
 
 auto setup(CLI::App& sub) -> std::function<int()> {
-  auto a = std::make_shared<ModelArgs>();
+  auto a = std::make_shared<CostModelArgs>();
   sub.require_subcommand(1);
   const CLI::Validator gbps = finite_number(kMinGbps, kMaxGbps);
   const CLI::Validator table_size = size_in(1, int64_t{1} << 50);
   auto* t = sub.add_subcommand("transfer", "t = B / BW over named paths (practical link rates) or --gbps");
   t->add_option("--bytes", a->bytes, "Bytes to move, e.g. 16GB (default), 10GiB")->check(size_in(1, INT64_MAX));
   std::string path_names;
-  for (const auto& p : model::named_paths()) path_names += (path_names.empty() ? "" : ", ") + p.name;
+  for (const auto& p : cost_model::named_paths()) path_names += (path_names.empty() ? "" : ", ") + p.name;
   const CLI::Validator named_path = parsed_by([path_names](const std::string& text) -> Status {
-    for (const auto& p : model::named_paths())
+    for (const auto& p : cost_model::named_paths())
       if (text == p.name) return Status::ok();
     return Status(Code::kInvalidArgument, "'" + text + "' is not one of: " + path_names);
   });

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -22,15 +21,10 @@
 #include "engram/census.hpp"
 #include "host/checkpoint.hpp"
 #include "host/conditions.hpp"
-#include "replay/decode_replay.hpp"
-#include "replay/decode_ids.hpp"
-#include "replay/device_hashing.hpp"
+#include "replay/decode_run.hpp"
 #include "replay/text_id_source.hpp"
 #include "report.hpp"
 #include "run_ranks.hpp"
-#include "sched/layer_compute.hpp"
-#include "engram/prefetch_queue.hpp"
-#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -104,16 +98,38 @@ Status check_table_size_applies(const RunArgs& a) {
   return Status::ok();
 }
 
-int run_ranks(const RunArgs& a) {
+// The run's table and workload as one job: what a rank group's leader hands its ranks, and what the one-process
+// run replays (decode_run_spec), so that both paths read the same options the same way.
+Result<RankJob> run_job(const RunArgs& a) {
   auto size = parse_size_bytes(a.table_size);
-  if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
+  if (!size.is_ok()) return size.status().with_context("--table-size");
+  RankJob job;
+  job.layout = a.layout;
+  job.table_bytes = *size;
+  job.row_layout = a.row_layout;
+  job.checkpoint = a.checkpoint;
+  job.model_dir = a.model;
+  job.tensor_names = a.tensor_names;
+  job.seed = a.seed;
+  job.batch = a.batch;
+  job.steps = a.steps;
+  job.warmup = a.warmup;
+  job.decoder_layers = a.model_layers;
+  job.prefetch = a.prefetch;
+  job.layer_us = a.layer_us;
+  job.ids = a.ids;
+  job.tokens = a.tokens;
+  job.zipf_alpha = a.zipf_alpha;
+  job.compute_only_baseline = !a.no_baseline;
+  job.timeline = a.timeline;
+  job.timeline_absolute = a.timeline_absolute;
+  job.engine = lookup_option_text(a.engine, a.warmup);
+  return job;
+}
+
+int run_ranks(const RunArgs& a, const RankJob& job) {
   RanksCliArgs r;
-  r.job = {.layout = a.layout, .table_bytes = *size, .row_layout = a.row_layout, .checkpoint = a.checkpoint,
-           .model = a.model, .tensor_names = a.tensor_names, .seed = a.seed, .batch = a.batch, .steps = a.steps, .warmup = a.warmup, .model_layers = a.model_layers,
-           .prefetch = a.prefetch, .layer_us = a.layer_us, .ids = a.ids, .tokens = a.tokens,
-           .zipf_alpha = a.zipf_alpha, .compute_only_baseline = !a.no_baseline, .timeline = a.timeline,
-           .timeline_absolute = a.timeline_absolute,
-           .engine = lookup_option_text(a.engine, a.warmup)};
+  r.job = job;
   r.options.ranks = a.ranks;
   r.options.backing = a.engine.backing;
   r.options.shm_dir = a.engine.shm_dir;
@@ -150,25 +166,19 @@ int run(const RunArgs& a) {
     if (!tp_check.tp.whole())
       return report_failure("run", Status(Code::kInvalidArgument, "--tp-size " + a.engine.tp.size +
                                                                       " with --ranks: a rank group shares one whole table"));
-    return run_ranks(a);
   }
-  auto fmt = parse_row_format(a.row_layout);
-  if (!fmt.is_ok()) return report_failure("run", fmt.status().with_context("--row-layout"));
-  TableContent content = !a.model.empty() ? TableContent::model(a.model, a.tensor_names)
-                                           : TableContent::synthetic_or_checkpoint(a.seed, a.checkpoint);
+  auto job = run_job(a);
+  if (!job.is_ok()) return report_failure("run", job.status());
+  if (a.ranks > 1) return run_ranks(a, *job);
+  TableContent content = job->content();
   content.drop_page_cache = !a.keep_page_cache;
-  Result<EngramLayout> layout = Status(Code::kInternal, "layout not set");
-  if (content.kind != TableContent::Kind::kSynthetic) {
-    layout = content_layout(content, *fmt);
-    if (!layout.is_ok())
-      return report_failure("run", layout.status().with_context(a.model.empty() ? "--checkpoint" : "--model"));
-  } else {
-    auto size = parse_size_bytes(a.table_size);
-    if (!size.is_ok()) return report_failure("run", size.status().with_context("--table-size"));
-    layout = make_preset_layout(a.layout, *size, *fmt);
-    // --layout is one of the presets (checked when parsed): a preset that refuses is refusing the size.
-    if (!layout.is_ok()) return report_failure("run", layout.status().with_context("--table-size"));
-  }
+  // --layout is one of the presets and --row-layout fused or split (both checked when parsed): a preset that
+  // refuses is refusing the size; a checkpoint or model that cannot be read names its option.
+  Result<EngramLayout> layout = job_layout(*job);
+  if (!layout.is_ok())
+    return report_failure("run", layout.status().with_context(content.kind == TableContent::Kind::kSynthetic ? "--table-size"
+                                                              : a.model.empty()                            ? "--checkpoint"
+                                                                                                           : "--model"));
   const PrefetchMode mode = a.prefetch == "early" ? PrefetchMode::kEarly : PrefetchMode::kOnDemand;
   auto say = [&](const std::string& m) {
     if (!a.json) std::fprintf(stderr, "engram run: %s\n", m.c_str());
@@ -184,18 +194,15 @@ int run(const RunArgs& a) {
   show_load_progress(eo, progress_display(a.progress));
   if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
 
+  DecodeRunSpec spec = decode_run_spec(*job);
+  spec.ids.switch_tokens = a.switch_tokens;
+  spec.ids.switch_at = a.switch_at;
+  auto hash_place = parse_hash_place(a.hash);
+  if (!hash_place.is_ok()) return report_failure("run", hash_place.status().with_context("--hash"));
+  spec.hash = *hash_place;
   // Ids first: a missing token file should fail before minutes of table building.
   std::string ids_note;
-  DecodeIdsSpec ids_spec;
-  ids_spec.ids = a.ids;
-  ids_spec.tokens = a.tokens;
-  ids_spec.model = a.model;
-  ids_spec.tensor_names = a.tensor_names;
-  ids_spec.zipf_alpha = a.zipf_alpha;
-  ids_spec.seed = a.seed;
-  ids_spec.switch_tokens = a.switch_tokens;
-  ids_spec.switch_at = a.switch_at;
-  auto made = make_decode_id_source(*layout, ids_spec, &ids_note);
+  auto made = make_decode_id_source(*layout, spec.ids, &ids_note);
   if (!made.is_ok()) return report_failure("run", made.status());
   std::unique_ptr<IdSource> source = std::move(*made);
   if (!ids_note.empty()) say(ids_note);
@@ -211,48 +218,30 @@ int run(const RunArgs& a) {
   const std::string backend_name = engine.backend_name();
   const std::string& backend_note = engine.backend_note();
   if (!backend_note.empty()) say(backend_note);
-  PrefetchQueue* queue = &engine.queue();
-  LayerCompute* compute = &engine.compute();
   auto metrics_server = start_metrics_server("run", a.metrics, [&engine] { return prometheus_text(engine.metrics()); });
   if (!metrics_server.is_ok()) return report_failure("run", metrics_server.status());
 
-  DecodeReplayOptions ropt;
-  ropt.batch = a.batch;
-  ropt.steps = a.steps;
-  ropt.warmup_steps = a.warmup;
-  ropt.model_layers = a.model_layers;
-  ropt.mode = mode;
-  ropt.compute_only_baseline = !a.no_baseline;
-  auto hash_place = parse_hash_place(a.hash);
-  if (!hash_place.is_ok()) return report_failure("run", hash_place.status().with_context("--hash"));
-  auto hashing = std::make_shared<DeviceHashingReport>();
-  DecodeReplayOptions wired;
-  if (Status st = wire_device_hashing(*hash_place, engine, *source, ropt, wired, hashing); !st.is_ok())
-    return report_failure("run", st.with_context("--hash"));
-  if (!hashing->note.empty() && *hash_place == HashPlace::kAuto && engine.backend() == BackendKind::kCuda)
-    say(hashing->note);
-  say("replaying " + std::to_string(a.warmup) + "+" + std::to_string(a.steps) + " decode steps on the " + backend_name +
-      " backend" + (hashing->used == HashPlace::kGpu ? ", ids hashed on the GPU and verified against the CPU hasher" : "") +
-      " ...");
-  auto rep = run_decode_replay(*layout, *source, *queue, *compute, wired);
-  if (!rep.is_ok()) return report_failure("run", rep.status());
+  bool started = false;  // run_decode fails before on_start only while wiring the hashing that --hash asked for
+  spec.on_start = [&](const DeviceHashingReport& hashing) {
+    started = true;
+    if (!hashing.note.empty() && spec.hash == HashPlace::kAuto && engine.backend() == BackendKind::kCuda)
+      say(hashing.note);
+    say("replaying " + std::to_string(a.warmup) + "+" + std::to_string(a.steps) + " decode steps on the " +
+        backend_name + " backend" +
+        (hashing.used == HashPlace::kGpu ? ", ids hashed on the GPU and verified against the CPU hasher" : "") + " ...");
+  };
+  auto run = run_decode(engine, *source, spec);
+  if (!run.is_ok()) return report_failure("run", started ? run.status() : run.status().with_context("--hash"));
+  const std::shared_ptr<DeviceHashingReport>& hashing = run->hashing;
   engine.add_censuses(engine.census(CensusPoint::kAfterReplay));
   const std::vector<PageCensus>& censuses = engine.censuses();
   const nlohmann::json details = engine.describe();  // after the run: paths taken, cache figures
   if (Status st = write_metrics_file(a.metrics, prometheus_text(engine.metrics())); !st.is_ok())
     return report_failure("run", st);
-
-  std::string timeline_path = a.timeline;
-  if (timeline_path != "none") {
-    std::ofstream f(timeline_path);
-    if (!f) return report_failure("run", Status(Code::kIo, "cannot write timeline file '" + timeline_path + "'"));
-    Timeline tl = queue->timeline();
-    tl.mark_warmup(rep->first_measured_row, rep->first_measured_step);  // trace analyze leaves them out
-    f << tl.to_chrome_trace({sys::process_id(), a.timeline_absolute}).dump() << "\n";
-  }
+  const std::string timeline_path = a.timeline;
 
   const auto conditions = collect_conditions(ENGRAM_GIT_REV);
-  const auto& r = *rep;
+  const auto& r = run->replay;
   const double slowdown = r.slowdown();
   nlohmann::json j;
   j["schema"] = "engram.run/1";

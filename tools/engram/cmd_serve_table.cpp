@@ -9,7 +9,7 @@
 // protocol's "joined late" error (printed, and the server goes on). At its start it sweeps the shm and socket
 // directories (host/sweep.hpp): tables and sockets of dead leaders are removed and named. The table is an
 // Engine::serve_group; the layout travels with the protocol's description, and the group's job text is a RankJob
-// (src/replay/multi_rank.hpp) naming the content.
+// (src/engine/rank_job.hpp) naming the content.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -22,7 +22,7 @@
 #include "host/census.hpp"
 #include "host/group.hpp"
 #include "host/sweep.hpp"
-#include "replay/multi_rank.hpp"
+#include "engine/rank_job.hpp"
 #include "report.hpp"
 #include "sys/process.hpp"
 #include "sys/unix_socket.hpp"
@@ -127,7 +127,7 @@ int serve(const ServeArgs& a) {
   job.layout = a.layout;
   job.row_layout = a.row_layout;
   job.checkpoint = a.checkpoint;
-  job.model = a.model;
+  job.model_dir = a.model;
   job.tensor_names = a.tensor_names;
   job.seed = a.seed;
   auto size = parse_size_bytes(a.table_size);

@@ -32,6 +32,7 @@
 #include "host/checkpoint.hpp"
 #include "host/json_text.hpp"
 #include "host/sweep.hpp"
+#include "host/table_verify.hpp"
 #include "report/progress_line.hpp"
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
@@ -211,7 +212,7 @@ int load(const LoadArgs& a) {
     }
   }
   int64_t mismatches = -1;
-  if (a.verify) mismatches = count_synthetic_mismatches(**table, *info->seed, a.threads);
+  if (a.verify) mismatches = host::count_synthetic_mismatches(**table, *info->seed, a.threads);
 
   if (a.json) {
     nlohmann::json j = {{"schema", "engram.table-load/1"},

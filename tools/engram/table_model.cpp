@@ -5,7 +5,7 @@
 // 2 and leaves nothing behind. info prints what read_model_dir found (config, layout, where each
 // Engram tensor lies, rows past the primes) and the tokenizer and compression-table state; a cached
 // compression table that disagrees with config.json exits 2 after the report, and so does load --verify (before
-// it loads anything: check_model_table is the check both make). load places a table
+// it loads anything: host::check_model_dir_table is the check both make). load places a table
 // (backing, placement), streams the rows in, and reports place and load time and GB/s; with
 // --compare-sequential it first reads the same byte ranges sequentially on one thread with the same
 // 64 MiB reads (what `dd bs=64M` of the tensor ranges measures) under the same page-cache condition,
@@ -13,7 +13,6 @@
 #include "table_model.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <chrono>
@@ -25,10 +24,12 @@
 #include <vector>
 
 #include "command.hpp"
-#include "core/parallel.hpp"
 #include "core/units.hpp"
+#include "engine/bare_table.hpp"
 #include "host/json_text.hpp"
 #include "host/model_io.hpp"
+#include "host/model_table_check.hpp"
+#include "host/table_verify.hpp"
 #include "host/placement.hpp"
 #include "report/progress_line.hpp"
 #include "host/token_io.hpp"
@@ -171,25 +172,6 @@ Result<EngramLayout> layout_arg(const std::string& preset, const std::string& ta
   return layout;
 }
 
-int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int threads) {
-  threads = sys::threads_or_auto(threads);
-  std::atomic<int64_t> mismatched{0};
-  for (int li = 0; li < t.n_layers(); ++li) {
-    const TableView v = t.view(li);
-    parallel_ranges(v.rows, threads, [&, li, v](int64_t lo, int64_t hi) {
-      std::vector<uint8_t> p(static_cast<size_t>(v.d)), s(static_cast<size_t>(v.d / 32));
-      int64_t n = 0;
-      for (int64_t r = lo; r < hi; ++r) {
-        synth_row(seed, li, r, v.d, p.data(), s.data());
-        n += std::memcmp(v.payload_of(r), p.data(), p.size()) != 0 ||
-             std::memcmp(v.scales_of(r), s.data(), s.size()) != 0;
-      }
-      mismatched += n;
-    });
-  }
-  return mismatched.load();
-}
-
 // ---- create ------------------------------------------------------------------------------------
 
 int create_model_dir(const ModelCreateArgs& a) {
@@ -246,40 +228,6 @@ int create_model_dir(const ModelCreateArgs& a) {
   return 0;
 }
 
-// ---- the tokenizer and compression table of a model directory ------------------------------------
-
-ModelTableCheck check_model_table(const host::ModelInfo& info, const std::string& compression_table) {
-  ModelTableCheck c;
-  c.tokenizer_path = info.path(host::kModelTokenizerFile);
-  c.has_tokenizer = exists(c.tokenizer_path);
-  if (c.has_tokenizer)
-    if (auto sha = host::file_sha256(c.tokenizer_path); sha.is_ok()) c.tokenizer_sha256 = *sha;
-  // The table: a named file (--compression-table), else the directory's own, cached or built one.
-  c.table_path = compression_table;
-  if (!compression_table.empty()) {
-    c.has_table = exists(c.table_path);
-    if (c.has_table) {
-      auto t = host::read_model_compression_table(info, c.table_path);
-      if (t.is_ok()) c.table = std::move(t).value();
-      else c.status = t.status();
-    }
-    return c;
-  }
-  auto t = host::model_compression_table(info);
-  // Absent only when the directory has neither a table nor a tokenizer.json to build one from.
-  c.has_table = t.is_ok() || c.has_tokenizer || exists(host::model_compression_table_path(info));
-  if (t.is_ok()) {
-    c.table = std::move(t->table);
-    c.table_path = t->path;
-    c.source = host::compression_source_name(t->source);
-    c.build_seconds = t->build_seconds;
-    c.cache_note = t->cache_note;
-  } else if (c.has_table) {
-    c.status = t.status();
-  }
-  return c;
-}
-
 // ---- info --------------------------------------------------------------------------------------
 
 int info_model_dir(const ModelInfoArgs& a) {
@@ -294,7 +242,7 @@ int info_model_dir(const ModelInfoArgs& a) {
   EngramLayout fused = l;
   fused.format = RowFormat::kFused;
 
-  const ModelTableCheck check = check_model_table(info, a.compression_table);
+  const host::ModelDirTableCheck check = host::check_model_dir_table(info, a.compression_table);
   const std::string& tok_path = check.tokenizer_path;
   const bool has_tok = check.has_tokenizer;
   const std::string& tok_sha = check.tokenizer_sha256;
@@ -442,7 +390,7 @@ int load_model_dir(const ModelLoadArgs& a) {
     return report_failure(cmd, bad("--verify: " + a.dir + " is not a synthetic model directory (no generator/seed)"));
   // --verify also checks what `table info` checks: the tokenizer.json and compression table agree with config.json.
   if (a.verify)
-    if (const ModelTableCheck check = check_model_table(*info, ""); !check.status.is_ok())
+    if (const host::ModelDirTableCheck check = host::check_model_dir_table(*info, ""); !check.status.is_ok())
       return report_failure(cmd, check.status);
   auto layout = host::model_layout(*info, *fmt);
   if (!layout.is_ok()) return report_failure(cmd, layout.status());
@@ -492,8 +440,9 @@ int load_model_dir(const ModelLoadArgs& a) {
       return report_failure(cmd, Status(Code::kInvalidArgument, st.message()).with_context("--table-option"));
   }
   const auto t_place = Clock::now();
-  auto table = HostTable::create(*layout, topt);
-  if (!table.is_ok()) return report_failure(cmd, table.status());
+  auto built = engine::create_bare_table(*layout, topt);
+  if (!built.is_ok()) return report_failure(cmd, built.status());
+  const std::unique_ptr<HostTable>* table = &built->table;
   const double place_s = seconds_since(t_place);
   std::vector<TableSpan> spans;
   for (int i = 0; i < (*table)->n_layers(); ++i) spans.push_back((*table)->span(i));
@@ -511,7 +460,7 @@ int load_model_dir(const ModelLoadArgs& a) {
   const int64_t resident_after = resident_bytes(files);
   const PagesSeen pages = pages_seen(**table);
   int64_t mismatches = -1;
-  if (a.verify) mismatches = count_synthetic_mismatches(**table, *c.synthetic_seed, a.threads);
+  if (a.verify) mismatches = host::count_synthetic_mismatches(**table, *c.synthetic_seed, a.threads);
   int64_t unused = 0;
   for (const host::ModelLayer& ml : info->layers) unused += ml.unused_rows();
   const double b = static_cast<double>(bytes);

@@ -63,31 +63,8 @@ Result<uint64_t> parse_seed_arg(const std::string& s);
 // --layout PRESET [--table-size SIZE] as a split-row layout (--table-size for v41-flash-mini only).
 Result<EngramLayout> layout_arg(const std::string& preset, const std::string& table_size, bool table_size_given);
 
-// What `table info DIR` reports of a model directory's tokenizer.json and compression table, and whether the table
-// agrees with config.json (status: not ok when the table cannot be read or built, or its V' is not
-// engram_compressed_vocab_size). `table load DIR --verify` refuses the same directories with the same status.
-struct ModelTableCheck {
-  std::string tokenizer_path;
-  bool has_tokenizer = false;
-  std::string tokenizer_sha256;      // "" when absent or unreadable
-  std::string table_path;            // "" for a table built in memory and not cached
-  bool has_table = false;            // a table or a tokenizer.json to build one from is there
-  Status status = Status::ok();
-  std::optional<CompressionTable> table;
-  std::string source = "file";       // host::compression_source_name of where the table came from
-  double build_seconds = 0;
-  std::string cache_note;
-};
-// `compression_table`: a table file to check instead of the directory's own ("" = the directory's own, cached or
-// built from its tokenizer.json).
-ModelTableCheck check_model_table(const host::ModelInfo& info, const std::string& compression_table);
-
 int create_model_dir(const ModelCreateArgs& a);
 int info_model_dir(const ModelInfoArgs& a);
 int load_model_dir(const ModelLoadArgs& a);
-
-// Rows of `t` that differ from synth_row(seed, ...), counted with `threads` threads (0 = one per CPU this process
-// may run on).
-int64_t count_synthetic_mismatches(const HostTable& t, uint64_t seed, int threads);
 
 }  // namespace engram::cli

@@ -4,7 +4,7 @@
 
 #include "core/cost_model.hpp"
 
-namespace engram::model {
+namespace engram::cost_model {
 namespace {
 
 double path(const std::string& name) {
@@ -40,4 +40,4 @@ TEST(CostModel, EngramByteAccounting) {
 }
 
 }  // namespace
-}  // namespace engram::model
+}  // namespace engram::cost_model
