@@ -12,6 +12,7 @@
 #include "args.hpp"
 #include "command.hpp"
 #include "default_paths.hpp"
+#include "core/git_rev.hpp"
 #include "core/units.hpp"
 #include "engine/harness.hpp"
 #include "engine_args.hpp"
@@ -251,7 +252,7 @@ int run(const RunArgs& a) {
     f << tl.to_chrome_trace({sys::process_id(), a.timeline_absolute}).dump() << "\n";
   }
 
-  const auto conditions = collect_conditions(ENGRAM_GIT_REV);
+  const auto conditions = collect_conditions(git_revision());
   const auto& r = *rep;
   const double slowdown = r.slowdown();
   nlohmann::json j;
