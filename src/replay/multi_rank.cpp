@@ -14,7 +14,6 @@
 //
 // Ranks differ only in their ids: zipf / uniform ids are seeded with (seed, rank); real text is the same
 // stream advanced by (rank - 1) x (warm-up + steps) steps, so the ranks serve different text at once.
-#include "core/git_rev.hpp"
 #include "replay/multi_rank.hpp"
 
 #include <signal.h>
@@ -392,7 +391,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   out["command"] = "run";
   out["mode"] = "multi-rank";
   out["ranks"] = o.ranks;
-  out["conditions"] = collect_conditions(git_revision());
+  out["conditions"] = collect_conditions(o.git_rev);
   json placement = json::array();
   uint64_t all_backings_bytes = 0;
   for (const auto& p : engine->table().parts()) {
