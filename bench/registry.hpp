@@ -39,7 +39,7 @@ struct Context {
   bool smoke = false;          // tiny sizes: seconds on a CI machine
   uint64_t seed = 1;           // every random choice (ids, orders, table content) derives from it
   int threads = 0;             // host threads (0 = all the process may use)
-  std::string git_rev;         // build revision (ENGRAM_GIT_REV)
+  std::string git_rev;         // build revision (git_revision())
   std::string data_dir;        // token files of scripts/tokenize-setup (text ids), "" = default search
   bool verbose = false;        // progress on stderr
   std::mt19937_64 rng{1};      // order of interleaved variants (seeded from `seed` by the CLI)

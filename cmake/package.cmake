@@ -43,6 +43,9 @@ set(ENGRAM_PC_CUDA_LIBS "")
 set(ENGRAM_PC_CUDA_CFLAGS "")
 if(ENGRAM_HAVE_CUDA)
   target_link_libraries(engram_offload PRIVATE CUDA::cudart CUDA::cublas)
+  # The installed library finds the CUDA runtime it was linked against by its RUNPATH, so neither the consumer's link
+  # nor its run depends on the loader's configuration knowing the toolkit's library directory.
+  set_target_properties(engram_offload PROPERTIES INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
   target_link_libraries(engram_offload_static PUBLIC CUDA::cudart CUDA::cublas)
   # The `cuda` component: what a consumer of the CUDA backend needs besides the library.
   add_library(engram_offload_cuda INTERFACE)

@@ -8,7 +8,7 @@
 
 namespace engram {
 
-// Reads the machine's conditions now. `git_rev` is the build's revision (ENGRAM_GIT_REV; "n/a" -> null).
+// Reads the machine's conditions now. `git_rev` is the build's revision (git_revision(); "n/a" -> null).
 nlohmann::json collect_conditions(const std::string& git_rev);
 
 // One-line summary: "cpu=<model> x<cores>, numa_nodes=<n>, kernel=<release>, thp=<enabled>, governor=<g>,

@@ -267,7 +267,7 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
   out["command"] = "run";
   out["mode"] = "multi-rank";
   out["ranks"] = o.ranks;
-  out["conditions"] = collect_conditions(ENGRAM_GIT_REV);
+  out["conditions"] = collect_conditions(o.git_rev);
   json placement = json::array();
   uint64_t all_backings_bytes = 0;
   for (const auto& p : engine->table().parts()) {

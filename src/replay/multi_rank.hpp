@@ -35,6 +35,7 @@ struct MultiRankOptions {
   std::string placement = "none";       // engram/options.hpp text forms
   std::string shm_dir = "/dev/shm";
   std::string exe;                      // engram binary for the ranks; "" = /proc/self/exe
+  std::string git_rev = "n/a";          // the build's revision for the report's conditions (the CLI's git_revision())
   std::vector<std::string> extra_rank_args;  // appended to every rank's command line (tests: --fault-at)
   bool read_only = true;                // ranks map the table PROT_READ
   host::ProtocolTimeouts timeouts;

@@ -19,6 +19,7 @@
 #include "bench/report_io.hpp"
 #include "args.hpp"
 #include "command.hpp"
+#include "core/git_rev.hpp"
 #include "host/conditions.hpp"
 #include "report/plot.hpp"
 #include "report.hpp"
@@ -62,8 +63,8 @@ std::string gpu_name(const nlohmann::json& g) {
 
 int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, bool single) {
   a.ctx.rng.seed(a.ctx.seed);
-  a.ctx.git_rev = ENGRAM_GIT_REV;
-  nlohmann::json conditions = collect_conditions(ENGRAM_GIT_REV);
+  a.ctx.git_rev = git_revision();
+  nlohmann::json conditions = collect_conditions(git_revision());
   conditions["gpu"] = gpu_conditions();
   if (a.json && a.csv_path == "-")
     return report_failure("bench", Status(Code::kInvalidArgument,

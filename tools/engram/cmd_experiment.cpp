@@ -10,6 +10,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
+#include "core/git_rev.hpp"
 #include "host/conditions.hpp"
 #include "report/plot.hpp"
 #include "report.hpp"
@@ -99,7 +100,7 @@ int experiment(const ExperimentArgs& a) {
   // The report goes there after every repetition: a folder that cannot be written is refused before the first.
   if (Status st = sys::check_output_path(o.out_dir, sys::OutputKind::kDirectory); !st.is_ok())
     return report_failure("experiment", st.with_context("--out"));
-  o.conditions = collect_conditions(ENGRAM_GIT_REV);
+  o.conditions = collect_conditions(git_revision());
   o.log = say;
   if (!a.batches.empty()) {
     auto sch = ServingSchedule::load(a.batches);

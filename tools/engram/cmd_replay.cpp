@@ -11,6 +11,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
+#include "core/git_rev.hpp"
 #include "host/conditions.hpp"
 #include "progress_args.hpp"
 #include "replay/serving_hashing.hpp"
@@ -95,7 +96,7 @@ int replay(const ReplayArgs& a) {
   const ServingReport& r = *rep;
   // The backend's figures after the run (paths taken, cache hit rates).
   const nlohmann::json details = engine.describe();
-  const auto conditions = collect_conditions(ENGRAM_GIT_REV);
+  const auto conditions = collect_conditions(git_revision());
   nlohmann::json j = r.to_json();
   j["schema"] = "engram.replay/2";
   j["command"] = "replay";

@@ -11,6 +11,7 @@
 #include "args.hpp"
 #include "command.hpp"
 #include "default_paths.hpp"
+#include "core/git_rev.hpp"
 #include "core/units.hpp"
 #include "engine/harness.hpp"
 #include "engine_args.hpp"
@@ -240,7 +241,7 @@ int run(const RunArgs& a) {
     return report_failure("run", st);
   const std::string timeline_path = a.timeline;
 
-  const auto conditions = collect_conditions(ENGRAM_GIT_REV);
+  const auto conditions = collect_conditions(git_revision());
   const auto& r = run->replay;
   const double slowdown = r.slowdown();
   nlohmann::json j;

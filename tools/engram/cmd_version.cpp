@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "command.hpp"
+#include "core/git_rev.hpp"
 #include "engram/version.hpp"
 
 namespace {
@@ -13,7 +14,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
 #else
     const char* cuda = "not built";
 #endif
-    std::printf("engram-offload %s (%s), CUDA backend %s\n", engram::kVersion, ENGRAM_GIT_REV, cuda);
+    std::printf("engram-offload %s (%s), CUDA backend %s\n", engram::kVersion, engram::git_revision(), cuda);
     return 0;
   };
 }

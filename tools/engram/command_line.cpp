@@ -10,6 +10,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
+#include "core/git_rev.hpp"
 #include "engram/version.hpp"
 
 namespace engram::cli {
@@ -119,7 +120,7 @@ std::unique_ptr<CommandLine> build_command_line() {
       "and measure them. Run `engram <command> --help` for each command; `engram run` with no\n"
       "arguments runs the main job on a 512 MiB synthetic V4.1-Flash-shaped table.");
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("engram-offload ") + engram::kVersion + " (" + ENGRAM_GIT_REV + ")");
+  app.set_version_flag("--version", std::string("engram-offload ") + engram::kVersion + " (" + git_revision() + ")");
 
   auto& reg = command_registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });

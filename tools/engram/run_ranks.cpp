@@ -5,11 +5,13 @@
 #include <memory>
 
 #include "command.hpp"
+#include "core/git_rev.hpp"
 
 namespace engram::cli {
 
 int run_ranks_cli(const RanksCliArgs& a) {
   MultiRankOptions o = a.options;
+  o.git_rev = git_revision();
   if (!a.json) o.progress = [](const std::string& m) { std::fprintf(stderr, "engram run: %s\n", m.c_str()); };
   o.notice = [](const std::string& m) { std::fprintf(stderr, "engram run: %s\n", m.c_str()); };
   const TableContent content = a.job.content();
