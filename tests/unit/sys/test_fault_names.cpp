@@ -1,6 +1,6 @@
 // The fault points are one registry (sys/fault.hpp, kFaultPoints): the wrappers ask fault_errno with its names, and
-// ENGRAM_FAULT / set_faults_from_spec accept only those (and "*"). A misspelt name ran a fault test that injected
-// nothing; it is refused now, naming it, and nothing of the spec is installed.
+// ENGRAM_FAULT / set_faults_from_spec accept only those (and "*"). A misspelt name would run a fault test that
+// injects nothing: it is refused, naming it, and nothing of the spec is installed.
 #include <gtest/gtest.h>
 
 #include <cerrno>
