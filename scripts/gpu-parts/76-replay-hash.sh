@@ -17,9 +17,11 @@ PART=replay-hash
 step() { part_step "$@"; }
 [ -x "$bin" ] || { echo "replay-hash: $bin not built"; exit 1; }
 
-COMMON=(--backend cuda --rate 40 --requests 96 --prompt lognormal:1024,0.6 --output 64 --token-budget 2048
-  --prefill-chunk 512)
-step record 60 replay "${COMMON[@]}" --hash cpu --record "$LOG_DIR/batches.json" --json || exit 1
+# The workload makes the recording; a replay of the recorded batches takes the rest (the CLI refuses workload
+# options with --batches: the file fixes the requests).
+WORKLOAD=(--rate 40 --requests 96 --prompt lognormal:1024,0.6 --output 64)
+COMMON=(--backend cuda --token-budget 2048 --prefill-chunk 512)
+step record 60 replay "${COMMON[@]}" "${WORKLOAD[@]}" --hash cpu --record "$LOG_DIR/batches.json" --json || exit 1
 for rep in $(seq 1 "$REPS"); do
   for h in gpu cpu; do
     step "replay-$h-$rep" 40 replay "${COMMON[@]}" --batches "$LOG_DIR/batches.json" --hash $h --json

@@ -29,10 +29,12 @@ std::string lower(std::string s) {
 }  // namespace
 
 Result<int64_t> parse_size_bytes(const std::string& text) {
-  size_t b = 0, e = text.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  // Strict: nothing before the number or after the unit (a stray space or newline is a quoting mistake, not part
+  // of the size); a space between the number and the unit is allowed ("512 MiB", as format_bytes writes it).
+  const size_t b = 0, e = text.size();
   if (b == e) return bad_size(text, "empty");
+  if (std::isspace(static_cast<unsigned char>(text[b])) || std::isspace(static_cast<unsigned char>(text[e - 1])))
+    return bad_size(text, "whitespace before or after the size");
   if (text[b] == '-' || text[b] == '+') return bad_size(text, "a sign is not allowed");
 
   using u128 = unsigned __int128;

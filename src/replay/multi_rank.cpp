@@ -359,6 +359,16 @@ Result<json> run_multi_rank(const RankJob& job_in, const MultiRankOptions& o) {
 
 // ---- rank ----------------------------------------------------------------------------------------
 
+const std::vector<std::string>& rank_fault_steps() {
+  static const std::vector<std::string> steps = [] {
+    std::vector<std::string> s = host::protocol_steps();
+    s.emplace_back(kStepReplayed);
+    s.emplace_back(kStepReport);
+    return s;
+  }();
+  return steps;
+}
+
 Status run_rank_worker(const RankWorkerOptions& o) {
   host::UnixGroupOptions gopt;
   gopt.group = o.group;

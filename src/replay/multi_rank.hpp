@@ -67,6 +67,9 @@ struct RankWorkerOptions {
   std::string fault_at;  // testing: this rank SIGKILLs itself on entering this step
   int fault_rank = -1;   // ... when its rank is this (-1: every rank)
 };
+// The steps a rank can be told to die at (RankWorkerOptions::fault_at): the group protocol's steps, then
+// "replayed" and "report".
+const std::vector<std::string>& rank_fault_steps();
 // Rank side: the body of `engram rank-worker`. Errors as they reached this rank (its own, or the
 // group's naming another rank).
 Status run_rank_worker(const RankWorkerOptions& options);

@@ -26,7 +26,7 @@ Status set_thread_affinity(const std::vector<int>& cpus) {
   CPU_ZERO_S(sz, set);
   for (int c : cpus)
     if (c >= 0 && c < kMaxCpus) CPU_SET_S(static_cast<size_t>(c), sz, set);
-  int err = fault_errno("sched_setaffinity");
+  int err = fault_errno(kFaultSchedSetaffinity);
   if (err == 0 && ::sched_setaffinity(0, sz, set) != 0) err = errno;
   CPU_FREE(set);
   if (err != 0) return errno_status(err, what);

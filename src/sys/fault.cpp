@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -39,20 +40,28 @@ FaultTable& table() {
 
 Result<std::map<std::string, int>> parse_spec(const std::string& spec) {
   std::map<std::string, int> faults;
+  if (spec.empty()) return faults;
   size_t pos = 0;
-  while (pos < spec.size()) {
+  for (;;) {
     size_t comma = spec.find(',', pos);
     if (comma == std::string::npos) comma = spec.size();
     const std::string item = spec.substr(pos, comma - pos);
+    if (item.empty()) return Status(Code::kInvalidArgument, "fault spec has an empty item (a comma too many)");
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
       return Status(Code::kInvalidArgument, "fault spec item '" + item + "' is not name=ERRNO");
+    const std::string name = item.substr(0, eq);
+    if (name != "*" && !is_fault_point(name)) {
+      std::string known;
+      for (const char* n : kFaultPoints) known += (known.empty() ? "" : ", ") + std::string(n);
+      return Status(Code::kInvalidArgument, "fault spec: '" + name + "' is no fault point (known: " + known + ", or * for all)");
+    }
     const int err = errno_from_name(item.substr(eq + 1));
     if (err <= 0) return Status(Code::kInvalidArgument, "fault spec: unknown errno '" + item.substr(eq + 1) + "'");
-    faults[item.substr(0, eq)] = err;
+    faults[name] = err;
+    if (comma == spec.size()) return faults;
     pos = comma + 1;
   }
-  return faults;
 }
 
 // A malformed ENGRAM_FAULT installs nothing here; check_fault_env() is how a program refuses it up front.
@@ -72,11 +81,21 @@ std::atomic<bool> g_env_checked{false};
 
 }  // namespace
 
+bool is_fault_point(const std::string& name) {
+  for (const char* n : kFaultPoints)
+    if (name == n) return true;
+  return false;
+}
+
 int errno_from_name(const std::string& name) {
   if (name.empty()) return -1;
   bool digits = true;
   for (char c : name) digits = digits && c >= '0' && c <= '9';
-  if (digits) return std::atoi(name.c_str());
+  if (digits) {
+    int v = 0;
+    const auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
+    return ec == std::errc() && p == name.data() + name.size() && v > 0 && v < 4096 ? v : -1;
+  }
   static const std::pair<const char*, int> kNames[] = {
       {"EPERM", EPERM},   {"ENOENT", ENOENT},   {"EINTR", EINTR},     {"EIO", EIO},
       {"EBADF", EBADF},   {"EAGAIN", EAGAIN},   {"ENOMEM", ENOMEM},   {"EACCES", EACCES},

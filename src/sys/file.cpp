@@ -142,7 +142,7 @@ Status allocate_file(const File& f, int64_t len) {
   ErrnoGuard guard;
   if (len <= 0) return Status::ok();
   // Fault hook (sys/fault.hpp): an injected errno is reported as if fallocate had returned it.
-  if (const int injected = fault_errno("fallocate"); injected != 0)
+  if (const int injected = fault_errno(kFaultFallocate); injected != 0)
     return errno_status(injected, "fallocate(" + f.path() + ", len=" + std::to_string(len) + ")");
   int rc;
   do {
@@ -157,7 +157,7 @@ Status pread_full(const File& f, void* buf, size_t len, int64_t offset) {
   auto* p = static_cast<uint8_t*>(buf);
   size_t done = 0;
   // Fault hook (sys/fault.hpp): an injected errno (EIO: a disk error mid-load) as if pread returned it.
-  if (const int injected = fault_errno("pread"); injected != 0)
+  if (const int injected = fault_errno(kFaultPread); injected != 0)
     return errno_status(injected, "pread(" + f.path() + ", " + range_text(len, offset) + ")");
   while (done < len) {
     const ssize_t n = ::pread(f.fd(), p + done, len - done, static_cast<off_t>(offset + done));

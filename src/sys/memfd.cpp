@@ -44,7 +44,7 @@ Result<int> memfd_create(const std::string& name, HugePage huge) {
   if (huge == HugePage::k1GiB) flags |= MFD_HUGETLB | MFD_HUGE_1GB;
   const std::string what = "memfd_create(name=" + name + (huge == HugePage::kNone ? "" : ", MFD_HUGETLB " +
                            format_bytes(huge_page_bytes(huge))) + ")";
-  int err = fault_errno("memfd_create");
+  int err = fault_errno(kFaultMemfdCreate);
   int fd = -1;
   if (err == 0) {
     fd = static_cast<int>(::syscall(SYS_memfd_create, name.c_str(), flags));
@@ -76,7 +76,7 @@ Result<int> dup_fd(int fd) {
 }
 
 Status ftruncate_fd(int fd, uint64_t size_bytes) {
-  int err = fault_errno("ftruncate");
+  int err = fault_errno(kFaultFtruncate);
   if (err == 0 && ::ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) err = errno;
   if (err != 0)
     return errno_status(err, "ftruncate(fd=" + std::to_string(fd) + ", size=" + format_bytes(size_bytes) + ")");
@@ -84,7 +84,7 @@ Status ftruncate_fd(int fd, uint64_t size_bytes) {
 }
 
 Status fallocate_fd(int fd, uint64_t offset_bytes, uint64_t len_bytes) {
-  int err = fault_errno("fallocate");
+  int err = fault_errno(kFaultFallocate);
   if (err == 0) {
     // EINTR: a signal arrived while the kernel was allocating; the pages done so far stay, retry.
     while (::fallocate(fd, 0, static_cast<off_t>(offset_bytes), static_cast<off_t>(len_bytes)) != 0) {
@@ -100,7 +100,7 @@ Status fallocate_fd(int fd, uint64_t offset_bytes, uint64_t len_bytes) {
 }
 
 Result<FileStat> fstat_fd(int fd) {
-  int err = fault_errno("fstat");
+  int err = fault_errno(kFaultFstat);
   struct stat st {};
   if (err == 0 && ::fstat(fd, &st) != 0) err = errno;
   if (err != 0) return errno_status(err, "fstat(fd=" + std::to_string(fd) + ")");
@@ -115,7 +115,7 @@ Result<FileStat> fstat_fd(int fd) {
 }
 
 Result<FsSpace> fs_space_fd(int fd) {
-  int err = fault_errno("fstatvfs");
+  int err = fault_errno(kFaultFstatvfs);
   struct statvfs v {};
   struct statfs f {};
   if (err == 0 && ::fstatvfs(fd, &v) != 0) err = errno;
@@ -130,7 +130,7 @@ Result<FsSpace> fs_space_fd(int fd) {
 }
 
 Result<FsSpace> fs_space_path(const std::string& path) {
-  int err = fault_errno("fstatvfs");
+  int err = fault_errno(kFaultFstatvfs);
   struct statvfs v {};
   struct statfs f {};
   if (err == 0 && ::statvfs(path.c_str(), &v) != 0) err = errno;
@@ -150,7 +150,7 @@ Result<void*> map_shared(int fd, size_t len_bytes, uint64_t offset_bytes, void* 
   if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
   if (fixed_at && reinterpret_cast<uintptr_t>(fixed_at) % page_size_bytes() != 0)
     return Status(Code::kInvalidArgument, what + ": fixed address is not page aligned");
-  int err = fault_errno("mmap");
+  int err = fault_errno(kFaultMmap);
   void* p = MAP_FAILED;
   if (err == 0) {
     p = ::mmap(fixed_at, len_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed_at ? MAP_FIXED : 0), fd,
@@ -170,7 +170,7 @@ Result<void*> map_anonymous_aligned(size_t len_bytes, size_t align_bytes, int pr
     return Status(Code::kInvalidArgument, what + ": alignment is not a power of two");
   const size_t len = round_up_page(len_bytes);
   const size_t extra = align_bytes > page_size_bytes() ? align_bytes : 0;
-  int err = fault_errno("mmap");
+  int err = fault_errno(kFaultMmap);
   void* p = MAP_FAILED;
   if (err == 0) {
     p = ::mmap(nullptr, len + extra, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -214,7 +214,7 @@ Status rereserve_range(void* addr, size_t len_bytes) {
 Result<void*> map_private_fixed(void* addr, size_t len_bytes) {
   const std::string what = "mmap(MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, len=" + format_bytes(len_bytes) + ")";
   if (len_bytes == 0) return Status(Code::kInvalidArgument, what + ": length 0");
-  int err = fault_errno("mmap");
+  int err = fault_errno(kFaultMmap);
   void* p = MAP_FAILED;
   if (err == 0) {
     p = ::mmap(addr, round_up_page(len_bytes), PROT_READ | PROT_WRITE,
@@ -244,7 +244,7 @@ Status madvise_range(void* addr, size_t len_bytes, MemAdvice advice) {
     case MemAdvice::kDontNeed: adv = MADV_DONTNEED; name = "MADV_DONTNEED"; break;
   }
   const std::string what = std::string("madvise(len=") + format_bytes(len_bytes) + ", " + name + ")";
-  int err = fault_errno("madvise");
+  int err = fault_errno(kFaultMadvise);
   if (err == 0) {
     while (::madvise(addr, round_up_page(len_bytes), adv) != 0) {
       err = errno;
@@ -265,7 +265,7 @@ Status madvise_range(void* addr, size_t len_bytes, MemAdvice advice) {
 Result<std::vector<uint8_t>> mincore_range(const void* addr, size_t len_bytes) {
   const size_t page = page_size_bytes();
   std::vector<uint8_t> vec((len_bytes + page - 1) / page);
-  int err = fault_errno("mincore");
+  int err = fault_errno(kFaultMincore);
   if (err == 0 && ::mincore(const_cast<void*>(addr), len_bytes, vec.data()) != 0) err = errno;
   if (err != 0) return errno_status(err, "mincore(len=" + format_bytes(len_bytes) + ")");
   return vec;

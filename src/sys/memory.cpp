@@ -21,7 +21,7 @@ Result<void*> map_anonymous(size_t size_bytes) {
   const size_t page = page_size_bytes();
   const size_t len = (size_bytes + page - 1) / page * page;
   // Fault hook (sys/fault.hpp): an injected errno is reported as if mmap had returned it.
-  if (const int injected = fault_errno("mmap"); injected != 0)
+  if (const int injected = fault_errno(kFaultMmap); injected != 0)
     return errno_status(injected, "mmap(anonymous, len=" + std::to_string(len) + " B)");
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {

@@ -87,7 +87,7 @@ Status mbind_range(void* addr, size_t len_bytes, const MemPolicy& policy, bool s
   const size_t len = (len_bytes + page - 1) / page * page;
   const unsigned flags = strict ? 1u /* MPOL_MF_STRICT */ : 0u;
   const std::string what = "mbind(len=" + format_bytes(len) + ", " + describe(policy) + (strict ? ", MPOL_MF_STRICT" : "") + ")";
-  int err = fault_errno("mbind");
+  int err = fault_errno(kFaultMbind);
   if (err == 0) {
     const bool no_mask = policy.nodes.empty();
     const long r = ::syscall(SYS_mbind, addr, len, static_cast<int>(policy.mode), no_mask ? nullptr : mask.data(),
@@ -102,7 +102,7 @@ Status set_thread_mempolicy(const MemPolicy& policy) {
   MaskWords mask;
   ENGRAM_RETURN_IF_ERROR(to_mask(policy.nodes, &mask));
   const std::string what = "set_mempolicy(" + describe(policy) + ")";
-  int err = fault_errno("set_mempolicy");
+  int err = fault_errno(kFaultSetMempolicy);
   if (err == 0) {
     const bool no_mask = policy.nodes.empty();
     const long r = ::syscall(SYS_set_mempolicy, static_cast<int>(policy.mode), no_mask ? nullptr : mask.data(),
@@ -118,7 +118,7 @@ Result<MemPolicy> get_policy(const void* addr, unsigned long flags, const std::s
   MaskWords mask;
   mask.fill(0);
   int mode = 0;
-  int err = fault_errno("get_mempolicy");
+  int err = fault_errno(kFaultGetMempolicy);
   if (err == 0) {
     const long r = ::syscall(SYS_get_mempolicy, &mode, mask.data(), static_cast<unsigned long>(kMaxNodes), addr, flags);
     if (r != 0) err = errno;
@@ -149,7 +149,7 @@ Status move_pages_query(int pid, const std::vector<const void*>& pages, std::vec
   constexpr size_t kChunk = 16384;
   for (size_t off = 0; off < pages.size(); off += kChunk) {
     const size_t n = std::min(kChunk, pages.size() - off);
-    int err = fault_errno("move_pages");
+    int err = fault_errno(kFaultMovePages);
     if (err == 0) {
       const long r = ::syscall(SYS_move_pages, pid, static_cast<unsigned long>(n),
                                const_cast<const void**>(pages.data() + off), nullptr, status->data() + off, 0);

@@ -21,7 +21,7 @@ Result<NamedFile> create_named_file(const std::string& dir, const std::string& p
   for (int attempt = 0; attempt < 8; ++attempt) {
     ENGRAM_ASSIGN_OR_RETURN(std::string suffix, random_hex(16));
     const std::string path = dir + "/" + prefix + "." + suffix;
-    int err = fault_errno("open_shm");
+    int err = fault_errno(kFaultOpenShm);
     if (err == 0) {
       Status rec = write_owner_record(path);
       if (rec.sys_error() == EEXIST) continue;
@@ -41,7 +41,7 @@ Result<NamedFile> create_named_file(const std::string& dir, const std::string& p
 }
 
 Result<int> open_named_file(const std::string& path) {
-  int err = fault_errno("open_shm");
+  int err = fault_errno(kFaultOpenShm);
   int fd = -1;
   if (err == 0) {
     fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);

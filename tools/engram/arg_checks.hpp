@@ -158,8 +158,28 @@ inline CLI::Validator non_empty() {
 }
 
 namespace detail {
-inline CLI::Validator quiet(std::function<std::string(std::string&)> check) {
-  return CLI::Validator(std::move(check), "");
+// A validator with no description in --help; `name` lets the argument layer find it again (a path check is named
+// OUTPUT or INPUT: option_rules.hpp compares the files those options name).
+inline CLI::Validator quiet(std::function<std::string(std::string&)> check, const std::string& name = "") {
+  return CLI::Validator(std::move(check), "", name);
+}
+// The text with its control characters written as escapes (\n, \t, \xNN), for messages.
+inline std::string printable(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
 inline std::string path_check(const Status& s) { return s.is_ok() ? std::string() : s.message(); }
 }  // namespace detail
@@ -170,31 +190,48 @@ inline CLI::Validator output_file(std::vector<std::string> special = {}) {
     for (const auto& w : special)
       if (path == w) return {};
     return detail::path_check(sys::check_output_path(path, sys::OutputKind::kFile));
-  });
+  }, "OUTPUT");
 }
 
 // An output directory that exists or can be made (its parent exists and is writable).
 inline CLI::Validator output_dir() {
   return detail::quiet([](std::string& path) -> std::string {
     return detail::path_check(sys::check_output_path(path, sys::OutputKind::kDirectory));
-  });
+  }, "OUTPUT");
 }
 
 // An input file that exists and is a regular file; input_path() also takes a directory; input_dir() only one.
 inline CLI::Validator input_file() {
   return detail::quiet([](std::string& path) -> std::string {
     return detail::path_check(sys::check_input_path(path, sys::InputKind::kFile));
-  });
+  }, "INPUT");
 }
 inline CLI::Validator input_path() {
   return detail::quiet([](std::string& path) -> std::string {
     return detail::path_check(sys::check_input_path(path, sys::InputKind::kFileOrDirectory));
-  });
+  }, "INPUT");
 }
 inline CLI::Validator input_dir() {
   return detail::quiet([](std::string& path) -> std::string {
     return detail::path_check(sys::check_input_path(path, sys::InputKind::kDirectory));
-  });
+  }, "INPUT");
+}
+
+// A group name (serve-table, run --ranks, soak and their rank processes): not empty, no whitespace or control
+// character (it is printed in messages and logs, and a peer must type it), no '/' (it names the socket file in the
+// private runtime directory when no --socket is given).
+inline CLI::Validator group_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.empty()) return "expected a group name, got ''";
+        for (const char ch : text) {
+          const auto c = static_cast<unsigned char>(ch);
+          if (c <= 0x20 || c == 0x7f || ch == '/')
+            return "'" + detail::printable(text) + "' is not a group name: no whitespace, control character or '/'";
+        }
+        return {};
+      },
+      "NAME (no whitespace, control character or '/')");
 }
 
 }  // namespace engram::cli

@@ -1,10 +1,12 @@
 // The argument checks shared by every command (args.hpp; the number checks are in arg_checks.hpp).
 #include "args.hpp"
 
+#include <cctype>
 #include <functional>
 #include <limits>
 #include <optional>
 
+#include "option_rules.hpp"
 #include "sys/file.hpp"
 
 namespace engram::cli {
@@ -14,6 +16,7 @@ namespace {
 using detail::read_finite;
 using detail::read_integer;
 
+using detail::printable;
 using detail::quiet;
 
 // Checks attached by value type (harden_options).
@@ -59,9 +62,38 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A value with whitespace or a control character at either end: a size, a number, a duration, a name or a list
+// read with it would be read without it (or not at all), so it is refused whatever the option. Paths are exempt
+// (a file name may end in a space); their own checks find a missing file.
+CLI::Validator no_surrounding_space() {
+  return quiet([](std::string& text) -> std::string {
+    if (text.empty()) return {};
+    const auto edge = [](char c) { return std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c)); };
+    if (edge(text.front()) || edge(text.back()))
+      return "'" + printable(text) + "' has whitespace or a control character at an end (the value is read strictly)";
+    return {};
+  });
+}
+
+bool is_path_option(CLI::Option* o) {
+  for (const char* name : {"OUTPUT", "INPUT", "SOCKET"}) {
+    try {
+      if (o->get_validator(name)->get_name() == name) return true;
+    } catch (const CLI::OptionNotFound&) {
+    }
+  }
+  return false;
+}
+
 void harden_one(CLI::App& app) {
   for (CLI::Option* o : app.get_options()) {
-    if (o->get_type_size_max() == 0) continue;  // a flag
+    // A flag takes no value: `--force=yes` or `--verbose=0` is refused (parse_command_line names the flag) rather
+    // than read as true, false or an error depending on the word.
+    if (is_flag(*o)) {
+      o->disable_flag_override();
+      continue;
+    }
+    if (!is_path_option(o)) o->check(no_surrounding_space());
     const std::string type = base_type(*o);
     const bool seed = ends_with(o->get_name(), "seed");
     if (type == "FLOAT") {
@@ -74,13 +106,14 @@ void harden_one(CLI::App& app) {
       o->check(any_unsigned());
     }
   }
+  refuse_shared_files(app);
   for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) harden_one(*sub);
 }
 
 }  // namespace
 
 CLI::Validator socket_path() {
-  return quiet([](std::string& path) -> std::string {
+  return CLI::Validator([](std::string& path) -> std::string {
     if (path.empty()) return "expected a socket path, got ''";
     auto info = sys::lstat_path(path);
     if (!info.is_ok()) return info.status().code() == Code::kNotFound ? std::string() : info.status().message();
@@ -90,7 +123,7 @@ CLI::Validator socket_path() {
                                                                : "another kind of file";
     return "'" + path + "' exists and is not a socket (" + kind +
            "): give the path of the socket to create, in a directory of mode 0700";
-  });
+  }, "", "SOCKET");
 }
 
 void harden_options(CLI::App& app) { harden_one(app); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "arg_checks.hpp"
+#include "option_rules.hpp"
 
 namespace engram::cli {
 

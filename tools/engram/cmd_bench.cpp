@@ -171,15 +171,6 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   return rc;
 }
 
-// Whether two output paths name the same file ("" and "-" name none).
-bool same_output(const std::string& x, const std::string& y) {
-  if (x.empty() || y.empty() || x == "-" || y == "-") return false;
-  if (x == y) return true;
-  std::error_code ex, ey;
-  const std::filesystem::path cx = std::filesystem::weakly_canonical(x, ex), cy = std::filesystem::weakly_canonical(y, ey);
-  return !ex && !ey && cx == cy;
-}
-
 void add_common(CLI::App& s, BenchArgs& a) {
   s.add_option("--reps", a.ctx.reps, "Timed repetitions per case (median, p5/p95, p99 for latencies)")
       ->check(range(1, 100000));
@@ -199,16 +190,6 @@ void add_common(CLI::App& s, BenchArgs& a) {
   s.add_option("--plot", a.plot_path, "Render the figures into FILE.png with gnuplot (Debian: gnuplot-nox)")
       ->check(output_file());
   s.add_flag("--verbose", a.ctx.verbose, "Progress on stderr");
-  // Two outputs to one file: the second would overwrite the first.
-  s.parse_complete_callback([&a] {
-    const std::pair<const char*, const std::string*> outs[] = {
-        {"--json-out", &a.json_path}, {"--csv", &a.csv_path}, {"--plot", &a.plot_path}};
-    for (size_t i = 0; i < std::size(outs); ++i)
-      for (size_t j = i + 1; j < std::size(outs); ++j)
-        if (same_output(*outs[i].second, *outs[j].second))
-          throw CLI::ValidationError(std::string(outs[i].first) + " and " + outs[j].first,
-                                     "both name '" + *outs[j].second + "': give each output its own file");
-  });
 }
 
 std::function<int()> setup_bench(CLI::App& sub) {

@@ -118,7 +118,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<CensusArgs>();
   sub.add_option("--pid", a->pid, "Census of a running process's tables (numa_maps + smaps)")
       ->check(integer_in(1, std::numeric_limits<int>::max()));
-  sub.add_option("--prefix", a->prefix, "Backing-name prefix that marks a table mapping (default engram:)");
+  sub.add_option("--prefix", a->prefix, "With --pid: backing-name prefix that marks a table mapping (default engram:)")
+      ->check(non_empty());
   sub.add_flag("--json", a->json, "Print JSON");
   add_progress_option(sub, a->progress);
   sub.add_option("--table-size", a->table_size, "Without --pid: size of the synthetic table to build (e.g. 64MiB)")
@@ -148,6 +149,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   for (const char* here : {"--table-size", "--layout", "--backing", "--shm-dir", "--placement", "--allow-fallback",
                            "--head-shards", "--shard-placements", "--tp-size", "--tp-rank"})
     sub.get_option("--pid")->excludes(sub.get_option(here));
+  refuse_without(sub, sub.get_option("--prefix"), sub.get_option("--pid"), "a table built here is found by its own backing");
+  refuse_shm_dir_without_shm(sub, &a->backing);
   return [a] { return a->pid > 0 ? census_pid(*a) : census_here(*a); };
 }
 

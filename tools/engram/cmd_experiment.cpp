@@ -156,6 +156,11 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--prefetch", a->prefetch, "Prefetch mode of every arm except in B1 (default early)")
       ->check(CLI::IsMember({"early", "on_demand"}));
   sub.add_flag("--json", a->json, "Print report.json on stdout");
+  // Options read only by some experiments, or without a batches file, are refused elsewhere (option_rules.hpp).
+  CLI::Option* id = sub.get_option("id");
+  refuse_unless_value(sub, sub.get_option("--caps"), id, &a->id, {"B2"}, "only B2 sweeps grid caps");
+  refuse_with_value(sub, sub.get_option("--prefetch"), id, &a->id, {"B1"}, "B1's arms are the two prefetch modes");
+  refuse_workload_with_batches(sub, sub.get_option("--batches"));
   sub.footer(
       "Each arm: table created and placed before registration, census checked (an arm whose census does not show\n"
       "its placement is INVALID and not timed), the same recorded batches replayed. Acceptance chain: placement\n"

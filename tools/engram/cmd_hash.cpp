@@ -31,6 +31,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
+#include "option_rules.hpp"
 #include "engram/ngram_hash.hpp"
 #include "core/units.hpp"
 #include "engram/layout.hpp"
@@ -411,7 +412,12 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--seq-len", a->seq_len, "cut documents into sequences of this many tokens (0 = whole documents; --stats uses 512)")
       ->check(integer_in(0, int64_t{1} << 30))
       ->capture_default_str();
-  sub.add_flag("--no-bos", a->no_bos, "with --text: do not put the BOS id 0 before each document");
+  sub.add_flag("--no-bos", a->no_bos,
+               "when text is tokenized here (--text, or the default text): do not put the BOS id 0 before each document");
+  // Options read only with others are refused without them (option_rules.hpp).
+  refuse_without(sub, sub.get_option("--batch"), sub.get_option("--stats"), "it sizes the batches of the N-gram statistics");
+  refuse_with(sub, sub.get_option("--no-bos"), sub.get_option("--tokens"), "a token file is read as it is, its BOS ids included");
+  refuse_with(sub, sub.get_option("--text"), sub.get_option("--tokens"), "give text to tokenize or a token file, not both");
   return [a] { return run(*a); };
 }
 

@@ -224,6 +224,13 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--holdout-out", a->holdout_out, "write the held-out documents as a token file (one --tokens file)")
       ->check(output_file());
   sub.add_flag("--json", a->json, "print the summary as JSON");
+  // Options read only with others are refused without them (option_rules.hpp): a named layout fixes its rows.
+  CLI::Option* layout = sub.get_option("--layout");
+  for (const char* name : {"--row-format", "--d"})
+    refuse_unless_value(sub, sub.get_option(name), layout, &a->layout, {"bench"}, "the named layout fixes its rows");
+  CLI::Option* holdout = sub.get_option("--holdout");
+  for (const char* name : {"--holdout-seed", "--holdout-out"})
+    refuse_without(sub, sub.get_option(name), holdout, "no documents are held out without it");
   return [a] { return run(*a); };
 }
 

@@ -1,6 +1,8 @@
 // `engram rank-worker` (hidden): one rank of `engram run --ranks N`, started by the parent with the
 // group's socket and name. It joins the shared group, replays on the shared table and reports back
 // through the group (src/replay/multi_rank.hpp); errors go to stderr and the exit code.
+#include <set>
+
 #include "args.hpp"
 #include "command.hpp"
 #include "replay/multi_rank.hpp"
@@ -21,14 +23,23 @@ struct WorkerArgs {
 auto setup(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<WorkerArgs>();
   sub.group("");  // hidden from `engram --help`: started by `engram run --ranks N` only
-  sub.add_option("--socket", a->socket, "Leader's socket")->required();
-  sub.add_option("--group", a->group, "Shared group name")->required();
-  sub.add_option("--join-timeout-ms", a->join_ms)->check(range(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--socket", a->socket,
+                 "Leader's socket; a socket not there yet is waited for up to --join-timeout-ms (a rank may start "
+                 "before its leader listens); a path that is there and not a socket is refused at once")
+      ->required()
+      ->check(socket_path());
+  sub.add_option("--group", a->group, "Shared group name")->required()->check(group_name());
+  sub.add_option("--join-timeout-ms", a->join_ms,
+                 "Give up joining (no socket, or nobody accepting) after this long (default 60000)")
+      ->check(range(int64_t{1}, int64_t{1} << 40));
   sub.add_option("--step-timeout-ms", a->step_ms)->check(range(int64_t{1}, int64_t{1} << 40));
   sub.add_option("--load-timeout-ms", a->load_ms)->check(range(int64_t{1}, int64_t{1} << 40));
   sub.add_option("--replay-timeout-ms", a->replay_ms)->check(range(int64_t{1}, int64_t{1} << 40));
-  sub.add_option("--fault-at", a->fault_at, "Testing: SIGKILL this rank on entering this protocol step");
-  sub.add_option("--fault-rank", a->fault_rank, "Testing: only this rank (default: every rank)");
+  std::set<std::string> steps(rank_fault_steps().begin(), rank_fault_steps().end());
+  sub.add_option("--fault-at", a->fault_at, "Testing: SIGKILL this rank on entering this protocol step")
+      ->check(CLI::IsMember(steps));
+  sub.add_option("--fault-rank", a->fault_rank, "Testing: only this rank (default: every rank)")
+      ->check(range(1, 1 << 20));
   sub.add_option("--leader-pid", a->leader_pid,
                  "The leader's pid: this rank is killed when the leader ends, and ends at once if it already has")
       ->check(CLI::PositiveNumber);

@@ -203,6 +203,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_flag("--timeline-absolute", a->timeline_absolute,
                "Trace timestamps in microseconds since the Unix epoch (to line up with a torch profiler trace)");
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
+  refuse_with_value(sub, sub.get_option("--timeline-absolute"), sub.get_option("--timeline"), &a->timeline, {"none"},
+                    "no trace is written");
+  refuse_workload_with_batches(sub, sub.get_option("--batches"));
+  refuse_with_value(sub, sub.get_option("--hash"), sub.get_option("--ids"), &a->s.ids, {"zipf"}, "only text ids are hashed");
   sub.footer(
       "Example: engram replay --rate 8 --requests 64 --prompt lognormal:1024,0.5 --output 128 --record b.json\n"
       "         engram replay --batches b.json --prefetch on_demand --json\n"

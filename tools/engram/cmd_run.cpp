@@ -461,6 +461,15 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   sub.add_flag("--no-baseline", a->no_baseline, "Skip the compute-only pass (slowdown becomes n/a)");
   add_metrics_options(sub, a->metrics);
   sub.add_flag("--json", a->json, "Print the report as JSON on stdout");
+  // Options read only with some values of others are refused in the rest (option_rules.hpp).
+  CLI::Option* ids = sub.get_option("--ids");
+  refuse_with_value(sub, sub.get_option("--tokens"), ids, &a->ids, {"zipf", "uniform"}, "the token file is read for text ids only");
+  refuse_with_value(sub, sub.get_option("--switch-tokens"), ids, &a->ids, {"zipf", "uniform"}, "the text changes for text ids only");
+  refuse_with_value(sub, sub.get_option("--hash"), ids, &a->ids, {"zipf", "uniform"}, "only text ids are hashed");
+  refuse_unless_value(sub, sub.get_option("--zipf-alpha"), ids, &a->ids, {"zipf", "auto"}, "it shapes zipf ids only");
+  refuse_with_value(sub, sub.get_option("--timeline-absolute"), sub.get_option("--timeline"), &a->timeline, {"none"},
+                    "no trace is written");
+  add_engine_option_rules(sub, a->engine);
   sub.footer(
       "Example: engram run --batch 128 --steps 64 --prefetch on_demand --json\n"
       "Each step: ids for every sequence are hashed (r), early mode submits all Engram layers' lookups to one serial\n"

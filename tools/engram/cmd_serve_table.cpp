@@ -270,9 +270,11 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Socket path (its directory must be 0700 and yours); default: $XDG_RUNTIME_DIR/engram or "
                  "/tmp/engram-<uid>, with a random name")
       ->check(socket_path());
-  sub.add_option("--group", a->group, "Group name peers must present (default engram-table)")->check(non_empty());
+  sub.add_option("--group", a->group,
+                 "Group name peers must present (default engram-table; no whitespace, control character or '/')")
+      ->check(group_name());
   // Without --socket the group names the socket (see default_socket_bytes): it must fit sun_path.
-  sub.parse_complete_callback([a] {
+  add_parse_check(sub, [a] {
     if (!a->socket.empty()) return;
     const size_t bytes = default_socket_bytes(a->group);
     if (bytes > sys::kMaxSocketPathBytes)

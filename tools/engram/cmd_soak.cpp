@@ -19,6 +19,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -99,16 +101,16 @@ Resources read_resources() {
 // lookups in less.
 constexpr Millis kMinRound{2000};
 
-// "10m", "45s", "1h", "90" (seconds), "1500ms".
+// "10m", "45s", "1h", "90" (seconds), "1500ms", "1.5m": a decimal number (no sign, exponent or surrounding space)
+// and a unit.
 Result<Millis> parse_duration(const std::string& text) {
-  size_t pos = 0;
+  const char* b = text.data();
+  const char* e = b + text.size();
   double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
+  const auto [p, ec] = std::from_chars(b, e, v, std::chars_format::fixed);
+  if (ec != std::errc() || b == e || !std::isdigit(static_cast<unsigned char>(*b)))
     return Status(Code::kInvalidArgument, "duration '" + text + "': expected a number with s, m, h or ms");
-  }
-  const std::string unit = text.substr(pos);
+  const std::string unit(p, e);
   double ms = 0;
   if (unit.empty() || unit == "s") ms = v * 1e3;
   else if (unit == "ms") ms = v;
@@ -511,9 +513,16 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
   sub.add_option("--duration", a->duration, "Total time: 10m, 45s, 1h (at least 2 s; the last round runs at least 2 s)")
       ->check(duration)
       ->capture_default_str();
-  sub.add_option("--round", a->round, "Length of one round (one table, one placement; at least 2 s)")
+  sub.add_option("--round", a->round, "Length of one round (one table, one placement; at least 2 s, at most --duration)")
       ->check(duration)
       ->capture_default_str();
+  // A round longer than the soak would be cut to it: refused instead, naming both.
+  add_parse_check(sub, [a] {
+    const auto total = parse_duration(a->duration), round = parse_duration(a->round);
+    if (total.is_ok() && round.is_ok() && *round > *total)
+      throw CLI::ValidationError("--round", "'" + a->round + "' is longer than --duration '" + a->duration +
+                                                "': give a round of at most the soak's length");
+  });
   sub.add_option("--ranks", a->ranks, "Rank processes")->check(integer_in(1, 256))->capture_default_str();
   sub.add_option("--table-size", a->table_size, "Total table bytes of each round's v41-flash-mini table")
       ->check(size_in(int64_t{1} << 20, int64_t{1} << 50))
@@ -542,8 +551,8 @@ auto setup_soak(CLI::App& sub) -> std::function<int()> {
 auto setup_worker(CLI::App& sub) -> std::function<int()> {
   auto a = std::make_shared<WorkerArgs>();
   sub.group("");  // hidden: started by `engram soak`
-  sub.add_option("--socket", a->socket)->required()->check(non_empty());
-  sub.add_option("--group", a->group)->required()->check(non_empty());
+  sub.add_option("--socket", a->socket)->required()->check(socket_path());
+  sub.add_option("--group", a->group)->required()->check(group_name());
   sub.add_option("--round-ms", a->round_ms)->check(range(int64_t{1}, int64_t{7} * 24 * 3600 * 1000));
   sub.add_option("--max-batch", a->max_batch)->check(range(1, 1 << 16));
   sub.add_option("--sample-every", a->sample_every)->check(range(1, 1 << 20));

@@ -4,6 +4,7 @@
 // are faster (--scale-lookup), submitted earlier (--advance-ready-us) or one layer's lookups run on a second queue
 // (--move-layer); and a PNG of one step's lanes (--plot FILE.png --step K: prefetch queue lookups s..f, main-stream
 // waits c..wait_end, ids-ready-to-submit r..submit) drawn with gnuplot (plot.hpp).
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -78,6 +79,13 @@ int analyze(const TraceArgs& a) {
   if (tl->rows().empty())
     return report_failure("trace analyze", Status(Code::kInvalidArgument, a.file + ": timeline has no " +
                                                                                (warmup_rows ? "measured rows (only warm-up; --include-warmup)" : "rows")));
+  // E = max(0, f - c) needs both times of a lookup: a timeline where no row records them (null: not recorded) has
+  // no exposed wait to report, not one of 0.
+  bool any_e = false;
+  for (const auto& t : tl->rows()) any_e |= std::isfinite(t.f_ns) && std::isfinite(t.c_ns);
+  if (!any_e)
+    return report_failure("trace analyze", Status(Code::kInvalidArgument, a.file + ": timeline: no row records both f_ns "
+                                                                                   "and c_ns: the exposed wait cannot be computed"));
   const auto base = analyze_timeline(*tl);
   const bool what_if = a.scale_lookup != 1.0 || a.advance_ready_us != 0.0 || a.move_layer >= 0;
   if (a.move_layer >= 0 && (a.scale_lookup != 1.0 || a.advance_ready_us != 0.0))
@@ -188,6 +196,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   an->add_flag("--include-warmup", a->include_warmup,
                "Count the warm-up steps too (default: left out, as engram run's own report leaves them out)");
   an->add_flag("--json", a->json, "Print JSON");
+  for (const char* name : {"--step", "--rank"})
+    refuse_without(*an, an->get_option(name), an->get_option("--plot"), "it picks what --plot draws");
   return [a] { return analyze(*a); };
 }
 

@@ -86,6 +86,31 @@ std::string subcommand_mistake(const CLI::App& top, int argc, char** argv) {
   return path + ": a subcommand is required, one of: " + subcommand_names(*app);
 }
 
+// A flag given a value (`--force=yes`, `--verbose=0`, also `--verbose=true`): refused whatever the word, naming the
+// flag (CLI11, its flag override disabled by harden_options, would take "true" and name the flag without dashes).
+// The walk follows the subcommand words as subcommand_mistake does; "" when no flag has a value.
+std::string flag_with_value(const CLI::App& top, int argc, char** argv) {
+  const CLI::App* app = &top;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w == "--") return "";
+    if (w.rfind("--", 0) == 0) {
+      const size_t eq = w.find('=');
+      if (eq == std::string::npos) continue;
+      const CLI::Option* o = app->get_option_no_throw(w.substr(0, eq));
+      if (o && is_flag(*o))
+        return o->get_name() + ": a flag takes no value, got '" + w + "' (give " + o->get_name() + " alone, or leave it out)";
+      continue;
+    }
+    for (const CLI::App* s : app->get_subcommands([](const CLI::App*) { return true; }))
+      if (s->get_name() == w) {
+        app = s;
+        break;
+      }
+  }
+  return "";
+}
+
 // The option of the parsed command tree named `name` ("--layers", or a positional's name), or null.
 const CLI::Option* find_parsed_option(const CLI::App& app, const std::string& name) {
   for (const CLI::Option* o : app.get_options())
@@ -154,6 +179,11 @@ std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv, st
     }
   }
   if (const std::string msg = subcommand_mistake(app, argc, argv); !msg.empty()) {
+    err << msg << "\n";
+    err.flush();
+    return 2;
+  }
+  if (const std::string msg = flag_with_value(app, argc, argv); !msg.empty()) {
     err << msg << "\n";
     err.flush();
     return 2;

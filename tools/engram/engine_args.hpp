@@ -10,6 +10,7 @@
 
 #include "args.hpp"
 #include "command.hpp"
+#include "option_rules.hpp"
 #include "engram/engine.hpp"
 #include "report/progress_line.hpp"
 
@@ -27,7 +28,17 @@ struct CacheArgs {
 inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& warmup_default) {
   sub.add_option("--cache-size", c.size,
                  "CUDA GPU hot-row cache per Engram layer: bytes (256MiB), a share of the layer's table (default 5%), "
-                 "or off; capped at half the free HBM. CUDA-only: the cpu backend says so and runs without it");
+                 "or off (no cache; a size of 0 is refused); capped at half the free HBM. CUDA-only: the cpu backend "
+                 "says so and runs without it")
+      ->check(parsed_by([](const std::string& t) -> Status {
+        if (t == "off") return Status::ok();
+        auto parsed = parse_cache_size(t);
+        if (!parsed.is_ok()) return parsed.status();
+        if (parsed->kind == CacheSize::Kind::kOff)
+          return Status(Code::kInvalidArgument,
+                        "'" + t + "' is a cache of no rows: give --cache-size off to run without the cache");
+        return Status::ok();
+      }));
   sub.add_option("--cache-format", c.format, "Cache rows as fp8 (default: records as stored) or bf16 (decoded once)")
       ->check(CLI::IsMember({"fp8", "bf16"}));
   sub.add_option("--cache-profile", c.profile,
@@ -44,6 +55,12 @@ inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& wa
                  "full (the traffic moved) M and S double per update up to burst=B times (burst=16 follows a change "
                  "of traffic within a few hundred steps, at the cost of longer steps while it bursts); or off "
                  "(default every=4,rows=256,slice=64,burst=1)");
+}
+
+// --shm-dir is read for --backing shm only (run, replay, experiment, serve-table, census).
+inline void refuse_shm_dir_without_shm(CLI::App& sub, const std::string* backing) {
+  refuse_unless_value(sub, sub.get_option("--shm-dir"), sub.get_option("--backing"), backing, {"shm"},
+                      "the directory holds the named files of --backing shm only");
 }
 
 // Tensor-parallel slice of the table (--tp-size, --tp-rank): kept as typed, parsed by set_table_option.
@@ -111,6 +128,9 @@ inline void add_tp_options(CLI::App& sub, TpArgs& t) {
                  "holds ceil(heads / N) heads and only their rows (default 1: the whole table)");
   sub.add_option("--tp-rank", t.rank, "This process's tensor-parallel rank, 0..tp-size-1 (default 0)");
 }
+
+// The rules between the engine options of add_table_memory_options (option_rules.hpp).
+inline void add_engine_option_rules(CLI::App& sub, EngineArgs& a) { refuse_shm_dir_without_shm(sub, &a.backing); }
 
 // Sets o.tp from the flags. kInvalidArgument naming the flag: not an integer, --tp-size < 1, --tp-rank outside
 // [0, tp-size).

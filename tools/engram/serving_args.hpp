@@ -12,6 +12,7 @@
 #include "args.hpp"
 #include "engine/harness.hpp"
 #include "engine_args.hpp"
+#include "option_rules.hpp"
 #include "engram/engine.hpp"
 #include "engram/layout.hpp"
 #include "replay/experiment.hpp"
@@ -75,6 +76,20 @@ inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   sub.add_option("--zipf-alpha", a.zipf_alpha, "Zipf exponent (default 1.0)")->check(range(1e-6, 100.0));
   sub.add_option("--warmup", a.warmup, "Warm-up steps before the clock starts (default 2)")->check(range(0, 1000));
   add_cache_options(sub, a.engine.cache, std::to_string(kServingCacheWarmup) + " live steps");
+  // Options read only with some values of others are refused in the rest (option_rules.hpp).
+  CLI::Option* ids = sub.get_option("--ids");
+  refuse_with_value(sub, sub.get_option("--tokens"), ids, &a.ids, {"zipf"}, "the token file is read for text ids only");
+  refuse_with_value(sub, sub.get_option("--zipf-alpha"), ids, &a.ids, {"text"}, "it shapes zipf ids only");
+  refuse_with(sub, sub.get_option("--prompt"), sub.get_option("--trace-file"), "the trace file gives each request's lengths");
+  refuse_with(sub, sub.get_option("--output"), sub.get_option("--trace-file"), "the trace file gives each request's lengths");
+  add_engine_option_rules(sub, a.engine);
+}
+
+// With a recorded batches file (`--batches`, of replay and experiment) the requests are the file's: the options
+// that make a live workload are refused.
+inline void refuse_workload_with_batches(CLI::App& sub, CLI::Option* batches) {
+  for (const char* name : {"--rate", "--requests", "--prompt", "--output", "--trace-file"})
+    refuse_with(sub, sub.get_option(name), batches, "the recorded batches file fixes the requests");
 }
 
 struct ServingSetup {

@@ -179,6 +179,7 @@ const Row kRows[] = {
     {"trace analyze {D}/tl-step.json", 2, "tl-step.json: timeline: rows[0].step"},
     {"trace analyze {D}/tl-layer.json", 2, "tl-layer.json: timeline: rows[0].layer_index"},
     {"trace analyze {D}/tl-unit.json", 2, "tl-unit.json: timeline: unit"},
+    {"trace analyze {D}/tl-nullc.json", 2, "tl-nullc.json: timeline: no row records both f_ns and c_ns"},
     {"trace analyze {D}/tl-good.json --step -1", 2, "--step"},
     {"trace analyze {D}/tl-good.json --rank -1", 2, "--rank"},
     {"trace analyze {D}/tl-good.json --plot {D}/p.png --rank 5", 2, "--rank 5"},
@@ -246,6 +247,65 @@ const Row kRows[] = {
     {"bench lookup --smoke --backends cpu --cache-size ''", 2, "--cache-size"},
     {"bench lookup --smoke --backends cpu --cache-size 0%", 2, "--cache-size"},
     {"bench lookup --smoke --backends cpu --tokens {F}", 2, "--tokens"},
+    // an option that has no effect in the combination given: refused, naming both options and why
+    {"run --ids zipf --timeline none --timeline-absolute", 2, "--timeline-absolute: has no effect with --timeline none"},
+    {"replay --ids zipf --timeline-absolute", 2, "--timeline-absolute: has no effect with --timeline none"},
+    {"run --ids zipf --tokens {F}", 2, "--tokens: has no effect with --ids zipf"},
+    {"run --ids uniform --tokens {F}", 2, "--tokens: has no effect with --ids uniform"},
+    {"run --ids uniform --zipf-alpha 2", 2, "--zipf-alpha: has no effect with --ids uniform"},
+    {"run --ids text --zipf-alpha 2", 2, "--zipf-alpha: has no effect with --ids text"},
+    {"run --ids zipf --hash cpu", 2, "--hash: has no effect with --ids zipf"},
+    {"run --ids zipf --switch-at 2 --switch-tokens {F}", 2, "--switch-tokens: has no effect with --ids zipf"},
+    {"run --ids zipf --backing memfd --shm-dir {S}", 2, "--shm-dir: has no effect with --backing memfd"},
+    {"replay --ids zipf --tokens {F}", 2, "--tokens: has no effect with --ids zipf"},
+    {"replay --ids text --zipf-alpha 2", 2, "--zipf-alpha: has no effect with --ids text"},
+    {"replay --ids zipf --batches {F} --rate 5", 2, "--rate: has no effect with --batches"},
+    {"replay --ids zipf --trace-file {F} --prompt 16", 2, "--prompt: has no effect with --trace-file"},
+    {"experiment B1 --caps 0.5 0.6", 2, "--caps: has no effect with B1 (only B2 sweeps grid caps)"},
+    {"experiment B1 --prefetch early", 2, "--prefetch: has no effect with B1"},
+    {"experiment A2 --batches {F} --requests 4", 2, "--requests: has no effect with --batches"},
+    {"profile --tokens {F} --layout tiny --out {D}/p.bin --d 64", 2, "--d: has no effect with --layout tiny"},
+    {"profile --tokens {F} --layout tiny --out {D}/p.bin --row-format split", 2, "--row-format: has no effect with --layout tiny"},
+    {"profile --tokens {F} --out {D}/p --holdout-out {D}/h", 2, "--holdout-out: has no effect without --holdout"},
+    {"hash --batch 5", 2, "--batch: has no effect without --stats"},
+    {"hash --tokens {F} --no-bos", 2, "--no-bos: has no effect with --tokens"},
+    {"hash --tokens {F} --text {F}", 2, "--text: has no effect with --tokens"},
+    {"trace analyze {D}/tl-good.json --step 0", 2, "--step: has no effect without --plot"},
+    {"census --layout tiny --prefix x", 2, "--prefix: has no effect without --pid"},
+    {"census --layout tiny --shm-dir {S}", 2, "--shm-dir: has no effect with --backing memfd"},
+    // a boolean flag given a value
+    {"bench numa --smoke --verbose=1", 2, "--verbose: a flag takes no value"},
+    {"table create --layout tiny --out {D}/o.safetensors --force=yes", 2, "--force: a flag takes no value"},
+    {"trace analyze {D}/tl-good.json --include-warmup=0", 2, "--include-warmup: a flag takes no value"},
+    {"run --json=true", 2, "--json: a flag takes no value"},
+    // two options naming one file
+    {"run --ids zipf --timeline {D}/same.out --metrics-file {D}/same.out", 2, "--timeline and --metrics-file: both name"},
+    {"replay --ids zipf --record {D}/same.out --timeline {D}/sub/../same.out", 2, "--record and --timeline: both name"},
+    {"profile --tokens {F} --out {F}", 2, "--tokens and --out: both name"},
+    {"hash --tokens {F} --out {F}", 2, "--tokens and --out: both name"},
+    // surrounding whitespace: refused, never trimmed
+    {"model capacity --layout v41-flash-mini --table-size '1GiB '", 2, "--table-size"},
+    {"run --table-size ' 64MiB'", 2, "--table-size"},
+    {"replay --ids zipf --prompt '16 '", 2, "--prompt"},
+    {"run --batch '4 '", 2, "--batch"},
+    {"soak --duration '10s '", 2, "--duration"},
+    {"soak --duration 1e1s", 2, "--duration"},
+    {"soak --duration 0x10s", 2, "--duration"},
+    // soak: a round longer than the soak
+    {"soak --duration 2s --round 5s", 2, "--round: '5s' is longer than --duration '2s'"},
+    // a cache of no rows
+    {"run --ids zipf --cache-size 0%", 2, "--cache-size: '0%' is a cache of no rows: give --cache-size off"},
+    {"run --ids zipf --cache-size 0", 2, "--cache-size off"},
+    {"replay --ids zipf --cache-size 0B", 2, "--cache-size off"},
+    // group names
+    {"serve-table --group 'a b'", 2, "--group: 'a b' is not a group name"},
+    {"serve-table --group a/b", 2, "--group: 'a/b' is not a group name"},
+    {"census --pid 1 --prefix ''", 2, "--prefix"},
+    // the hidden rank process: refused before it joins
+    {"rank-worker --socket {F} --group g", 2, "is not a socket"},
+    {"rank-worker --socket {D}/no.sock --group g --fault-at bogus", 2, "--fault-at"},
+    {"rank-worker --socket {D}/no.sock --group ''", 2, "--group"},
+    {"rank-worker --socket {D}/no.sock --group 'a b'", 2, "--group"},
 };
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
@@ -276,6 +336,8 @@ struct Fixture {
                                             R"("rows":4,"r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
     std::ofstream(work / "tl-good.json") << R"({"rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,"rows":4,)"
                                             R"("r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":4,"wait_end_ns":5}]})";
+    std::ofstream(work / "tl-nullc.json") << R"({"rows":[{"rank":0,"step":0,"layer_index":0,"layer_id":1,"rows":4,)"
+                                             R"("r_ns":0,"submit_ns":1,"s_ns":2,"f_ns":3,"c_ns":null,"wait_end_ns":5}]})";
     ::mkfifo((work / "fifo").c_str(), 0600);
   }
   ~Fixture() {
@@ -361,7 +423,7 @@ TEST(CliEdges, MalformedFaultSpecIsRefusedBeforeAnyWork) {
   Fixture fx;
   const std::string run = " run --layout tiny --backend cpu --ids zipf --steps 2 --warmup 0 --batch 4 --no-baseline "
                           "--timeline none --progress never";
-  for (const char* spec : {"bogus", "mbind=EBOGUS", "mbind=", "=EPERM"}) {
+  for (const char* spec : {"bogus", "mbind=EBOGUS", "mbind=", "=EPERM", "nosuchcall=EPERM", "mbind=EPERM,", "mbind=0"}) {
     const auto before = fx.snapshot();
     const Ran r = run_cli(run, fx.work, fx.root / "stderr.txt");  // the same command without the variable runs
     ASSERT_EQ(r.code, 0) << r.err;
@@ -369,6 +431,9 @@ TEST(CliEdges, MalformedFaultSpecIsRefusedBeforeAnyWork) {
                                                 ENGRAM_CLI_PATH + run + " 2>&1 >/dev/null");
     EXPECT_EQ(bad.code, 2) << spec << "\n" << bad.out;
     EXPECT_NE(bad.out.find("ENGRAM_FAULT"), std::string::npos) << spec << "\n" << bad.out;
+    if (std::string(spec) == "nosuchcall=EPERM") {
+      EXPECT_NE(bad.out.find("'nosuchcall' is no fault point"), std::string::npos) << bad.out;
+    }
     EXPECT_EQ(fx.snapshot(), before) << spec << ": the working directory changed";
   }
 }

@@ -65,6 +65,8 @@ void run_matrix(const std::string& what, const std::function<Status()>& op, cons
   ASSERT_TRUE(op().is_ok());
   const std::vector<std::string> calls = sys::stop_call_trace();
   ASSERT_FALSE(calls.empty()) << what << ": no hooked call";
+  // Every hooked call asks under a name of the registry, so ENGRAM_FAULT can name it.
+  for (const auto& c : calls) EXPECT_TRUE(sys::is_fault_point(c)) << what << ": hooked call '" << c << "' is no fault point";
   const ResourceCensus base = ResourceCensus::take(kBigMapBytes, shm_dir);
   for (size_t i = 0; i < calls.size(); ++i) {
     for (int err : {ENOMEM, ENOSPC, EPERM}) {
