@@ -480,6 +480,12 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   refuse_with_value(sub, sub.get_option("--timeline-absolute"), sub.get_option("--timeline"), &a->timeline, {"none"},
                     "no trace is written");
   add_engine_option_rules(sub, a->engine);
+  check_derived_outputs(sub, sub.get_option("--timeline"), [a] {
+    std::vector<std::string> paths;
+    if (a->ranks > 1 && a->timeline != "none")
+      for (int r = 0; r < a->ranks; ++r) paths.push_back(a->timeline + ".rank" + std::to_string(r) + ".json");
+    return paths;
+  });
   sub.footer(
       "Example: engram run --batch 128 --steps 64 --prefetch on_demand --json\n"
       "Each step: ids for every sequence are hashed (r), early mode submits all Engram layers' lookups to one serial\n"
