@@ -137,7 +137,10 @@ Result<ModelInfo> read_impl(const std::string& dir, const ModelTensorNames& name
   }
   std::map<std::string, sys::File> files;
   for (const auto& [shard, e] : per_shard) {
-    auto f = sys::open_read(info.path(shard));
+    // A shard that is not a regular file (a FIFO, a symlink loop, a dangling link) is bad input, refused by the
+    // same check as an input path on the command line.
+    Status usable = sys::check_input_path(info.path(shard), sys::InputKind::kFile);
+    auto f = usable.is_ok() ? sys::open_read(info.path(shard)) : Result<sys::File>(std::move(usable));
     if (!f.is_ok())
       return f.status().with_context(std::string(kModelIndexFile) + " maps " + std::to_string(e.first) +
                                      " tensors (e.g. " + printable(e.second) + ") to shard " + shard);

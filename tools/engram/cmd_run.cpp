@@ -150,6 +150,8 @@ int run(const RunArgs& a) {
     if (!tp_check.tp.whole())
       return report_failure("run", Status(Code::kInvalidArgument, "--tp-size " + a.engine.tp.size +
                                                                       " with --ranks: a rank group shares one whole table"));
+    if (a.timeline != "none")
+      if (Status st = ensure_default_output_dir(); !st.is_ok()) return report_failure("run", st);
     return run_ranks(a);
   }
   auto fmt = parse_row_format(a.row_layout);
@@ -244,6 +246,7 @@ int run(const RunArgs& a) {
 
   std::string timeline_path = a.timeline;
   if (timeline_path != "none") {
+    if (Status st = ensure_default_output_dir(); !st.is_ok()) return report_failure("run", st);
     std::ofstream f(timeline_path);
     if (!f) return report_failure("run", Status(Code::kIo, "cannot write timeline file '" + timeline_path + "'"));
     Timeline tl = queue->timeline();
@@ -397,7 +400,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   CLI::Option* layout_opt = sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
       ->check(CLI::IsMember(preset_names()));
   a->table_size_option = sub.add_option("--table-size", a->table_size,
-                 "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)");
+                 "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)")
+      ->check(size_in(1, int64_t{1} << 50));
   sub.add_option("--row-layout", a->row_layout, "Row layout in memory: fused (payload|scales record, default) or split")
       ->check(CLI::IsMember({"fused", "split"}));
   sub.add_option("--seed", a->seed, "Seed of the synthetic table content and of the ids (default 1)")->check(unsigned_integer());

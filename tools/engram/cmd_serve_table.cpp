@@ -266,6 +266,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   add_tp_options(sub, a->tp);
   sub.add_option("--shm-dir", a->shm_dir, "Directory of the named file for --backing shm (default /dev/shm)")
       ->check(input_dir());
+  refuse_shm_dir_without_shm(sub, &a->backing);
   sub.add_option("--socket", a->socket,
                  "Socket path (its directory must be 0700 and yours); default: $XDG_RUNTIME_DIR/engram or "
                  "/tmp/engram-<uid>, with a random name")

@@ -227,6 +227,17 @@ int create_model_dir(const ModelCreateArgs& a) {
   }
   if (a.compression_table == "auto") opt.compression_table = default_compression_table_path();
   else if (a.compression_table != "none") opt.compression_table = a.compression_table;
+  // config.json's V' must be the copied table's (table info and load refuse a model where they differ).
+  if (a.compressed_vocab_size > 0 && !opt.compression_table.empty()) {
+    auto t = read_compression_table(opt.compression_table);
+    if (!t.is_ok()) return report_failure(cmd, t.status().with_context("--compression-table"));
+    if (t->compressed_vocab != a.compressed_vocab_size)
+      return report_failure(cmd, bad("--compressed-vocab-size " + std::to_string(a.compressed_vocab_size) +
+                                     ": the compression table " + opt.compression_table + " copied into the model has V' = " +
+                                     std::to_string(t->compressed_vocab) +
+                                     " and config.json must agree with it (leave the option out, or give "
+                                     "--compression-table none)"));
+  }
 
   report::ProgressLine line("write " + a.out, progress_display(a.progress));
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
