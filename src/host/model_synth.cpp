@@ -239,6 +239,7 @@ Status write_impl(const std::string& dir, const EngramLayout& layout, const Synt
   wo.threads = opt.threads;
   wo.chunk_bytes = opt.chunk_bytes;
   wo.drop_page_cache = opt.drop_page_cache;
+  wo.cancelled = opt.cancelled;
   int64_t written = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
     const bool last = s + 1 == shards.size();

@@ -185,6 +185,13 @@ int run(const RunArgs& a) {
   eo.content = content;
   show_load_progress(eo, progress_display(a.progress));
   if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
+  // The library allows more ranks than heads (vLLM does: the ranks past the heads hold nothing); one process of
+  // such a group measures an empty slice, so the CLI refuses it.
+  if (eo.table.tp.size > layout->heads())
+    return report_failure("run", Status(Code::kInvalidArgument,
+                                        "--tp-size " + std::to_string(eo.table.tp.size) + ": the table has " +
+                                            std::to_string(layout->heads()) + " heads per layer; a tensor-parallel "
+                                            "group of more ranks than heads leaves ranks with no rows"));
 
   // Ids first: a missing token file should fail before minutes of table building.
   std::string ids_note;

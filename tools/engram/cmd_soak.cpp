@@ -43,6 +43,7 @@
 #include "engram/table.hpp"
 #include "host/group.hpp"
 #include "host/placement.hpp"
+#include "sys/unix_socket.hpp"
 #include "replay/multi_rank.hpp"
 #include "sys/affinity.hpp"
 #include "sys/numa.hpp"
@@ -360,6 +361,8 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
 }
 
 int run_soak(const SoakArgs& a) {
+  if (const std::string note = sys::runtime_dir_fallback_note(); !note.empty())
+    std::fprintf(stderr, "engram soak: note: %s\n", note.c_str());
   auto total = parse_duration(a.duration);
   if (!total.is_ok()) return report_failure("soak", total.status().with_context("--duration"));
   auto round_len = parse_duration(a.round);

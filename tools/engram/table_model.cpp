@@ -37,6 +37,7 @@
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
 #include "sys/numa.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -239,10 +240,19 @@ int create_model_dir(const ModelCreateArgs& a) {
                                      "--compression-table none)"));
   }
 
+  // A termination signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2) stops the shard writers at their next
+  // chunk and the temporary directory is removed, as for a checkpoint (table create without --format).
+  if (Status handlers = sys::install_stop_handlers(); !handlers.is_ok()) return report_failure(cmd, handlers);
+  opt.cancelled = [] { return sys::stop_requested(); };
   report::ProgressLine line("write " + a.out, progress_display(a.progress));
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
   const auto t0 = Clock::now();
   const Status s = host::write_synthetic_model_dir(a.out, *layout, opt);
+  if (!s.is_ok() && sys::stop_requested()) {
+    std::fprintf(stderr, "engram %s: stopped by signal %d; %s not written, no temporary directory left\n", cmd,
+                 sys::stop_signal(), a.out.c_str());
+    return 128 + sys::stop_signal();
+  }
   if (!s.is_ok()) return report_failure(cmd, s);
   const double secs = seconds_since(t0);
   const int64_t row_bytes = layout->total_rows() * layout->source_bytes_per_row();
