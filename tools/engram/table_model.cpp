@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,7 @@
 #include "host/json_text.hpp"
 #include "host/model_io.hpp"
 #include "host/placement.hpp"
+#include "host/sweep.hpp"
 #include "report/progress_line.hpp"
 #include "host/token_io.hpp"
 #include "host/tokenizer_table.hpp"
@@ -240,6 +242,12 @@ int create_model_dir(const ModelCreateArgs& a) {
                                      "--compression-table none)"));
   }
 
+  // Temporary directories of writers killed by SIGKILL beside --out (their owner is dead): named, removed.
+  {
+    const std::filesystem::path target = std::filesystem::absolute(a.out);
+    const host::SweepReport swept = host::sweep_stale({{target.parent_path().string()}});
+    for (const auto& l : swept.lines(false)) std::fprintf(stderr, "engram %s: %s\n", cmd, l.c_str());
+  }
   // A termination signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2) stops the shard writers at their next
   // chunk and the temporary directory is removed, as for a checkpoint (table create without --format).
   if (Status handlers = sys::install_stop_handlers(); !handlers.is_ok()) return report_failure(cmd, handlers);
