@@ -119,12 +119,6 @@ Status write_impl(const std::string& dir, const EngramLayout& layout, const Synt
   if (!opt.compression_table.empty()) {
     ENGRAM_ASSIGN_OR_RETURN(const CompressionTable t, read_compression_table(opt.compression_table));
     if (compressed_vocab == 0) compressed_vocab = t.compressed_vocab;
-    // The model's config.json must agree with the table it carries (table info and load check it): a V' of
-    // another size would make a model nothing can load.
-    if (compressed_vocab != t.compressed_vocab)
-      return invalid("compressed_vocab_size " + std::to_string(compressed_vocab) + " differs from V' = " +
-                     std::to_string(t.compressed_vocab) + " of the compression table " + opt.compression_table +
-                     " copied into the model (leave it out to take the table's, or copy no table)");
     model_vocab = t.vocab_size();
   }
   if (compressed_vocab <= 0)
