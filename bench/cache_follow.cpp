@@ -151,6 +151,15 @@ CLI::Validator token_file() {
   });
 }
 
+// --switch-at inside (--warmup, --steps): after the warm-up window, before the last step.
+Status check_switch_at(const FollowOptions& o) {
+  if (o.switch_at <= o.warmup || o.switch_at >= o.steps)
+    return Status(Code::kInvalidArgument, fmt::format("cache-follow: --switch-at {} must be in ({}, {}) (after the "
+                                                      "warm-up window, before the last step)",
+                                                      o.switch_at, o.warmup, o.steps));
+  return Status::ok();
+}
+
 std::optional<std::string> follow_filter(const Context& ctx) {
   const FollowOptions& o = g_follow;
   for (const auto& [given, rel] : {std::pair{o.first, "corpus/corpus-test.tokens"}, std::pair{o.then, "other/corpus-test.tokens"},
@@ -168,10 +177,7 @@ Result<Report> run_follow(Context& ctx) {
     o.switch_at = 32;
     o.window = 8;
   }
-  if (o.switch_at <= o.warmup || o.switch_at >= o.steps)
-    return Status(Code::kInvalidArgument, fmt::format("cache-follow: --switch-at {} must be in ({}, {}) (after the "
-                                                      "warm-up window, before the last step)",
-                                                      o.switch_at, o.warmup, o.steps));
+  ENGRAM_RETURN_IF_ERROR(check_switch_at(o));
   ENGRAM_ASSIGN_OR_RETURN(const int64_t table_bytes, parse_size_bytes(o.table_size));
   ENGRAM_ASSIGN_OR_RETURN(EngramLayout full, make_preset_layout("v41-flash-mini", table_bytes, RowFormat::kFused));
   EngramLayout layout = full;  // layer 0 alone: the same head sizes and hash as the two-layer table's first layer
@@ -350,6 +356,7 @@ ENGRAM_BENCH(cache_follow,
                         ->delimiter(';')
                         ->check(cli::parsed_by([](const std::string& t) { return parse_cache_update(t).status(); }));
                   },
+              .check = [](const Context&) { return check_switch_at(g_follow); },
               .filter = follow_filter,
               .run = run_follow,
               .order = 80});

@@ -91,6 +91,9 @@ struct Entry {
   std::string description;     // one line for --help
   // Declares this bench's own options on its subcommand (may be empty). Bind them to file-static storage.
   std::function<void(CLI::App&)> add_options;
+  // Checks the bench's own option values (may be empty): a refusal is kInvalidArgument, bad input (exit 2), and it
+  // runs before filter(), so a bad value is reported as such even where the bench would be waived.
+  std::function<Status(const Context&)> check = nullptr;
   // Returns a reason when this machine cannot run the bench (waived), nullopt when it can.
   std::function<std::optional<std::string>(const Context&)> filter;
   std::function<Result<Report>(Context&)> run;

@@ -93,6 +93,17 @@ Status check_hugepages(uint64_t bytes, uint64_t page_bytes, const std::vector<in
   if (!pool.is_ok()) return pool.status().with_context(what);
   const auto [from_pool, by_overcommit] = obtainable_parts(*pool);
   if (static_cast<int64_t>(need) <= from_pool + by_overcommit) return Status::ok();
+  const std::string sys_dir = "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(page_bytes / 1024) + "kB";
+  // No pool at all (none reserved, no overcommit): not possible on this machine as it is set up, unlike a pool
+  // that is too small or in use (a runtime shortage).
+  if (pool->total_pages == 0 && pool->overcommit_pages == 0 && pool->surplus_pages == 0)
+    return Status(Code::kUnsupported,
+                  what + " of " + format_bytes(static_cast<int64_t>(bytes)) + " needs " + std::to_string(need) + " x " +
+                      format_bytes(static_cast<int64_t>(page_bytes)) + " hugepages and this machine has no pool of " +
+                      format_bytes(static_cast<int64_t>(page_bytes)) + " pages (nr_hugepages 0, nr_overcommit_hugepages 0): "
+                      "reserve them as root, e.g. echo " + std::to_string(need) + " > " + sys_dir + "/nr_hugepages" +
+                      (page_bytes > (uint64_t{1} << 21) ? " (1 GiB pages: best at boot, hugepagesz=1G hugepages=N)" : "") +
+                      ", or allow overcommit in " + sys_dir + "/nr_overcommit_hugepages");
   const std::string where = nodes.empty() ? std::string("the pool") : "node(s) " + sys::format_int_list(nodes);
   return Status(Code::kNoSpace, what + " of " + format_bytes(static_cast<int64_t>(bytes)) + " needs " +
                                     std::to_string(need) + " x " + format_bytes(static_cast<int64_t>(page_bytes)) +
@@ -136,6 +147,7 @@ Result<HugepagePool> read_hugepage_pool(uint64_t page_bytes, const std::vector<i
   };
   HugepagePool p;
   p.free_pages = *free_p;
+  p.total_pages = value(dir + "/nr_hugepages");
   p.reserved_pages = value(dir + "/resv_hugepages");
   p.surplus_pages = value(dir + "/surplus_hugepages");
   p.overcommit_pages = value(dir + "/nr_overcommit_hugepages");
@@ -315,8 +327,10 @@ Result<Backing> Backing::attach_path(const std::string& path, uint64_t size_byte
   if (size_bytes == 0) return Status(Code::kInvalidArgument, "attach_path: size 0");
   auto fd = sys::open_named_file(path);
   if (!fd.is_ok()) {
+    // The leader made the file moments ago: it vanishing is a runtime failure of the group (kIo, exit 1), not a
+    // name the user got wrong.
     if (fd.status().code() == Code::kNotFound)
-      return Status(Code::kNotFound, "attach_path(" + path + "): the named file is gone (unlinked by the leader "
+      return Status(Code::kIo, "attach_path(" + path + "): the named file is gone (unlinked by the leader "
                                          "after every peer attached, or the leader died): this peer joined late",
                     fd.status().sys_error());
     return fd.status();

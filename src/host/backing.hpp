@@ -79,6 +79,7 @@ Status check_backing_fits(const BackingOptions& options);
 // count stays below nr_overcommit_hugepages (global; the page itself comes from the node's free
 // memory). An overcommit-only pool (nr_hugepages = 0) gives pages this way.
 struct HugepagePool {
+  int64_t total_pages = 0;       // nr_hugepages: the pool reserved on this machine (0 and no overcommit: no pool)
   int64_t free_pages = 0;        // free_hugepages
   int64_t reserved_pages = 0;    // resv_hugepages: free pages promised to existing mappings
   int64_t surplus_pages = 0;     // surplus_hugepages

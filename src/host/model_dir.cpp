@@ -7,6 +7,7 @@
 // how many of its rows a table needs. Shard names from the index are file names inside the
 // directory: a name with a '/' or a dot name would reach outside it and is refused.
 #include <algorithm>
+#include <cerrno>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -137,7 +138,11 @@ Result<ModelInfo> read_impl(const std::string& dir, const ModelTensorNames& name
   }
   std::map<std::string, sys::File> files;
   for (const auto& [shard, e] : per_shard) {
-    auto f = sys::open_read(info.path(shard));
+    // A shard that is not a regular file (a FIFO, a symlink loop, a dangling link) is bad input, refused by the
+    // same check as an input path on the command line.
+    Status usable = sys::check_input_path(info.path(shard), sys::InputKind::kFile);
+    if (usable.sys_error() == ENOENT) usable = Status::ok();  // a missing shard: open_read says kNotFound
+    auto f = usable.is_ok() ? sys::open_read(info.path(shard)) : Result<sys::File>(std::move(usable));
     if (!f.is_ok())
       return f.status().with_context(std::string(kModelIndexFile) + " maps " + std::to_string(e.first) +
                                      " tensors (e.g. " + printable(e.second) + ") to shard " + shard);

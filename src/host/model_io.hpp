@@ -221,6 +221,9 @@ struct SyntheticModelOptions {
   int64_t chunk_bytes = int64_t{64} << 20;
   bool drop_page_cache = true;
   TransferProgressFn on_progress;        // phase "write", bytes of every shard together
+  // Polled between chunks of every shard: true stops the write, removes the temporary directory and returns kIo
+  // "... cancelled ..." (a signal handler's flag, as for a checkpoint write).
+  std::function<bool()> cancelled;
 };
 
 // Writes a model directory in the released format with the Engram tables of `layout` (finalized, one

@@ -21,6 +21,7 @@
 #include "host/safetensors.hpp"
 #include "host/safetensors_write.hpp"
 #include "host/token_io.hpp"
+#include "sys/owner.hpp"
 #include "sys/file.hpp"
 
 namespace engram::host {
@@ -213,11 +214,19 @@ Status write_impl(const std::string& dir, const EngramLayout& layout, const Synt
   const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
 
   // ---- into a temporary sibling, then renamed into place ----
+  // Its owner record (sys/owner.hpp) comes first, as for a checkpoint's temp file: a writer killed by SIGKILL
+  // leaves a directory that a sweep of this directory (host/sweep.hpp: the next create, engram cleanup --dir)
+  // can tell from a live writer's and remove.
   std::string tmp;
   for (int attempt = 0;; ++attempt) {
     tmp = temp_sibling_name(dir);
+    if (Status rec = sys::write_owner_record(tmp); !rec.is_ok()) {
+      if (rec.sys_error() == EEXIST && attempt < 8) continue;
+      return rec;
+    }
     const Status s = sys::make_directory(tmp);
     if (s.is_ok()) break;
+    (void)sys::remove_owner_record(tmp);
     if (s.sys_error() != EEXIST || attempt >= 8) return s;
   }
   bool committed = false;
@@ -226,6 +235,7 @@ Status write_impl(const std::string& dir, const EngramLayout& layout, const Synt
     bool& committed;
     ~Cleanup() {
       if (!committed) (void)sys::remove_tree(tmp);
+      (void)sys::remove_owner_record(tmp);
     }
   } cleanup{tmp, committed};
 
@@ -233,6 +243,7 @@ Status write_impl(const std::string& dir, const EngramLayout& layout, const Synt
   wo.threads = opt.threads;
   wo.chunk_bytes = opt.chunk_bytes;
   wo.drop_page_cache = opt.drop_page_cache;
+  wo.cancelled = opt.cancelled;
   int64_t written = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
     const bool last = s + 1 == shards.size();

@@ -15,8 +15,17 @@
 namespace engram::host {
 namespace {
 
+// ".<name>.tmp-<16 hex digits>": the temporary sibling a writer makes (host/safetensors_write.hpp).
+bool is_temp_sibling_name(const std::string& name) {
+  const size_t at = name.rfind(".tmp-");
+  if (name.empty() || name[0] != '.' || at == std::string::npos || at == 0 || name.size() != at + 5 + 16) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at + 5), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 std::string kind_of(const std::string& name, sys::PathKind k) {
   if (k == sys::PathKind::kSocket) return "socket";
+  if (k == sys::PathKind::kDirectory && is_temp_sibling_name(name)) return "temp directory";
   if (name.find(".tmp-") != std::string::npos) return "temp file";
   if (name.rfind("engram", 0) == 0) return "table";
   return "file";
@@ -63,14 +72,17 @@ void sweep_dir(const std::string& dir, const SweepOptions& o, const std::string&
       r->kept.push_back(obj);
       continue;
     }
-    if (object_there && info->kind != sys::PathKind::kRegular && info->kind != sys::PathKind::kSocket) {
+    // A directory is removed only when it is a writer's temporary directory (".<name>.tmp-<16 hex>", a model
+    // directory of table create --format hf-model); any other is left alone.
+    const bool temp_dir = object_there && info->kind == sys::PathKind::kDirectory && is_temp_sibling_name(object_name);
+    if (object_there && !temp_dir && info->kind != sys::PathKind::kRegular && info->kind != sys::PathKind::kSocket) {
       obj.reason += "; but " + object_path + " is not a file or socket: left alone";
       r->kept.push_back(obj);
       continue;
     }
     if (!o.dry_run) {
       if (object_there) {
-        Status u = sys::unlink_path(object_path);
+        Status u = temp_dir ? sys::remove_tree(object_path) : sys::unlink_path(object_path);
         if (!u.is_ok() && u.code() != Code::kNotFound) {
           r->errors.push_back(u.message());
           continue;

@@ -358,7 +358,13 @@ Status FileGuardian::arm_one(const std::string& path) {
   if (path.size() >= static_cast<size_t>(kGuardMaxPath) || path.find('\n') != std::string::npos || path.empty())
     return Status(Code::kInvalidArgument, "FileGuardian::arm(" + path + "): empty, too long or holds a newline");
   struct stat st{};
-  if (::lstat(path.c_str(), &st) != 0) return errno_status(errno, "FileGuardian::arm: lstat(" + path + ")");
+  if (::lstat(path.c_str(), &st) != 0) {
+    // The object was created by this process just before: gone now is a runtime failure (removed by another
+    // process), not a missing input.
+    const int err = errno;
+    Status s = errno_status(err, "FileGuardian::arm: lstat(" + path + ")");
+    return err == ENOENT ? Status(Code::kIo, s.message() + ": the file this process just made is gone (removed by another process)", err) : s;
+  }
   return send("A " + std::to_string(static_cast<unsigned long long>(st.st_dev)) + " " +
               std::to_string(static_cast<unsigned long long>(st.st_ino)) + " " + path + "\n");
 }

@@ -196,6 +196,16 @@ std::string private_runtime_dir_name() {
   return "/tmp/engram-" + std::to_string(::geteuid());
 }
 
+std::string runtime_dir_fallback_note() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg == nullptr || xdg[0] == '\0') return "";
+  const std::string fallback = "/tmp/engram-" + std::to_string(::geteuid());
+  if (xdg[0] != '/') return std::string("XDG_RUNTIME_DIR=") + xdg + " is not an absolute path: using " + fallback;
+  const Status s = check_private_dir(xdg);
+  if (s.is_ok()) return "";
+  return std::string("XDG_RUNTIME_DIR=") + xdg + " is not usable (" + s.message() + "): using " + fallback;
+}
+
 Result<std::string> private_runtime_dir() {
   const std::string dir = private_runtime_dir_name();
   ENGRAM_RETURN_IF_ERROR(make_private_dir(dir));

@@ -108,6 +108,9 @@ Result<std::string> private_runtime_dir();
 // The directory private_runtime_dir() would return, named without creating anything (for checking the length of
 // a path in it before any work).
 std::string private_runtime_dir_name();
+// Why XDG_RUNTIME_DIR is not used when it is set but unusable (not absolute, missing, not a private directory of
+// ours), for a note on stderr like the one for an unusable XDG_CACHE_HOME; "" when it is unset or used.
+std::string runtime_dir_fallback_note();
 // OK when `dir` is a directory (not a symlink) owned by the effective uid with no group/other
 // permission bits. kNotFound when missing; kPermission naming owner and mode otherwise.
 Status check_private_dir(const std::string& dir);

@@ -129,11 +129,11 @@ TEST(GroupProtocol, PeerJoiningLateAfterUnlinkGetsClearError) {
   ASSERT_TRUE(ch.is_ok()) << ch.status().to_string();
   Status s = (*group)->admit(**ch, hooks, f.g.timeouts);
   json l = collect(late);
-  EXPECT_EQ(s.code(), Code::kNotFound) << s.to_string();
+  EXPECT_EQ(s.code(), Code::kIo) << s.to_string();
   EXPECT_NE(s.message().find("step 'attach': rank 1"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("joined late"), std::string::npos) << s.message();
   EXPECT_EQ(l["stage"], "join");
-  EXPECT_EQ(l["status"]["code_name"], "not_found");
+  EXPECT_EQ(l["status"]["code_name"], "io");
   EXPECT_NE(l["status"]["message"].get<std::string>().find("joined late"), std::string::npos) << l.dump();
 }
 

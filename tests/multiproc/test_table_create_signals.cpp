@@ -106,3 +106,53 @@ TEST(TableCreateKill, AfterSigkillTheNextCreateRemovesAndNamesTheStaleTempFile) 
   ASSERT_EQ(left.size(), 1u) << "expected only the new checkpoint, first " << left.front();
   EXPECT_EQ(left[0], "u.safetensors");
 }
+
+// The same for a synthetic model directory (--format hf-model): the shards are written into a hidden temporary
+// directory beside --out; a termination signal stops the writers and removes that directory.
+class ModelCreateStop : public ::testing::TestWithParam<int> {};
+
+TEST_P(ModelCreateStop, SignalRemovesTheTemporaryDirectory) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  const int sig = GetParam();
+  TempDir dir("/tmp", "engram-model-signal");
+  const std::string log = dir.path + "/log.txt";
+  const int pid = spawn_cli({"table", "create", "--format", "hf-model", "--layout", "v41-flash-mini", "--table-size",
+                             "256MiB", "--threads", "1", "--tokenizer-json", "none", "--progress", "never", "--out",
+                             dir.path + "/m"},
+                            log);
+  ASSERT_TRUE(wait_for_temp(dir, pid)) << read_all(log);
+  ASSERT_EQ(kill(pid, sig), 0);
+  const int rc = wait_exit(pid);
+  if (rc == 0) GTEST_SKIP() << "the write finished before the signal arrived (machine too fast for 256 MiB)";
+  EXPECT_EQ(rc, 128 + sig) << read_all(log);
+  EXPECT_TRUE(names(dir).empty()) << names(dir).size() << " entries left, first " << names(dir).front();
+  EXPECT_NE(read_all(log).find("no temporary directory left"), std::string::npos) << read_all(log);
+}
+
+INSTANTIATE_TEST_SUITE_P(IntTermHup, ModelCreateStop, ::testing::Values(SIGINT, SIGTERM, SIGHUP), [](const auto& p) {
+  return p.param == SIGINT ? "SIGINT" : p.param == SIGTERM ? "SIGTERM" : "SIGHUP";
+});
+
+// SIGKILL leaves the temporary model directory and its owner record; `engram cleanup --dir` removes both (the
+// owner is dead) and names the directory.
+TEST(ModelCreateKill, CleanupRemovesTheDeadWritersTemporaryDirectory) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("/tmp", "engram-model-kill");
+  const std::string log = dir.path + "/log.txt";
+  const int pid = spawn_cli({"table", "create", "--format", "hf-model", "--layout", "v41-flash-mini", "--table-size",
+                             "256MiB", "--threads", "1", "--tokenizer-json", "none", "--progress", "never", "--out",
+                             dir.path + "/m"},
+                            log);
+  ASSERT_TRUE(wait_for_temp(dir, pid)) << read_all(log);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(wait_exit(pid), 1000 + SIGKILL);
+  std::string stale;
+  for (auto& n : names(dir))
+    if (n.rfind(".engram-owner.", 0) != 0) stale = n;
+  ASSERT_FALSE(stale.empty()) << "SIGKILL left no temporary directory: nothing to test";
+  const std::string log2 = dir.path + "/log2.txt";
+  const int pid2 = spawn_cli({"cleanup", "--dir", dir.path}, log2);
+  EXPECT_EQ(wait_exit(pid2), 0) << read_all(log2);
+  EXPECT_NE(read_all(log2).find(stale), std::string::npos) << read_all(log2);
+  for (auto& n : names(dir)) EXPECT_TRUE(n == "log2.txt") << n << " left after cleanup";
+}

@@ -110,7 +110,11 @@ inline CLI::Validator multiple_in(int64_t lo, int64_t hi, int64_t m) {
 
 // A byte size as engram/units.hpp reads it ("512MiB", "1GB", "4096") in [lo, hi] bytes.
 inline CLI::Validator size_in(int64_t lo, int64_t hi) {
-  const std::string range = "[" + format_bytes(lo) + ", " + format_bytes(hi) + "]";
+  // The largest byte count is printed exactly: format_bytes would round 2^63-1 up to "8.0 EiB", which is refused.
+  const auto bound = [](int64_t b) {
+    return b == INT64_MAX ? std::string("9223372036854775807 B (2^63-1)") : format_bytes(b);
+  };
+  const std::string range = "[" + bound(lo) + ", " + bound(hi) + "]";
   return CLI::Validator(
       [range, lo, hi](std::string& text) -> std::string {
         const auto b = parse_size_bytes(text);

@@ -75,6 +75,12 @@ CLI::Validator no_surrounding_space() {
   });
 }
 
+// An empty value: an option given '' would read as not given (its default: `run --model ''` runs the default
+// table) or name no file, so it is refused whatever the option.
+CLI::Validator not_empty() {
+  return quiet([](std::string& text) -> std::string { return text.empty() ? "expected a non-empty value, got ''" : std::string(); });
+}
+
 bool is_path_option(CLI::Option* o) {
   for (const char* name : {"OUTPUT", "INPUT", "SOCKET"}) {
     try {
@@ -93,6 +99,7 @@ void harden_one(CLI::App& app) {
       o->disable_flag_override();
       continue;
     }
+    o->check(not_empty());
     if (!is_path_option(o)) o->check(no_surrounding_space());
     const std::string type = base_type(*o);
     const bool seed = ends_with(o->get_name(), "seed");

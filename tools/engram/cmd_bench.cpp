@@ -91,6 +91,13 @@ int run_benches(const std::vector<const bench::Entry*>& entries, BenchArgs& a, b
   for (const bench::Entry* e : entries) {
     bench::Report r;
     r.key = e->key;
+    if (e->check) {
+      const Status bad = e->check(a.ctx);
+      if (!bad.is_ok()) {
+        std::fprintf(stderr, "engram bench %s: %s\n", e->key.c_str(), bad.to_string().c_str());
+        return 2;
+      }
+    }
     std::optional<std::string> waive = e->filter ? e->filter(a.ctx) : std::nullopt;
     if (waive) {
       r.waived = true;

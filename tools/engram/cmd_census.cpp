@@ -144,7 +144,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                  "Without --pid: one placement per head shard, ';'-separated (e.g. \"bind:0;bind:1\"); default --placement")
       ->check(non_empty());
   add_tp_options(sub, a->tp);
-  sub.add_option("--max-samples", a->max_samples, "Exact census up to this many pages, stride sampling above");
+  sub.add_option("--max-samples", a->max_samples, "Exact census up to this many pages, stride sampling above")
+      ->check(integer_in(1, int64_t{1} << 40));
   // The options of a table built here do not apply to another process's census: given with --pid, they are refused.
   for (const char* here : {"--table-size", "--layout", "--backing", "--shm-dir", "--placement", "--allow-fallback",
                            "--head-shards", "--shard-placements", "--tp-size", "--tp-rank"})

@@ -418,6 +418,10 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   refuse_without(sub, sub.get_option("--batch"), sub.get_option("--stats"), "it sizes the batches of the N-gram statistics");
   refuse_with(sub, sub.get_option("--no-bos"), sub.get_option("--tokens"), "a token file is read as it is, its BOS ids included");
   refuse_with(sub, sub.get_option("--text"), sub.get_option("--tokens"), "give text to tokenize or a token file, not both");
+  check_derived_outputs(sub, sub.get_option("--out"), [a]() -> std::vector<std::string> {
+    if (a->out.empty()) return {};
+    return {a->out + ".json"};
+  });
   return [a] { return run(*a); };
 }
 

@@ -231,6 +231,10 @@ std::function<int()> setup(CLI::App& sub) {
   CLI::Option* holdout = sub.get_option("--holdout");
   for (const char* name : {"--holdout-seed", "--holdout-out"})
     refuse_without(sub, sub.get_option(name), holdout, "no documents are held out without it");
+  check_derived_outputs(sub, sub.get_option("--holdout-out"), [a]() -> std::vector<std::string> {
+    if (a->holdout_out.empty()) return {};
+    return {a->holdout_out + ".json"};
+  });
   return [a] { return run(*a); };
 }
 

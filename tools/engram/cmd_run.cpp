@@ -170,6 +170,9 @@ int run(const RunArgs& a) {
   }
   auto job = run_job(a);
   if (!job.is_ok()) return report_failure("run", job.status());
+  // The default timeline's directory is made only by a run about to write there.
+  if (a.timeline == default_output_path("engram-run.trace.json"))
+    if (Status st = ensure_default_output_dir(); !st.is_ok()) return report_failure("run", st);
   if (a.ranks > 1) return run_ranks(a, *job);
   TableContent content = job->content();
   content.drop_page_cache = !a.keep_page_cache;
@@ -194,6 +197,13 @@ int run(const RunArgs& a) {
   eo.content = content;
   show_load_progress(eo, progress_display(a.progress));
   if (Status st = apply_engine_args(a.engine, *layout, a.warmup, eo); !st.is_ok()) return report_failure("run", st);
+  // The library allows more ranks than heads (vLLM does: the ranks past the heads hold nothing); one process of
+  // such a group measures an empty slice, so the CLI refuses it.
+  if (eo.table.tp.size > layout->heads())
+    return report_failure("run", Status(Code::kInvalidArgument,
+                                        "--tp-size " + std::to_string(eo.table.tp.size) + ": the table has " +
+                                            std::to_string(layout->heads()) + " heads per layer; a tensor-parallel "
+                                            "group of more ranks than heads leaves ranks with no rows"));
 
   DecodeRunSpec spec = decode_run_spec(*job);
   spec.ids.switch_tokens = a.switch_tokens;
@@ -387,7 +397,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   CLI::Option* layout_opt = sub.add_option("--layout", a->layout, "Layout preset: v41-flash-mini (default), v41-flash, tiny")
       ->check(CLI::IsMember(preset_names()));
   a->table_size_option = sub.add_option("--table-size", a->table_size,
-                 "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)");
+                 "Total table bytes for v41-flash-mini, e.g. 512MiB (default), 2GiB, 1GB (GB = 1e9 B, GiB = 2^30 B)")
+      ->check(size_in(1, int64_t{1} << 50));
   sub.add_option("--row-layout", a->row_layout, "Row layout in memory: fused (payload|scales record, default) or split")
       ->check(CLI::IsMember({"fused", "split"}));
   sub.add_option("--seed", a->seed, "Seed of the synthetic table content and of the ids (default 1)")->check(unsigned_integer());
@@ -470,6 +481,12 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   refuse_with_value(sub, sub.get_option("--timeline-absolute"), sub.get_option("--timeline"), &a->timeline, {"none"},
                     "no trace is written");
   add_engine_option_rules(sub, a->engine);
+  check_derived_outputs(sub, sub.get_option("--timeline"), [a] {
+    std::vector<std::string> paths;
+    if (a->ranks > 1 && a->timeline != "none")
+      for (int r = 0; r < a->ranks; ++r) paths.push_back(a->timeline + ".rank" + std::to_string(r) + ".json");
+    return paths;
+  });
   sub.footer(
       "Example: engram run --batch 128 --steps 64 --prefetch on_demand --json\n"
       "Each step: ids for every sequence are hashed (r), early mode submits all Engram layers' lookups to one serial\n"

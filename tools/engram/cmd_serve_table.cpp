@@ -107,6 +107,8 @@ std::string census_line(const host::PageCensus& c) {
 }
 
 int serve(const ServeArgs& a) {
+  if (const std::string note = sys::runtime_dir_fallback_note(); !note.empty())
+    std::fprintf(stderr, "engram serve-table: note: %s\n", note.c_str());
   auto emit = [&](const nlohmann::json& event, const std::string& text) {
     if (a.json) std::printf("%s\n", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     else std::printf("%s\n", text.c_str());
@@ -266,6 +268,7 @@ auto setup(CLI::App& sub) -> std::function<int()> {
   add_tp_options(sub, a->tp);
   sub.add_option("--shm-dir", a->shm_dir, "Directory of the named file for --backing shm (default /dev/shm)")
       ->check(input_dir());
+  refuse_shm_dir_without_shm(sub, &a->backing);
   sub.add_option("--socket", a->socket,
                  "Socket path (its directory must be 0700 and yours); default: $XDG_RUNTIME_DIR/engram or "
                  "/tmp/engram-<uid>, with a random name")

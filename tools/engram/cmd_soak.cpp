@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -43,6 +44,8 @@
 #include "host/group.hpp"
 #include "engine/rank_group_leader.hpp"
 #include "engine/rank_job.hpp"
+#include "host/placement.hpp"
+#include "sys/unix_socket.hpp"
 #include "sys/affinity.hpp"
 #include "sys/numa.hpp"
 #include "sys/process.hpp"
@@ -359,6 +362,8 @@ Result<json> soak_round(const SoakArgs& a, int round, Millis round_ms, const std
 }
 
 int run_soak(const SoakArgs& a) {
+  if (const std::string note = sys::runtime_dir_fallback_note(); !note.empty())
+    std::fprintf(stderr, "engram soak: note: %s\n", note.c_str());
   auto total = parse_duration(a.duration);
   if (!total.is_ok()) return report_failure("soak", total.status().with_context("--duration"));
   auto round_len = parse_duration(a.round);
@@ -370,8 +375,14 @@ int run_soak(const SoakArgs& a) {
   auto exe = sys::self_exe_path();
   if (!exe.is_ok()) return report_failure("soak", exe.status());
   const std::vector<std::string> placements = a.placements.empty() ? default_placements() : a.placements;
-  for (const auto& p : placements)
-    if (auto pp = parse_placement(p); !pp.is_ok()) return report_failure("soak", pp.status().with_context("--placement"));
+  for (const auto& p : a.placements) {
+    // A node this machine does not have is bad input, refused before the first round (as run and census do when
+    // they build their table); a placement the machine cannot apply (no NUMA) stays a skipped round.
+    auto pp = parse_placement(p);
+    if (!pp.is_ok()) return report_failure("soak", pp.status().with_context("--placement"));
+    if (auto r = host::resolve_placement(*pp); !r.is_ok() && r.status().code() == Code::kInvalidArgument)
+      return report_failure("soak", r.status().with_context("--placement " + p));
+  }
   std::mt19937_64 rng(a.seed);
   const auto t0 = std::chrono::steady_clock::now();
   const auto end_at = t0 + *total;
@@ -489,7 +500,17 @@ int run_soak(const SoakArgs& a) {
     if (!first_failure.empty()) std::printf("failure: %s\n", first_failure.c_str());
     std::printf("%s\n", pass ? "PASS" : "FAIL");
   }
-  return pass ? 0 : 1;
+  if (pass) return 0;
+  // Every round skipped (each placement or backing asked for is not possible on this machine, e.g. hugetlb with
+  // no hugepage pool): nothing was soaked, and that is "not possible here", with the reasons on stderr.
+  const bool all_skipped = !failed && !rounds.empty() &&
+                           std::all_of(rounds.begin(), rounds.end(), [](const json& r) { return r.contains("skipped"); });
+  if (all_skipped) {
+    std::fprintf(stderr, "engram soak: every round was skipped, nothing was soaked: %s\n",
+                 rounds[0]["skipped"].get<std::string>().c_str());
+    return 77;
+  }
+  return 1;
 }
 
 auto setup_soak(CLI::App& sub) -> std::function<int()> {

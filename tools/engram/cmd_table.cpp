@@ -270,7 +270,8 @@ auto setup(CLI::App& sub) -> std::function<int()> {
                                         "Total table bytes for v41-flash-mini, e.g. 512MiB, 2GiB, 1GB (default 512MiB), counted in "
                                         "stored rows of d + d/32 bytes; engram run's default fused rows are padded to "
                                         "a multiple of 16 B, so its same --table-size holds fewer rows (run "
-                                        "--row-layout split matches this file)");
+                                        "--row-layout split matches this file)")
+                            ->check(size_in(1, int64_t{1} << 50));
   c->add_option("--seed", create_args->seed, "Row generator seed (default 1)");
   c->add_option("--out", create_args->out, "Output file (.safetensors), or directory for --format hf-model")->required();
   c->add_flag("--force", create_args->force, "Replace an existing file (hf-model: an existing synthetic model directory)");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "sys/file.hpp"
 #include "sys/process.hpp"
 
 namespace engram::cli {
@@ -23,7 +24,8 @@ std::string build_dir_of_this_binary() {
   return fs::is_regular_file(build / "CMakeCache.txt", ec) ? build.string() : "";
 }
 
-// $XDG_CACHE_HOME/engram or $HOME/.cache/engram, created when missing; "" when neither is usable.
+// $XDG_CACHE_HOME/engram or $HOME/.cache/engram when it exists or could be made (the directory above it, or the
+// one above that, is a directory we may write into); "" when neither is usable. Nothing is created here.
 std::string user_cache_dir() {
   fs::path base;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && fs::path(x).is_absolute()) {
@@ -35,11 +37,12 @@ std::string user_cache_dir() {
   }
   const fs::path dir = base / "engram";
   std::error_code ec;
-  if (fs::is_directory(dir, ec)) return dir.string();
-  fs::create_directories(base, ec);
-  if (ec || !fs::create_directory(dir, ec) || ec) return "";
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
-  return dir.string();
+  if (fs::is_directory(dir, ec)) return sys::check_output_path(dir.string(), sys::OutputKind::kDirectory).is_ok() ? dir.string() : "";
+  if (fs::exists(dir, ec)) return "";  // a file of that name
+  if (fs::is_directory(base, ec))
+    return sys::check_output_path(dir.string(), sys::OutputKind::kDirectory).is_ok() ? dir.string() : "";
+  if (fs::exists(base, ec)) return "";
+  return sys::check_output_path(base.string(), sys::OutputKind::kDirectory).is_ok() ? dir.string() : "";
 }
 
 }  // namespace
@@ -59,6 +62,17 @@ DefaultOutputDir default_output_dir() {
     return DefaultOutputDir{".", "the current directory (no build directory, no usable cache directory)"};
   }();
   return chosen;
+}
+
+Status ensure_default_output_dir() {
+  const DefaultOutputDir d = default_output_dir();
+  if (d.dir == ".") return Status::ok();
+  std::error_code ec;
+  if (fs::is_directory(d.dir, ec)) return Status::ok();
+  fs::create_directories(d.dir, ec);
+  if (ec) return Status(Code::kIo, "cannot create the default output directory " + d.dir + ": " + ec.message());
+  fs::permissions(d.dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  return Status::ok();
 }
 
 std::string default_output_path(const std::string& file_name) {

@@ -1,6 +1,8 @@
 // Rules between a command's options (option_rules.hpp).
 #include "option_rules.hpp"
 
+#include "sys/file.hpp"
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -87,13 +89,25 @@ void refuse_unless_value(CLI::App& sub, CLI::Option* opt, CLI::Option* other, co
   refuse_by_value(sub, opt, other, value, std::move(values), false, why);
 }
 
+void check_derived_outputs(CLI::App& sub, CLI::Option* opt, std::function<std::vector<std::string>()> derived) {
+  add_parse_check(sub, [opt, derived = std::move(derived)] {
+    for (const std::string& path : derived()) {
+      const Status s = sys::check_output_path(path, sys::OutputKind::kFile);
+      if (!s.is_ok()) throw CLI::ValidationError(opt->get_name(), "derived output '" + path + "': " + s.message());
+    }
+  });
+}
+
 bool same_file(const std::string& x, const std::string& y) {
   auto none = [](const std::string& p) { return p.empty() || p == "-" || p == "none"; };
   if (none(x) || none(y)) return false;
   if (x == y) return true;
   std::error_code ex, ey;
   const std::filesystem::path cx = std::filesystem::weakly_canonical(x, ex), cy = std::filesystem::weakly_canonical(y, ey);
-  return !ex && !ey && cx == cy;
+  if (!ex && !ey && cx == cy) return true;
+  // The same file under two names (a hard link, a bind mount): compare device and inode of files that exist.
+  std::error_code e;
+  return std::filesystem::equivalent(x, y, e) && !e;
 }
 
 void refuse_shared_files(CLI::App& sub) {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace engram::cli {
 
@@ -47,6 +48,12 @@ void refuse_with_value(CLI::App& sub, CLI::Option* opt, CLI::Option* other, cons
                        std::set<std::string> values, const std::string& why);
 void refuse_unless_value(CLI::App& sub, CLI::Option* opt, CLI::Option* other, const std::string* value,
                          std::set<std::string> values, const std::string& why);
+
+// Files a command derives from an output's name (hash's OUT.json beside --out OUT, run's <timeline>.rank<r>.json)
+// are checked like the output itself (sys::check_output_path kFile) once the command line is read, before any
+// work: a FIFO there would block the command after all its work, a directory would fail it only then. `derived`
+// returns the derived paths from the parsed values (none when the output is not written); the refusal names `opt`.
+void check_derived_outputs(CLI::App& sub, CLI::Option* opt, std::function<std::vector<std::string>()> derived);
 
 // Whether two paths name the same file ("" and "-" name none; "none" neither, for the outputs that take it).
 bool same_file(const std::string& x, const std::string& y);

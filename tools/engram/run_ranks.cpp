@@ -6,10 +6,13 @@
 
 #include "command.hpp"
 #include "core/git_rev.hpp"
+#include "sys/unix_socket.hpp"
 
 namespace engram::cli {
 
 int run_ranks_cli(const RanksCliArgs& a) {
+  if (const std::string note = sys::runtime_dir_fallback_note(); !note.empty())
+    std::fprintf(stderr, "engram run: note: %s\n", note.c_str());
   MultiRankOptions o = a.options;
   o.git_rev = git_revision();
   if (!a.json) o.progress = [](const std::string& m) { std::fprintf(stderr, "engram run: %s\n", m.c_str()); };

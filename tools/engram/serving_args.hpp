@@ -82,6 +82,8 @@ inline void add_serving_options(CLI::App& sub, ServingArgs& a) {
   refuse_with_value(sub, sub.get_option("--zipf-alpha"), ids, &a.ids, {"text"}, "it shapes zipf ids only");
   refuse_with(sub, sub.get_option("--prompt"), sub.get_option("--trace-file"), "the trace file gives each request's lengths");
   refuse_with(sub, sub.get_option("--output"), sub.get_option("--trace-file"), "the trace file gives each request's lengths");
+  refuse_unless_value(sub, sub.get_option("--table-size"), sub.get_option("--layout"), &a.layout, {"v41-flash-mini"},
+                      "the named layout fixes its size; --table-size sizes v41-flash-mini");
   add_engine_option_rules(sub, a.engine);
 }
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@
 #include "host/model_table_check.hpp"
 #include "host/table_verify.hpp"
 #include "host/placement.hpp"
+#include "host/sweep.hpp"
 #include "report/progress_line.hpp"
 #include "host/token_io.hpp"
 #include "host/tokenizer_table.hpp"
@@ -38,6 +40,7 @@
 #include "sys/affinity.hpp"
 #include "sys/file.hpp"
 #include "sys/numa.hpp"
+#include "sys/process.hpp"
 
 namespace engram::cli {
 namespace {
@@ -209,11 +212,37 @@ int create_model_dir(const ModelCreateArgs& a) {
   }
   if (a.compression_table == "auto") opt.compression_table = default_compression_table_path();
   else if (a.compression_table != "none") opt.compression_table = a.compression_table;
+  // config.json's V' must be the copied table's (table info and load refuse a model where they differ).
+  if (a.compressed_vocab_size > 0 && !opt.compression_table.empty()) {
+    auto t = read_compression_table(opt.compression_table);
+    if (!t.is_ok()) return report_failure(cmd, t.status().with_context("--compression-table"));
+    if (t->compressed_vocab != a.compressed_vocab_size)
+      return report_failure(cmd, bad("--compressed-vocab-size " + std::to_string(a.compressed_vocab_size) +
+                                     ": the compression table " + opt.compression_table + " copied into the model has V' = " +
+                                     std::to_string(t->compressed_vocab) +
+                                     " and config.json must agree with it (leave the option out, or give "
+                                     "--compression-table none)"));
+  }
 
+  // Temporary directories of writers killed by SIGKILL beside --out (their owner is dead): named, removed.
+  {
+    const std::filesystem::path target = std::filesystem::absolute(a.out);
+    const host::SweepReport swept = host::sweep_stale({{target.parent_path().string()}});
+    for (const auto& l : swept.lines(false)) std::fprintf(stderr, "engram %s: %s\n", cmd, l.c_str());
+  }
+  // A termination signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2) stops the shard writers at their next
+  // chunk and the temporary directory is removed, as for a checkpoint (table create without --format).
+  if (Status handlers = sys::install_stop_handlers(); !handlers.is_ok()) return report_failure(cmd, handlers);
+  opt.cancelled = [] { return sys::stop_requested(); };
   report::ProgressLine line("write " + a.out, progress_display(a.progress));
   opt.on_progress = [&line](const host::TransferProgress& p) { line.update(p); };
   const auto t0 = Clock::now();
   const Status s = host::write_synthetic_model_dir(a.out, *layout, opt);
+  if (!s.is_ok() && sys::stop_requested()) {
+    std::fprintf(stderr, "engram %s: stopped by signal %d; %s not written, no temporary directory left\n", cmd,
+                 sys::stop_signal(), a.out.c_str());
+    return 128 + sys::stop_signal();
+  }
   if (!s.is_ok()) return report_failure(cmd, s);
   const double secs = seconds_since(t0);
   const int64_t row_bytes = layout->total_rows() * layout->source_bytes_per_row();

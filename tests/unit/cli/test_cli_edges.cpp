@@ -565,3 +565,137 @@ TEST(CliEdges, RowsWithFixturesExitWithTheirCodeNameItAndLeaveNothing) {
   EXPECT_EQ(dead_owner_records(), before_shm) << "a row left a named object of a dead owner in /dev/shm";
   EXPECT_FALSE(fs::exists("/tmp/engram-edges.sock"));
 }
+
+namespace {
+
+// The contract by class of input, with fixtures of their own: {H} a hard link to {F} (the same file by device and
+// inode under another name), {OF}/{OD} output names whose derived sidecar (<name>.json) is a FIFO / a directory,
+// {TR} a --timeline whose rank-0 file (<name>.rank0.json) is a FIFO, {ML} a model directory whose last shard is a
+// symlink loop, {M} the tiny model directory it was copied from.
+const Row kContractRows[] = {
+    // an output naming an input (data loss): refused before any work, naming the output
+    {"hash --layout tiny --tokens {F} --out {F}", 2, "--out"},
+    {"hash --layout tiny --tokens {F} --out {H}", 2, "--out"},
+    {"profile --layout tiny --tokens {F} --out {F}", 2, "--out"},
+    {"profile --layout tiny --tokens {F} --out {H}", 2, "--out"},
+    {"trace analyze {F} --plot {F}", 2, "--plot"},
+    {"replay --layout tiny --ids zipf --batches {F} --record {F}", 2, "--record"},
+    // two outputs naming one file
+    {"run --layout tiny --ids zipf --steps 2 --warmup 0 --no-baseline --timeline {D}/x --metrics-file {D}/x", 2, "--metrics-file"},
+    {"replay --layout tiny --ids zipf --record {D}/x.json --timeline {D}/x.json", 2, "--timeline"},
+    {"profile --layout tiny --tokens {F} --out {D}/p --holdout 0.2 --holdout-out {D}/p", 2, "--holdout-out"},
+    // derived outputs checked like the output, before any work
+    {"hash --layout tiny --tokens {F} --out {OF}", 2, "--out: derived output '{OF}.json'"},
+    {"hash --layout tiny --tokens {F} --out {OD}", 2, "--out: derived output '{OD}.json'"},
+    {"profile --layout tiny --tokens {F} --out {D}/p --holdout 0.2 --holdout-out {OF}", 2, "--holdout-out: derived output"},
+    {"profile --layout tiny --tokens {F} --out {D}/p --holdout 0.2 --holdout-out {OD}", 2, "--holdout-out: derived output"},
+    {"run --layout tiny --ids zipf --steps 2 --warmup 0 --no-baseline --ranks 2 --timeline {TR}", 2,
+     "--timeline: derived output '{TR}.rank0.json'"},
+    // empty strings
+    {"run --model ''", 2, "--model"},
+    {"hash --model ''", 2, "--model"},
+    {"replay --tokens ''", 2, "--tokens"},
+    {"serve-table --model ''", 2, "--model"},
+    // options with no effect in the combination given
+    {"serve-table --layout tiny --shm-dir {S}", 2, "--shm-dir"},
+    {"replay --layout tiny --ids zipf --table-size 1MiB", 2, "--table-size"},
+    // exit classes
+    {"table info {ML}", 2, "{ML}"},
+    {"table load {ML}", 2, "{ML}"},
+    {"run --model {ML} --steps 2 --timeline none", 2, "{ML}"},
+    {"bench cache-follow --smoke --switch-at 2000 --steps 1000", 2, "--switch-at 2000"},
+    {"soak --duration 2s --round 2s --ranks 1 --table-size 1MiB --placement bind:999", 2, "--placement bind:999"},
+    // declared ranges
+    {"run --table-size 2PiB", 2, "--table-size"},
+    {"table create --layout v41-flash-mini --out {D}/t.safetensors --table-size 1.5PiB", 2, "--table-size"},
+    {"run --layout tiny --ids zipf --steps 2 --warmup 0 --no-baseline --timeline none --tp-size 1000", 2, "--tp-size 1000"},
+    {"census --layout tiny --max-samples 0", 2, "--max-samples"},
+    {"table create --format hf-model --layout tiny --out {D}/m3 --compressed-vocab-size 5", 2, "--compressed-vocab-size 5"},
+};
+
+}  // namespace
+
+TEST(CliEdges, ContractRowsByClassOfInput) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  Fixture fx;
+  const fs::path model = fx.work / "model";
+  const auto made = engram::testing::run_shell(std::string(ENGRAM_CLI_PATH) + " table create --format hf-model --layout tiny --out '" +
+                                               model.string() + "' --progress never --tokenizer-json none 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  // The loop model: a copy whose last shard (by name) is a symlink to itself.
+  const fs::path loop = fx.work / "loop-model";
+  fs::copy(model, loop, fs::copy_options::recursive);
+  std::string last;
+  for (auto& e : fs::directory_iterator(loop))
+    if (e.path().extension() == ".safetensors" && e.path().filename().string() > last) last = e.path().filename().string();
+  ASSERT_FALSE(last.empty());
+  fs::remove(loop / last);
+  fs::create_symlink(last, loop / last);
+  fs::create_hard_link(fx.work / "file.txt", fx.work / "hardlink.txt");
+  ::mkfifo((fx.work / "of.json").c_str(), 0600);
+  fs::create_directory(fx.work / "od.json");
+  ::mkfifo((fx.work / "t.json.rank0.json").c_str(), 0600);
+  const auto before_shm = dead_owner_records();
+  for (const Row& row : kContractRows) {
+    auto expand = [&](std::string s) {
+      s = replace_all(s, "{ML}", loop.string());
+      s = replace_all(s, "{M}", model.string());
+      s = replace_all(s, "{H}", (fx.work / "hardlink.txt").string());
+      s = replace_all(s, "{OF}", (fx.work / "of").string());
+      s = replace_all(s, "{OD}", (fx.work / "od").string());
+      s = replace_all(s, "{TR}", (fx.work / "t.json").string());
+      return fx.expand(s);
+    };
+    const std::string args = expand(row.args);
+    const std::string needle = expand(row.needle);
+    const auto before = fx.snapshot();
+    const Ran r = run_cli(args, fx.work, fx.root / "stderr.txt");
+    EXPECT_EQ(r.code, row.code) << row.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << row.args << ": stderr does not name " << needle << "\n" << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << row.args << "\n" << r.err;
+    EXPECT_EQ(fx.snapshot(), before) << row.args << ": the working directory changed";
+  }
+  EXPECT_EQ(dead_owner_records(), before_shm) << "a row left a named object of a dead owner in /dev/shm";
+}
+
+// --backing hugetlb where the machine has no hugepage pool of that size: not possible here (77), saying how to
+// reserve pages. Skipped on a machine with a pool (there it is a runtime shortage or a success).
+TEST(CliEdges, HugetlbWithoutAPoolIsNotPossibleHere) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  auto read_int = [](const std::string& p) {
+    std::ifstream f(p);
+    long long v = -1;
+    f >> v;
+    return v;
+  };
+  const std::string dir = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+  if (read_int(dir + "/nr_hugepages") != 0 || read_int(dir + "/nr_overcommit_hugepages") != 0)
+    GTEST_SKIP() << "this machine has a 2 MiB hugepage pool (or none of that size at all)";
+  Fixture fx;
+  for (const char* args : {"run --layout tiny --ids zipf --steps 2 --warmup 0 --no-baseline --timeline none --backing hugetlb",
+                           "census --layout tiny --backing hugetlb", "serve-table --layout tiny --backing hugetlb"}) {
+    const auto before = fx.snapshot();
+    const Ran r = run_cli(args, fx.work, fx.root / "stderr.txt");
+    EXPECT_EQ(r.code, 77) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("nr_hugepages"), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(fx.snapshot(), before) << args;
+  }
+}
+
+// The user's cache directory is made only by a command that writes a default output there: a refused command
+// line or `engram version` leaves HOME as it was.
+TEST(CliEdges, NothingIsCreatedInHomeByACommandThatWritesNothingThere) {
+  if (const std::string why = engram::testing::cli_missing(); !why.empty()) GTEST_SKIP() << why;
+  Fixture fx;
+  const fs::path home = fx.root / "home";
+  fs::create_directories(home);
+  // A copy outside the build tree: the build tree's binary writes its default outputs under build/, never HOME.
+  const fs::path exe = fx.root / "engram";
+  fs::copy_file(ENGRAM_CLI_PATH, exe);
+  for (const char* args : {"bogus", "version", "run --steps nan", "run --help"}) {
+    const auto r = engram::testing::run_shell("cd '" + fx.work.string() + "' && env -u XDG_CACHE_HOME HOME='" + home.string() +
+                                              "' '" + exe.string() + "' " + args + " >/dev/null 2>&1");
+    EXPECT_TRUE(fs::is_empty(home)) << args << ": HOME holds " << fs::begin(fs::directory_iterator(home))->path();
+    (void)r;
+  }
+}

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -141,7 +142,18 @@ TEST_F(TableModelCli, BadCreateExitsTwoAndLeavesNothing) {
 }
 
 TEST_F(TableModelCli, MalformedDirectoriesExitTwo) {
-  create("--compressed-vocab-size 99092");
+  // A config.json whose V' disagrees with the compression table it carries (table create refuses to write one).
+  create();
+  {
+    const fs::path cfg = fs::path(dir_) / "config.json";
+    std::ifstream in(cfg);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string from = "\"engram_compressed_vocab_size\": 98627";
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, from.size(), "\"engram_compressed_vocab_size\": 99092");
+    std::ofstream(cfg, std::ios::trunc) << text;
+  }
   auto r = cli("table info " + dir_);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("98627"), std::string::npos) << r.err;
