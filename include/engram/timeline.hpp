@@ -53,7 +53,8 @@ struct LayerTiming {
 
   double lookup_ns() const { return f_ns - s_ns; }               // L
   double queue_ns() const { return s_ns - r_ns; }                // s - r
-  double exposed_wait_ns() const { return std::max(0.0, f_ns - c_ns); }  // E (model definition)
+  // E (model definition); kNotRecorded when f or c is (std::max would turn the NaN into an exposed wait of 0).
+  double exposed_wait_ns() const { return std::isnan(f_ns - c_ns) ? kNotRecorded : std::max(0.0, f_ns - c_ns); }
   double measured_wait_ns() const { return wait_end_ns - c_ns; } // what the consumer saw
   double lead_ns() const { return c_ns - r_ns; }                 // c - r
 };

@@ -36,6 +36,20 @@ TEST(SerialQueueModel, RecurrenceAndExposedWait) {
   EXPECT_DOUBLE_EQ(q[1].lead_ns(), 190);
 }
 
+TEST(SerialQueueModel, ExposedWaitIsNotRecordedWithoutFinishOrConsumer) {
+  LayerTiming x;
+  x.r_ns = 0;
+  x.s_ns = 5;
+  x.f_ns = 50;
+  EXPECT_TRUE(std::isnan(x.exposed_wait_ns()));  // no consumer time: not an exposed wait of 0
+  x.c_ns = 40;
+  EXPECT_DOUBLE_EQ(x.exposed_wait_ns(), 10);
+  x.f_ns = kNotRecorded;
+  EXPECT_TRUE(std::isnan(x.exposed_wait_ns()));
+  x.f_ns = 30;
+  EXPECT_DOUBLE_EQ(x.exposed_wait_ns(), 0);  // consumer after f
+}
+
 TEST(SerialQueueModel, ResidualShowsAnotherDependency) {
   // The second lookup started at 70 though the queue was free at 50: 20 ns unexplained by the model.
   std::vector<LayerTiming> q = {t(0, 0, 50, 100, 100), t(10, 70, 100, 100, 100)};
