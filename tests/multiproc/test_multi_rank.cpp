@@ -221,6 +221,7 @@ TEST(ServeTable, HandsTableToPeersAndStopsOnSigterm) {
   json ready = json::parse(read_line(out[0], buffer), nullptr, false);
   ASSERT_TRUE(ready.is_object()) << buffer;
   EXPECT_EQ(ready["event"], "ready");
+  EXPECT_EQ(ready["schema"], "engram.serve-table/1");
   EXPECT_EQ(ready["socket"], path);
   auto job = RankJob::from_json(ready["job"].dump());
   ASSERT_TRUE(job.is_ok()) << job.status().to_string();
@@ -269,6 +270,7 @@ TEST(ServeTable, HandsTableToPeersAndStopsOnSigterm) {
   json stopped = json::parse(read_line(out[0], buffer), nullptr, false);
   ASSERT_TRUE(stopped.is_object()) << buffer;
   EXPECT_EQ(stopped["event"], "stopped");
+  EXPECT_EQ(stopped["schema"], "engram.serve-table/1");
   EXPECT_EQ(stopped["signal"], SIGTERM);
   EXPECT_EQ(stopped["peers_served"], 2);
   int st = 0;

@@ -109,8 +109,11 @@ std::string census_line(const host::PageCensus& c) {
 int serve(const ServeArgs& a) {
   if (const std::string note = sys::runtime_dir_fallback_note(); !note.empty())
     std::fprintf(stderr, "engram serve-table: note: %s\n", note.c_str());
+  // With --json one document per line, each with its schema (docs/json.md) and an "event" key.
   auto emit = [&](const nlohmann::json& event, const std::string& text) {
-    if (a.json) std::printf("%s\n", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    nlohmann::json doc = event;
+    doc["schema"] = "engram.serve-table/1";
+    if (a.json) std::printf("%s\n", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     else std::printf("%s\n", text.c_str());
     std::fflush(stdout);
   };
