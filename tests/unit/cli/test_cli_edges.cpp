@@ -462,7 +462,6 @@ namespace {
 
 // More rows, with fixtures of their own: {M} a tiny model directory (engram table create --format hf-model),
 // {BH} a recorded schedule with a 99999999999-token chunk, {BN} one with a negative arrival time, {BE} one with
-// no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds.
 // no steps, {E} an empty file, {G} a file that is not JSON, {L} a socket path longer than sun_path holds, {O} a
 // token file of 5 bytes, {N} a 10000-character group name.
 const Row kFixtureRows[] = {
