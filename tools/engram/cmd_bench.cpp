@@ -7,7 +7,6 @@
 // with its reason: exit 77 when it was the one asked for, a "waived" line (exit 0) under `all`.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
