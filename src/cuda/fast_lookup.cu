@@ -195,6 +195,11 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
     read_snapshot();
     harvest_timings();
   }
+  served_ = true;  // launch_plan() learns from this batch
+  struct Unmark {
+    bool& f;
+    ~Unmark() { f = false; }
+  } unmark{served_};
   if (forced_.use) return launch_plan(a, forced_.plan, stream);
   const int64_t rows = a.tokens * a.heads;
   const plan::BatchStats b = batch_stats(rows);
@@ -297,7 +302,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   // back before the end event), read later by harvest_timings(). Not while capturing or calibrating, nor when the
   // ring slot's previous batch has not completed yet (no waiting).
   TimedBatch* timed = nullptr;
-  if (!cap && !calibrating_ && opt_.learn && n > 0) {
+  if (!cap && served_ && !calibrating_ && opt_.learn && n > 0) {
     harvest_timings();
     TimedBatch& t = ring_[static_cast<size_t>(ring_next_)];
     if (!t.pending) {
@@ -310,7 +315,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(t.start), s), "fast lookup: timing start");
     }
   }
-  if (!timed && !calibrating_ && n > 0) ++untimed_batches_;
+  if (!timed && served_ && !calibrating_ && n > 0) ++untimed_batches_;
   auto li = run_plan(a, p, cap, stream);
   if (timed && li.is_ok()) {
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(timed->end), s), "fast lookup: timing end");
@@ -570,6 +575,7 @@ Status FastLookup::calibrate(void* stream) {
   (void)cudaMemset(dev_stats_, 0, kStatWords * sizeof(unsigned long long));
   snapshot_pending_ = false;
   discard_snapshot_hits_ = false;
+  for (TimedBatch& t : ring_) t.pending = false;  // timed against the old costs
   snap_dedup_rows_ = snap_probes_host_ = used_dedup_rows_ = used_unique_ = used_probes_ = used_hits_ = host_probes_ = 0;
   dedup_rows_b_ = snap_dedup_rows_b_ = used_dedup_rows_b_ = used_unique_b_ = {};
   ema_hit_ = plan::kUnknown;

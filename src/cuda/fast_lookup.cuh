@@ -96,7 +96,9 @@ class FastLookup final {
   // Plans the batch, then runs the plan. kInvalidArgument when the batch exceeds max_rows. A checked lookup
   // (args.checked) runs the plain kernel's checked launch.
   Result<LaunchInfo> launch(const LookupArgs& args, void* stream);
-  // Runs a given plan (benches, tests). The hybrid needs args.ids_host (else it runs on UVA alone).
+  // Runs a given plan (benches, tests). The hybrid needs args.ids_host (else it runs on UVA alone). Its batch feeds
+  // the unique-fraction and hit-rate statistics but is not timed for the learner: only launch()'s batches are
+  // (a bench's forced variants would otherwise hand the planner measurements that serving would not have).
   Result<LaunchInfo> launch_plan(const LookupArgs& args, const plan::Plan& p, void* stream);
   void force(const ForcedPlan& f) { forced_ = f; }
 
@@ -158,6 +160,7 @@ class FastLookup final {
   int cur_bucket_ = 0;  // size bucket of the batch being launched
   plan::CostLearner learner_;
   bool calibrating_ = false;  // calibrate()'s batches: neither counted as served nor learned from
+  bool served_ = false;       // inside launch(): the batch is served traffic, timed for the learner
   // Timing ring: an event pair per timed batch, read back by cudaEventQuery.
   struct TimedBatch {
     void* start = nullptr;
