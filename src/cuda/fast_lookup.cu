@@ -183,7 +183,16 @@ void FastLookup::harvest_timings() {
       (void)cudaGetLastError();  // an unreadable pair is dropped, not learned from
       continue;
     }
-    learner_.observe(t.key, t.rows, t.model_us, 1e3 * static_cast<double>(ms));
+    // The model's price with the statistics known now (the snapshot read before this includes the batch's own
+    // unique and hit counts once its copy completed), so the correction learns the model's error, not that of
+    // an estimate this batch has since replaced.
+    plan::Plan shape;
+    shape.dedup = t.dedup;
+    shape.sort = t.sort;
+    shape.cache = t.cache;
+    shape.host_share = t.host_share;
+    const double model = plan::model_price(shape, batch_stats(t.rows), opt_.costs, cache_ != nullptr);
+    learner_.observe(t.key, t.rows, model, 1e3 * static_cast<double>(ms), t.predicted_us);
   }
 }
 
@@ -308,10 +317,14 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     if (!t.pending) {
       timed = &t;
       ring_next_ = (ring_next_ + 1) % kTimingRing;
-      const double model = plan::model_price(p, batch_stats(n), opt_.costs, cache_ != nullptr);
       t.key = plan::learn_key(p);
       t.rows = n;
-      t.model_us = model;
+      t.dedup = p.dedup;
+      t.sort = p.sort;
+      t.cache = p.cache;
+      t.host_share = p.host_share;
+      t.predicted_us = plan::model_price(p, batch_stats(n), opt_.costs, cache_ != nullptr) *
+                       learner_.correction(t.key, n).factor;
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(t.start), s), "fast lookup: timing start");
     }
   }
@@ -432,7 +445,8 @@ Result<FastLookupStats> FastLookup::stats(void* stream) {
   st.cache_hits = static_cast<int64_t>(h[1]);
   st.cache_probes = static_cast<int64_t>(h[2]) + host_probes_;
   for (const auto& [key, n] : path_batches_) st.paths[plan::path_name_of_key(key)] += n;
-  harvest_timings();  // the stream is idle: every timed batch has completed
+  read_snapshot();    // the stream is idle: the snapshot and every timed batch have completed
+  harvest_timings();
   st.learned = learner_.paths();
   st.unique_by_bucket = learner_.unique_by_bucket();
   st.timed_batches = timed_batches_;

@@ -167,7 +167,9 @@ class FastLookup final {
     void* end = nullptr;
     uint32_t key = 0;
     int64_t rows = 0;
-    double model_us = 0;
+    bool dedup = false, sort = false, cache = false;  // the path, re-priced when read (statistics known by then)
+    double host_share = 0;
+    double predicted_us = 0;  // the corrected price when it was launched (reports)
     bool pending = false;
   };
   static constexpr int kTimingRing = 8;

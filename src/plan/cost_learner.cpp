@@ -39,15 +39,15 @@ std::string learned_path_name(uint32_t key) {
   return cut == std::string::npos ? s : s.substr(0, cut);
 }
 
-bool CostLearner::observe(uint32_t key, int64_t rows, double predicted_us, double measured_us) {
-  if (rows <= 0 || !std::isfinite(predicted_us) || !std::isfinite(measured_us) || !(predicted_us > 0) ||
-      !(measured_us > 0))
+bool CostLearner::observe(uint32_t key, int64_t rows, double model_us, double measured_us, double predicted_us) {
+  if (rows <= 0 || !std::isfinite(model_us) || !std::isfinite(measured_us) || !(model_us > 0) || !(measured_us > 0))
     return false;
+  if (!std::isfinite(predicted_us) || !(predicted_us > 0)) predicted_us = model_us;
   key &= ~8u;
   Bucket& b = b_[static_cast<size_t>(size_bucket(rows))];
   Entry& e = b.paths[key];
   const double lim = std::log(std::max(1.0, o_.max_factor));
-  const double lr = std::clamp(std::log(measured_us / predicted_us), -lim, lim);
+  const double lr = std::clamp(std::log(measured_us / model_us), -lim, lim);
   const double lu = std::log(measured_us / static_cast<double>(rows));
   if (key != kPlainKey && barred_in(b, key)) {
     // A re-measurement of a barred path: within the margin of plain, it restarts from this measurement (the

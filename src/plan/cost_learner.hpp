@@ -81,7 +81,7 @@ struct LearnedPath {
   uint32_t key = 0;
   std::string name;
   int64_t samples = 0;
-  double predicted_us = 0;  // running average of the model's (uncorrected) price of the measured batches
+  double predicted_us = 0;  // running average of what was predicted for the measured batches before they ran
   double measured_us = 0;   // running average of their measured time
   double factor = 1;        // the correction applied (measured / predicted, log-domain average)
   bool barred = false;
@@ -91,9 +91,11 @@ class CostLearner {
  public:
   explicit CostLearner(LearnerOptions o = {}) : o_(o) {}
 
-  // A batch of `rows` rows ran path `key` (learn_key), priced `predicted_us` by the model (uncorrected), measured
-  // `measured_us`. Returns false (and records nothing) for non-finite or non-positive inputs.
-  bool observe(uint32_t key, int64_t rows, double predicted_us, double measured_us);
+  // A batch of `rows` rows ran path `key` (learn_key), priced `model_us` by the model (uncorrected; best priced with
+  // the statistics known once the batch ran, e.g. its own unique fraction), measured `measured_us`; `predicted_us`
+  // is what the planner predicted before it ran (reports; NaN: model_us). Returns false (and records nothing) for
+  // non-finite or non-positive inputs.
+  bool observe(uint32_t key, int64_t rows, double model_us, double measured_us, double predicted_us = kUnknown);
   // The correction of path `key` for a batch of `rows` rows.
   Correction correction(uint32_t key, int64_t rows) const;
   bool barred(uint32_t key, int64_t rows) const { return correction(key, rows).barred; }
