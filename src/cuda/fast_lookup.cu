@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_status.cuh"
 #include "cuda/fast_lookup.cuh"
+#include "plan/served_batch.hpp"
 
 namespace engram::cuda {
 
@@ -116,7 +117,7 @@ void FastLookup::set_cache(std::unique_ptr<HotRowCache> cache) {
   // Hit rates of another cache say nothing about this one: restart the measurement (the prior takes over).
   ema_hit_ = plan::kUnknown;
   discard_snapshot_hits_ = snapshot_pending_;
-  since_cache_ = 0;
+  explore_.since_cache = 0;
 }
 
 void FastLookup::read_snapshot() {
@@ -216,67 +217,12 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
   po.background_grid_cap = a.grid_cap;
   po.cache_present = cache_ != nullptr;
   if (!host_ || !a.ids_host) po.allow_hybrid = false;
-  // Learned corrections; while capturing nothing is measured and no exploration is baked into the graph.
-  const plan::CostLearner* learner = opt_.learn ? &learner_ : nullptr;
-  plan::Plan p = plan::choose(b, opt_.costs, po, learner);
-  const bool learning = learner && po.enabled && !cap && rows > 0;
-  auto& since_dedup = since_dedup_[static_cast<size_t>(plan::size_bucket(rows))];
-  bool explored_plain = false;
-  if (learning) {
-    switch (learner_.explore(rows, plan::learn_key(p))) {
-      case plan::Explore::kPlain:
-        p.dedup = p.sort = p.cache = false;
-        p.host_share = 0;
-        p.notes |= plan::kNoteExplorePlain;
-        explored_plain = true;
-        break;
-      case plan::Explore::kRetryBarred: {
-        plan::Plan q = plan::choose(b, opt_.costs, po, learner, /*allow_barred=*/true);
-        if (learner_.barred(plan::learn_key(q), rows)) {
-          p = q;
-          p.notes |= plan::kNoteRetryBarred;
-        }
-        break;
-      }
-      case plan::Explore::kNone: break;
-    }
-  }
-  // Unique fraction unknown for this batch size: measure it on this batch when hash dedup costs little beside it
-  // (prefill-sized batches), rather than waiting for the periodic exploration.
-  if (learning && !explored_plain && !p.dedup && po.allow_dedup && !std::isfinite(b.unique_fraction) &&
-      opt_.measure_unique_max_overhead > 0) {
-    plan::Plan m = p;
-    m.dedup = true;
-    m.sort = false;
-    const double base = plan::model_price(p, b, opt_.costs, po.cache_present);
-    const double with = plan::model_price(m, b, opt_.costs, po.cache_present);
-    if (std::isfinite(base) && std::isfinite(with) && with - base <= opt_.measure_unique_max_overhead * base) {
-      p.dedup = true;
-      p.sort = false;
-      p.notes |= plan::kNoteMeasureUnique;
-    }
-  }
-  // Exploration: re-measure a technique the planner keeps off, at a bounded rate (per size bucket for dedup).
-  if (po.enabled && opt_.explore_every > 0 && !explored_plain) {
-    if (!p.dedup && po.allow_dedup && ++since_dedup >= opt_.explore_every) {
-      p.dedup = true;  // beside a hybrid this is a split: dedup on the device part
-      p.sort = false;
-      p.notes |= plan::kNoteExploreDedup;
-      p.explore_every = opt_.explore_every;
-    }
-    // Cache: probe at once while no hit rate is known (neither measured nor a prior), else one batch in
-    // explore_every, which also interrupts a hybrid plan (the hybrid never probes, so it would never learn that
-    // the cache started to pay).
-    const bool hit_unknown = !std::isfinite(ema_hit_) && !std::isfinite(b.cache_hit_prior);
-    if (cache_ && !p.cache && po.allow_cache &&
-        ((hit_unknown && p.host_share == 0) || ++since_cache_ >= opt_.explore_every)) {
-      p.cache = true;
-      p.host_share = 0;
-      p.notes |= plan::kNoteExploreCache;
-    }
-  }
-  if (p.dedup) since_dedup = 0;
-  if (p.cache) since_cache_ = 0;
+  // Learned corrections and explorations (plan/served_batch.hpp); while capturing nothing is measured and no
+  // learner exploration is baked into the graph.
+  plan::ServeOptions so;
+  so.explore_every = opt_.explore_every;
+  so.measure_unique_max_overhead = opt_.measure_unique_max_overhead;
+  const plan::Plan p = plan::plan_served_batch(b, opt_.costs, po, opt_.learn ? &learner_ : nullptr, explore_, so, cap);
   return launch_plan(a, p, stream);
 }
 

@@ -41,6 +41,7 @@
 #include "cuda/lookup_kernel.cuh"
 #include "plan/cost_learner.hpp"
 #include "plan/planner.hpp"
+#include "plan/served_batch.hpp"
 
 namespace engram::cuda {
 
@@ -152,8 +153,7 @@ class FastLookup final {
   int64_t used_dedup_rows_ = 0, used_unique_ = 0, used_probes_ = 0, used_hits_ = 0;
   int64_t host_probes_ = 0;             // probes counted on the host (no-dedup batches)
   double ema_hit_ = plan::kUnknown;
-  int64_t since_cache_ = 0;
-  std::array<int64_t, plan::kSizeBuckets> since_dedup_{};
+  plan::ExploreCounters explore_;
   // Dedup rows per size bucket (host totals), at the pending snapshot and at the last one consumed; the device
   // counts unique rows per bucket beside the totals (dev_stats_[3 + bucket]).
   std::array<int64_t, plan::kSizeBuckets> dedup_rows_b_{}, snap_dedup_rows_b_{}, used_dedup_rows_b_{}, used_unique_b_{};

@@ -39,6 +39,27 @@ std::string learned_path_name(uint32_t key) {
   return cut == std::string::npos ? s : s.substr(0, cut);
 }
 
+Plan plan_of_key(uint32_t key) {
+  Plan p;
+  p.dedup = key & 1u;
+  p.sort = p.dedup && (key & 2u);
+  p.cache = key & 4u;
+  p.host_share = static_cast<double>(key >> 4) / 100.0;
+  return p;
+}
+
+uint32_t CostLearner::retry_key(int64_t rows) const {
+  const Bucket& b = b_[static_cast<size_t>(size_bucket(rows))];
+  uint32_t best = kPlainKey;
+  double best_us_row = 0;
+  for (const auto& [key, e] : b.paths)
+    if (barred_in(b, key) && (best == kPlainKey || e.log_us_row < best_us_row)) {
+      best = key;
+      best_us_row = e.log_us_row;
+    }
+  return best;
+}
+
 bool CostLearner::observe(uint32_t key, int64_t rows, double model_us, double measured_us, double predicted_us) {
   if (rows <= 0 || !std::isfinite(model_us) || !std::isfinite(measured_us) || !(model_us > 0) || !(measured_us > 0))
     return false;

@@ -46,6 +46,8 @@ uint32_t learn_key(bool dedup, bool sort, bool cache, double host_share);
 inline constexpr uint32_t kPlainKey = 0;
 // The path's name without the grid, e.g. "dedup(hash)+cache+uva", "plain-uva".
 std::string learned_path_name(uint32_t key);
+// The path of a learner key as a plan shape (dedup, sort, cache, host share; grid and figures left default).
+Plan plan_of_key(uint32_t key);
 
 struct LearnerOptions {
   double weight = 0.25;        // weight of a new measurement in the running estimates
@@ -99,6 +101,9 @@ class CostLearner {
   // The correction of path `key` for a batch of `rows` rows.
   Correction correction(uint32_t key, int64_t rows) const;
   bool barred(uint32_t key, int64_t rows) const { return correction(key, rows).barred; }
+  // The barred path of the bucket of `rows` measured closest to plain (lowest time per row): the one a retry
+  // re-measures when the planner would not pick a barred path itself. kPlainKey when none is barred.
+  uint32_t retry_key(int64_t rows) const;
   // Counts one served batch of `rows` rows whose planner choice is `chosen_key`, and says what to run instead, if
   // anything (plain exploration, barred-path retry).
   Explore explore(int64_t rows, uint32_t chosen_key);

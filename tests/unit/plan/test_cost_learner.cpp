@@ -229,6 +229,27 @@ TEST(CostLearner, BarredPathsAreRetriedPeriodically) {
   EXPECT_EQ(retries, 5);
 }
 
+TEST(CostLearner, RetryKeyIsTheBarredPathClosestToPlain) {
+  CostLearner l;
+  const int64_t rows = 1536;
+  EXPECT_EQ(l.retry_key(rows), kPlainKey);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, rows, 50, 50));
+    ASSERT_TRUE(l.observe(kCache, rows, 35, 66));
+    ASSERT_TRUE(l.observe(kDedupCache, rows, 40, 80));
+  }
+  EXPECT_EQ(l.retry_key(rows), kCache);
+  EXPECT_EQ(l.retry_key(196608), kPlainKey);
+  const Plan p = plan_of_key(kDedupCache);
+  EXPECT_TRUE(p.dedup);
+  EXPECT_TRUE(p.cache);
+  EXPECT_FALSE(p.sort);
+  EXPECT_EQ(learn_key(p), kDedupCache);
+  const uint32_t split = learn_key(true, true, false, 0.35);
+  EXPECT_EQ(learn_key(plan_of_key(split)), split);
+  EXPECT_DOUBLE_EQ(plan_of_key(split).host_share, 0.35);
+}
+
 TEST(CostLearner, NanAndGarbageInputsAreIgnored) {
   CostLearner l;
   EXPECT_FALSE(l.observe(kPlainKey, 1536, kUnknown, 50));
