@@ -101,6 +101,18 @@ struct Acc {
   }
 };
 
+// What the planner's learner holds: predicted vs measured per path and batch-size range (served batches only).
+nlohmann::json learned_json(cuda::FastLookup& fl, void* stream) {
+  nlohmann::json j = nlohmann::json::array();
+  auto st = fl.stats(stream);
+  if (!st.is_ok()) return nullptr;
+  for (const plan::LearnedPath& r : st->learned)
+    j.push_back({{"rows_min", r.rows_min}, {"rows_max", r.rows_max}, {"path", r.name}, {"batches", r.samples},
+                 {"predicted_us", json_num(r.predicted_us)}, {"measured_us", json_num(r.measured_us)},
+                 {"barred", r.barred}});
+  return j;
+}
+
 constexpr int kMaxFastVariants = 8;  // plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid, planner, planner-unsplit
 
 struct FastVariant {
@@ -334,6 +346,10 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
     }
     std::unique_ptr<IdSource> src = std::move(*made);
     nlohmann::json sec = {{"ids", dist}, {"describe", src->describe()}};
+    // Each distribution is new traffic: the planner starts learning afresh, as a new engine would (what it learned
+    // on the previous distribution's batches says nothing about these).
+    g.fl->learner().reset();
+    g.fl_bf16->learner().reset();
     // Warm-up window (profile when none is given) then the measured prefill sets.
     ENGRAM_ASSIGN_OR_RETURN(auto all, steps(*src, o.prefill_tokens, o.warm_steps + g.sets));
     std::vector<std::vector<int64_t>> psets(all.begin() + o.warm_steps, all.end());
@@ -411,7 +427,8 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
         pj.push_back({{"variant", v.name}, {"path", a.path()}, {"ns", summary_json(s)}, {"rows_per_s", json_num(rps)},
                       {"ratio_vs_plain", json_num(plain / s.median)}, {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)},
                       {"cache_hit_rate", json_num(hit)}, {"link_bytes_per_call", json_num(link_mb * 1e6)},
-                      {"why", v.planner ? nlohmann::json(plan::explain(g.fl->last_plan(), g.fl->costs().source)) : nlohmann::json(nullptr)}});
+                      {"why", v.planner ? nlohmann::json(plan::explain(g.fl->last_plan(), g.fl->costs().source)) : nlohmann::json(nullptr)},
+                      {"learned", v.planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)}});
         if (v.name == "cache-fp8" || v.name == "cache-bf16")
           for (auto& r : cache_t.rows)
             if (r[0].text == dist && r[1].text == (v.name == "cache-fp8" ? "fp8" : "bf16")) r[8] = Cell(pct(hit));
@@ -448,7 +465,8 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                               Cell(pct(hit))});
           dj.push_back({{"tokens", tokens}, {"variant", dv[i].name}, {"path", a.path()}, {"ns", summary_json(s)},
                         {"link_bytes_per_token", json_num(bpt)}, {"cut_vs_plain", json_num(plain_bpt / bpt)},
-                        {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)}, {"cache_hit_rate", json_num(hit)}});
+                        {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)}, {"cache_hit_rate", json_num(hit)},
+                        {"learned", dv[i].planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)}});
         }
       }
       sec["decode"] = dj;

@@ -9,15 +9,18 @@
 
 #include "cuda/cuda_status.cuh"
 #include "cuda/fast_lookup.cuh"
+#include "plan/served_batch.hpp"
 
 namespace engram::cuda {
 
 namespace {
 
-__global__ void accumulate_kernel(const unsigned long long* count, unsigned long long* stats, int add_probes) {
+__global__ void accumulate_kernel(const unsigned long long* count, unsigned long long* stats, int add_probes,
+                                  int bucket) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     stats[0] += *count;
     if (add_probes) stats[2] += *count;
+    stats[3 + bucket] += *count;
   }
 }
 
@@ -53,14 +56,16 @@ Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, co
   std::unique_ptr<FastLookup> f(new FastLookup());
   f->table_ = table;
   f->opt_ = o;
+  f->learner_ = plan::CostLearner(o.learner);
   const int d = table->host_view().d;
   ENGRAM_ASSIGN_OR_RETURN(f->dedup_, DeviceDedup::create(o.max_rows));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->sanitized_, 8 * o.max_rows), "fast lookup: ids buffer");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->miss_, 8 * o.max_rows), "fast lookup: miss buffer");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->compact_, 2 * static_cast<size_t>(d) * o.max_rows), "fast lookup: compact rows");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->dev_stats_, 3 * sizeof(unsigned long long)), "fast lookup: stats");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(f->dev_stats_, 0, 3 * sizeof(unsigned long long)), "fast lookup: stats");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&f->pin_stats_, 3 * sizeof(unsigned long long)), "fast lookup: pinned stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->dev_stats_, kStatWords * sizeof(unsigned long long)), "fast lookup: stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(f->dev_stats_, 0, kStatWords * sizeof(unsigned long long)), "fast lookup: stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&f->pin_stats_, kStatWords * sizeof(unsigned long long)),
+                              "fast lookup: pinned stats");
   cudaEvent_t e = nullptr;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
   f->ev_snapshot_ = e;
@@ -68,6 +73,12 @@ Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, co
   f->ev_fork_ = e;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
   f->ev_join_ = e;
+  for (TimedBatch& t : f->ring_) {  // timing events (the only ones here that record time)
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e), "fast lookup: timing event");
+    t.start = e;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e), "fast lookup: timing event");
+    t.end = e;
+  }
   cudaStream_t side = nullptr;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "fast lookup: side stream");
   f->side_stream_ = side;
@@ -82,6 +93,11 @@ FastLookup::~FastLookup() {
   if (ev_snapshot_) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(ev_snapshot_));
   for (void* ev : {ev_snapshot_, ev_fork_, ev_join_})
     if (ev) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  for (TimedBatch& t : ring_) {
+    if (t.pending) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(t.end));
+    for (void* ev : {t.start, t.end})
+      if (ev) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  }
   if (side_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(side_stream_));
   for (void* p : {static_cast<void*>(sanitized_), static_cast<void*>(miss_), static_cast<void*>(compact_),
                   static_cast<void*>(dev_stats_)})
@@ -101,7 +117,7 @@ void FastLookup::set_cache(std::unique_ptr<HotRowCache> cache) {
   // Hit rates of another cache say nothing about this one: restart the measurement (the prior takes over).
   ema_hit_ = plan::kUnknown;
   discard_snapshot_hits_ = snapshot_pending_;
-  since_cache_ = 0;
+  explore_.since_cache = 0;
 }
 
 void FastLookup::read_snapshot() {
@@ -114,10 +130,13 @@ void FastLookup::read_snapshot() {
   const int64_t uniq = static_cast<int64_t>(pin_stats_[0]);
   const int64_t hits = static_cast<int64_t>(pin_stats_[1]);
   const int64_t probes = static_cast<int64_t>(pin_stats_[2]) + snap_probes_host_;
-  const int64_t drows = snap_dedup_rows_ - used_dedup_rows_;
-  if (drows > 0) {
-    const double u = static_cast<double>(uniq - used_unique_) / static_cast<double>(drows);
-    ema_unique_ = std::isfinite(ema_unique_) ? 0.5 * ema_unique_ + 0.5 * u : u;
+  for (int b = 0; b < plan::kSizeBuckets; ++b) {
+    const auto i = static_cast<size_t>(b);
+    const int64_t drows = snap_dedup_rows_b_[i] - used_dedup_rows_b_[i];
+    const int64_t ub = static_cast<int64_t>(pin_stats_[3 + b]);
+    if (drows > 0) learner_.observe_unique(plan::bucket_rows(b).first, drows, ub - used_unique_b_[i]);
+    used_dedup_rows_b_[i] = snap_dedup_rows_b_[i];
+    used_unique_b_[i] = ub;
   }
   if (discard_snapshot_hits_) {
     discard_snapshot_hits_ = false;
@@ -134,52 +153,76 @@ void FastLookup::read_snapshot() {
 Status FastLookup::snapshot(void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (snapshot_pending_) return Status::ok();  // the pending copy will be read first; totals keep growing
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin_stats_, dev_stats_, 3 * sizeof(unsigned long long),
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin_stats_, dev_stats_, kStatWords * sizeof(unsigned long long),
                                               cudaMemcpyDeviceToHost, s), "fast lookup: stats snapshot");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_snapshot_), s), "fast lookup: snapshot event");
   snap_dedup_rows_ = totals_.dedup_rows;
+  snap_dedup_rows_b_ = dedup_rows_b_;
   snap_probes_host_ = host_probes_;
   snapshot_pending_ = true;
   return Status::ok();
+}
+
+plan::BatchStats FastLookup::batch_stats(int64_t rows) const {
+  plan::BatchStats b;
+  b.rows = rows;
+  b.unique_fraction = learner_.unique_fraction(rows);
+  b.cache_hit_fraction = ema_hit_;
+  b.cache_hit_prior = cache_ ? cache_->profile_coverage() : plan::kUnknown;
+  return b;
+}
+
+void FastLookup::harvest_timings() {
+  for (TimedBatch& t : ring_) {
+    if (!t.pending) continue;
+    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(t.end));
+    if (q == cudaErrorNotReady) continue;
+    t.pending = false;
+    float ms = 0;
+    if (q != cudaSuccess || cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(t.start),
+                                                 static_cast<cudaEvent_t>(t.end)) != cudaSuccess) {
+      (void)cudaGetLastError();  // an unreadable pair is dropped, not learned from
+      continue;
+    }
+    // The model's price with the statistics known now (the snapshot read before this includes the batch's own
+    // unique and hit counts once its copy completed), so the correction learns the model's error, not that of
+    // an estimate this batch has since replaced.
+    plan::Plan shape;
+    shape.dedup = t.dedup;
+    shape.sort = t.sort;
+    shape.cache = t.cache;
+    shape.host_share = t.host_share;
+    const double model = plan::model_price(shape, batch_stats(t.rows), opt_.costs, cache_ != nullptr);
+    learner_.observe(t.key, t.rows, model, 1e3 * static_cast<double>(ms), t.predicted_us);
+  }
 }
 
 Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
   if (a.checked) return launch_lookup(a, stream);  // validation needs the plain kernel's pre-pass
   const auto s = static_cast<cudaStream_t>(stream);
   const bool cap = capturing(s);
-  if (!cap) read_snapshot();
+  if (!cap) {
+    read_snapshot();
+    harvest_timings();
+  }
+  served_ = true;  // launch_plan() learns from this batch
+  struct Unmark {
+    bool& f;
+    ~Unmark() { f = false; }
+  } unmark{served_};
   if (forced_.use) return launch_plan(a, forced_.plan, stream);
-  plan::BatchStats b;
-  b.rows = a.tokens * a.heads;
-  b.unique_fraction = ema_unique_;
-  b.cache_hit_fraction = ema_hit_;
-  b.cache_hit_prior = cache_ ? cache_->profile_coverage() : plan::kUnknown;
+  const int64_t rows = a.tokens * a.heads;
+  const plan::BatchStats b = batch_stats(rows);
   plan::PlannerOptions po = opt_.planner;
   po.background_grid_cap = a.grid_cap;
   po.cache_present = cache_ != nullptr;
   if (!host_ || !a.ids_host) po.allow_hybrid = false;
-  plan::Plan p = plan::choose(b, opt_.costs, po);
-  // Exploration: re-measure a technique the planner keeps off, at a bounded rate.
-  if (po.enabled && opt_.explore_every > 0) {
-    if (!p.dedup && po.allow_dedup && p.host_share == 0 && ++since_dedup_ >= opt_.explore_every) {
-      p.dedup = true;
-      p.sort = false;
-      p.notes |= plan::kNoteExploreDedup;
-      p.explore_every = opt_.explore_every;
-    }
-    // Cache: probe at once while no hit rate is known (neither measured nor a prior), else one batch in
-    // explore_every, which also interrupts a hybrid plan (the hybrid never probes, so it would never learn that
-    // the cache started to pay).
-    const bool hit_unknown = !std::isfinite(ema_hit_) && !std::isfinite(b.cache_hit_prior);
-    if (cache_ && !p.cache && po.allow_cache &&
-        ((hit_unknown && p.host_share == 0) || ++since_cache_ >= opt_.explore_every)) {
-      p.cache = true;
-      p.host_share = 0;
-      p.notes |= plan::kNoteExploreCache;
-    }
-  }
-  if (p.dedup) since_dedup_ = 0;
-  if (p.cache) since_cache_ = 0;
+  // Learned corrections and explorations (plan/served_batch.hpp); while capturing nothing is measured and no
+  // learner exploration is baked into the graph.
+  plan::ServeOptions so;
+  so.explore_every = opt_.explore_every;
+  so.measure_unique_max_overhead = opt_.measure_unique_max_overhead;
+  const plan::Plan p = plan::plan_served_batch(b, opt_.costs, po, opt_.learn ? &learner_ : nullptr, explore_, so, cap);
   return launch_plan(a, p, stream);
 }
 
@@ -187,8 +230,6 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   plan::Plan p = p_in;
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t n = a.tokens * a.heads;
-  const TableView& v = table_->host_view();
-  const int d = v.d;
   if (n > opt_.max_rows)
     return Status(Code::kInvalidArgument, "fast lookup: batch of " + std::to_string(n) + " rows > capacity " +
                                               std::to_string(opt_.max_rows));
@@ -209,8 +250,45 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   last_plan_ = p;
   totals_.batches += 1;
   totals_.rows += n;
-  ++path_batches_[p.path_key()];
+  if (!calibrating_) ++path_batches_[p.path_key()];
+  cur_bucket_ = plan::size_bucket(n);
 
+  // Timing of a served batch: an event pair around its launches on this stream (the hybrid joins its side stream
+  // back before the end event), read later by harvest_timings(). Not while capturing or calibrating, nor when the
+  // ring slot's previous batch has not completed yet (no waiting).
+  TimedBatch* timed = nullptr;
+  if (!cap && served_ && !calibrating_ && opt_.learn && n > 0) {
+    harvest_timings();
+    TimedBatch& t = ring_[static_cast<size_t>(ring_next_)];
+    if (!t.pending) {
+      timed = &t;
+      ring_next_ = (ring_next_ + 1) % kTimingRing;
+      t.key = plan::learn_key(p);
+      t.rows = n;
+      t.dedup = p.dedup;
+      t.sort = p.sort;
+      t.cache = p.cache;
+      t.host_share = p.host_share;
+      t.predicted_us = plan::model_price(p, batch_stats(n), opt_.costs, cache_ != nullptr) *
+                       learner_.correction(t.key, n).factor;
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(t.start), s), "fast lookup: timing start");
+    }
+  }
+  if (!timed && served_ && !calibrating_ && n > 0) ++untimed_batches_;
+  auto li = run_plan(a, p, cap, stream);
+  if (timed && li.is_ok()) {
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(timed->end), s), "fast lookup: timing end");
+    timed->pending = true;
+    ++timed_batches_;
+  }
+  return li;
+}
+
+Result<LaunchInfo> FastLookup::run_plan(const LookupArgs& a, const plan::Plan& p, bool cap, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t n = a.tokens * a.heads;
+  const TableView& v = table_->host_view();
+  const int d = v.d;
   LookupArgs plain = a;
   plain.grid_cap = p.grid_cap;
   if (n == 0 || (!p.dedup && !p.cache && p.host_share == 0)) return launch_lookup(plain, stream);
@@ -272,10 +350,11 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
     work_ids = dedup_->unique_ids();
     count_dev = dedup_->unique_count();
     work_out = compact_;
-    accumulate_kernel<<<1, 32, 0, s>>>(count_dev, dev_stats_, p.cache ? 1 : 0);
+    accumulate_kernel<<<1, 32, 0, s>>>(count_dev, dev_stats_, p.cache ? 1 : 0, cur_bucket_);
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "fast lookup: accumulate");
     totals_.dedup_batches += 1;
     totals_.dedup_rows += n;
+    dedup_rows_b_[static_cast<size_t>(cur_bucket_)] += n;
   } else {
     ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids, n, v.rows, sanitized_, a.counters, stream));
     work_ids = sanitized_;
@@ -312,6 +391,12 @@ Result<FastLookupStats> FastLookup::stats(void* stream) {
   st.cache_hits = static_cast<int64_t>(h[1]);
   st.cache_probes = static_cast<int64_t>(h[2]) + host_probes_;
   for (const auto& [key, n] : path_batches_) st.paths[plan::path_name_of_key(key)] += n;
+  read_snapshot();    // the stream is idle: the snapshot and every timed batch have completed
+  harvest_timings();
+  st.learned = learner_.paths();
+  st.unique_by_bucket = learner_.unique_by_bucket();
+  st.timed_batches = timed_batches_;
+  st.untimed_batches = untimed_batches_;
   return st;
 }
 
@@ -439,15 +524,23 @@ Status FastLookup::calibrate(void* stream) {
                " batch sizes, median of 3 on fresh ids)";
     return Status::ok();
   };
+  // Calibration batches are not traffic: they are not counted as served paths, not timed, not learned from, and
+  // the statistics they moved are restored.
   const FastLookupStats saved = totals_;
+  calibrating_ = true;
   const Status st = run();
-  totals_ = saved;  // calibration batches are not traffic
+  calibrating_ = false;
+  totals_ = saved;
   (void)cudaStreamSynchronize(s);
-  (void)cudaMemset(dev_stats_, 0, 3 * sizeof(unsigned long long));
+  (void)cudaMemset(dev_stats_, 0, kStatWords * sizeof(unsigned long long));
   snapshot_pending_ = false;
   discard_snapshot_hits_ = false;
+  for (TimedBatch& t : ring_) t.pending = false;  // timed against the old costs
   snap_dedup_rows_ = snap_probes_host_ = used_dedup_rows_ = used_unique_ = used_probes_ = used_hits_ = host_probes_ = 0;
-  ema_unique_ = ema_hit_ = plan::kUnknown;
+  dedup_rows_b_ = snap_dedup_rows_b_ = used_dedup_rows_b_ = used_unique_b_ = {};
+  ema_hit_ = plan::kUnknown;
+  // New costs: what was learned against the old ones no longer applies.
+  learner_.reset();
   (void)cudaFree(d_ids);
   (void)cudaFree(d_out);
   return st;

@@ -13,22 +13,35 @@
 // pass), so the planner notices when ids start repeating. Every path is bit-identical to the plain kernel.
 // Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
 //
+// Learning (plan/cost_learner.hpp): every served batch (not the calibration's) is timed on its stream with a pair of
+// events from a small ring, read later with cudaEventQuery (never a wait; a batch whose ring slot is still busy,
+// or one launched while the stream is being captured, is not timed); the measured time and the model's price feed
+// the learner, which corrects the planner's prices per path and batch-size bucket, bars a path measured slower
+// than the plain gather there, and asks for a plain batch now and then while another path is chosen (one in
+// LearnerOptions::plain_every of a bucket, one in plain_warm_every until plain has 3 measurements there). The
+// unique fraction is estimated per bucket from device counts; when a batch's bucket has none and hash dedup costs
+// at most `measure_unique_max_overhead` of the batch's price (prefill-sized batches: ~1%), that batch measures it.
 // Start-up calibration (calibrate()) measures on this table: plain UVA rows/s, the same rows sorted by address,
 // the fixed and per-row costs of hash and sort dedup, the scatter, the host-gather rate, and the unique-row count
 // above which the sorted gather beats the hashed one (the sort threshold); costs().source says where they came from.
 // Thread safety: one stream at a time (the prefetch queue's). No CUDA types in this header.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/dedup.cuh"
 #include "cuda/host_gather.cuh"
 #include "cuda/hot_cache.cuh"
 #include "cuda/lookup_kernel.cuh"
+#include "plan/cost_learner.hpp"
 #include "plan/planner.hpp"
+#include "plan/served_batch.hpp"
 
 namespace engram::cuda {
 
@@ -38,6 +51,11 @@ struct FastLookupOptions {
   plan::Costs costs;
   int host_threads = 0;           // > 0: create the host-gather path with this many threads
   int explore_every = 32;         // batches between measurements of an unused technique; 0 = never
+  bool learn = true;              // time served batches and correct the planner with them (cost_learner.hpp)
+  plan::LearnerOptions learner;
+  // A batch whose size bucket has no unique-fraction estimate measures it with hash dedup when that costs at most
+  // this fraction of the batch's price (0 = wait for the periodic exploration).
+  double measure_unique_max_overhead = 0.03;
 };
 
 struct FastLookupStats {
@@ -45,7 +63,13 @@ struct FastLookupStats {
   int64_t dedup_batches = 0, dedup_rows = 0, unique_rows = 0;  // unique rows of the dedup batches
   int64_t cache_probes = 0, cache_hits = 0;
   int64_t host_rows = 0;                                        // rows gathered by host threads
-  std::map<std::string, int64_t> paths;                         // batches per path name (filled by stats())
+  std::map<std::string, int64_t> paths;                         // served batches per path name (filled by stats();
+                                                                // calibration batches are not counted)
+  // What the learner holds (filled by stats()): predicted vs measured per path and batch-size bucket, and the
+  // unique fraction per bucket; timed / untimed served batches (untimed: ring slot busy, or captured).
+  std::vector<plan::LearnedPath> learned;
+  std::vector<std::pair<int, double>> unique_by_bucket;  // (size_bucket, unique fraction)
+  int64_t timed_batches = 0, untimed_batches = 0;
   double unique_fraction() const;  // NaN when no dedup batch ran
   double cache_hit_rate() const;   // of probed rows; NaN when none
 };
@@ -73,7 +97,9 @@ class FastLookup final {
   // Plans the batch, then runs the plan. kInvalidArgument when the batch exceeds max_rows. A checked lookup
   // (args.checked) runs the plain kernel's checked launch.
   Result<LaunchInfo> launch(const LookupArgs& args, void* stream);
-  // Runs a given plan (benches, tests). The hybrid needs args.ids_host (else it runs on UVA alone).
+  // Runs a given plan (benches, tests). The hybrid needs args.ids_host (else it runs on UVA alone). Its batch feeds
+  // the unique-fraction and hit-rate statistics but is not timed for the learner: only launch()'s batches are
+  // (a bench's forced variants would otherwise hand the planner measurements that serving would not have).
   Result<LaunchInfo> launch_plan(const LookupArgs& args, const plan::Plan& p, void* stream);
   void force(const ForcedPlan& f) { forced_ = f; }
 
@@ -84,11 +110,17 @@ class FastLookup final {
   const plan::Plan& last_plan() const { return last_plan_; }
   plan::Costs& costs() { return opt_.costs; }
   plan::PlannerOptions& planner_options() { return opt_.planner; }
+  // The learner the planner's prices are corrected with (tests feed it measurements).
+  plan::CostLearner& learner() { return learner_; }
   int64_t device_bytes() const;
 
  private:
   FastLookup() = default;
   void read_snapshot();
+  // The launches of plan `p` (already adjusted to what this batch can take) on `stream`.
+  Result<LaunchInfo> run_plan(const LookupArgs& a, const plan::Plan& p, bool cap, void* stream);
+  void harvest_timings();  // reads the completed timing events (cudaEventQuery only) into the learner
+  plan::BatchStats batch_stats(int64_t rows) const;
   Status snapshot(void* stream);
   // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part
   // of a split): its rows go to a.out; the statistics are counted, the snapshot is the caller's.
@@ -103,7 +135,9 @@ class FastLookup final {
   int64_t* sanitized_ = nullptr;        // [max_rows]
   int64_t* miss_ = nullptr;             // [max_rows]
   uint16_t* compact_ = nullptr;         // [max_rows][d]
-  unsigned long long* dev_stats_ = nullptr;  // [0] unique rows, [1] cache hits, [2] cache probes (device-counted)
+  unsigned long long* dev_stats_ = nullptr;  // [0] unique rows, [1] cache hits, [2] cache probes,
+                                             // [3 + b] unique rows of size bucket b (device-counted)
+  static constexpr int kStatWords = 3 + plan::kSizeBuckets;
   unsigned long long* pin_stats_ = nullptr;  // pinned snapshot of dev_stats_
   unsigned long long scratch_counter_ = 0;
   void* ev_snapshot_ = nullptr;
@@ -118,8 +152,30 @@ class FastLookup final {
   int64_t snap_dedup_rows_ = 0, snap_probes_host_ = 0;
   int64_t used_dedup_rows_ = 0, used_unique_ = 0, used_probes_ = 0, used_hits_ = 0;
   int64_t host_probes_ = 0;             // probes counted on the host (no-dedup batches)
-  double ema_unique_ = plan::kUnknown, ema_hit_ = plan::kUnknown;
-  int64_t since_dedup_ = 0, since_cache_ = 0;
+  double ema_hit_ = plan::kUnknown;
+  plan::ExploreCounters explore_;
+  // Dedup rows per size bucket (host totals), at the pending snapshot and at the last one consumed; the device
+  // counts unique rows per bucket beside the totals (dev_stats_[3 + bucket]).
+  std::array<int64_t, plan::kSizeBuckets> dedup_rows_b_{}, snap_dedup_rows_b_{}, used_dedup_rows_b_{}, used_unique_b_{};
+  int cur_bucket_ = 0;  // size bucket of the batch being launched
+  plan::CostLearner learner_;
+  bool calibrating_ = false;  // calibrate()'s batches: neither counted as served nor learned from
+  bool served_ = false;       // inside launch(): the batch is served traffic, timed for the learner
+  // Timing ring: an event pair per timed batch, read back by cudaEventQuery.
+  struct TimedBatch {
+    void* start = nullptr;
+    void* end = nullptr;
+    uint32_t key = 0;
+    int64_t rows = 0;
+    bool dedup = false, sort = false, cache = false;  // the path, re-priced when read (statistics known by then)
+    double host_share = 0;
+    double predicted_us = 0;  // the corrected price when it was launched (reports)
+    bool pending = false;
+  };
+  static constexpr int kTimingRing = 8;
+  std::array<TimedBatch, kTimingRing> ring_{};
+  int ring_next_ = 0;
+  int64_t timed_batches_ = 0, untimed_batches_ = 0;
 };
 
 }  // namespace engram::cuda

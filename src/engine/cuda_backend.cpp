@@ -231,7 +231,14 @@ class CudaEngineBackend final : public Backend, public DeviceQueue {
           plain = json_num(f->last_plan().plain_us);
         }
       }
-      fp.push_back({{"layer_index", li}, {"paths", paths}, {"unique_fraction", u}, {"cache_hit_rate", h},
+      nlohmann::json learned = nlohmann::json::array();  // the learner: predicted vs measured per path and size range
+      if (st.is_ok())
+        for (const auto& r : st->learned)
+          learned.push_back({{"rows_min", r.rows_min}, {"rows_max", r.rows_max}, {"path", r.name},
+                             {"batches", r.samples}, {"predicted_us", json_num(r.predicted_us)},
+                             {"measured_us", json_num(r.measured_us)}, {"barred", r.barred}});
+      fp.push_back({{"layer_index", li}, {"paths", paths}, {"learned", learned},
+                    {"unique_fraction", u}, {"cache_hit_rate", h},
                     {"last_plan", f->last_plan().path_name()},
                     {"last_predicted_us", predicted}, {"last_plain_us", plain},
                     {"last_why", plan::explain(f->last_plan(), f->costs().source)},

@@ -6,6 +6,8 @@
 // without the prefetch path formatting text per batch.
 #include "plan/planner.hpp"
 
+#include "plan/cost_learner.hpp"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -127,22 +129,66 @@ std::string path_name_of_key(uint32_t key) {
 
 std::string Plan::path_name() const { return path_name_of_key(path_key()); }
 
-Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
+namespace {
+
+// The unique fraction and hit rate choose() prices with: unknown = the worst case, except a hit prior with a cache.
+struct Resolved {
+  double u = 1, h = 0;
+  bool u_known = false, h_measured = false, h_prior = false;
+};
+Resolved resolve(const BatchStats& b, bool cache_present) {
+  Resolved r;
+  r.u_known = std::isfinite(b.unique_fraction);
+  r.h_measured = std::isfinite(b.cache_hit_fraction);
+  // A prior only counts for a table with a cache; without one, unknown stays the worst case.
+  r.h_prior = !r.h_measured && cache_present && std::isfinite(b.cache_hit_prior);
+  r.u = r.u_known ? std::clamp(b.unique_fraction, 0.0, 1.0) : 1.0;
+  r.h = r.h_measured ? std::clamp(b.cache_hit_fraction, 0.0, 1.0)
+        : r.h_prior  ? std::clamp(b.cache_hit_prior, 0.0, 1.0)
+                     : 0.0;
+  return r;
+}
+
+}  // namespace
+
+double model_price(const Plan& shape, const BatchStats& b, const Costs& k, bool cache_present) {
+  const double n = static_cast<double>(std::max<int64_t>(b.rows, 0));
+  const Resolved r = resolve(b, cache_present);
+  Candidate c{shape.dedup ? (shape.sort ? Dedup::kSort : Dedup::kHash) : Dedup::kOff, shape.cache,
+              std::clamp(std::isfinite(shape.host_share) ? shape.host_share : 0.0, 0.0, 1.0), 0};
+  if (c.host_share > 0 && (c.dedup != Dedup::kOff || c.cache))
+    return predict_split_us(c, n, r.u, r.h, k, split_interference(n, k));
+  return predict_us(c, n, r.u, r.h, k);
+}
+
+Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o, const CostLearner* learner,
+            bool allow_barred) {
   Plan p;
   p.planner_enabled = o.enabled;
   p.grid_cap = o.background_grid_cap;
   const double n = static_cast<double>(std::max<int64_t>(b.rows, 0));
-  const bool u_known = std::isfinite(b.unique_fraction);
-  const bool h_measured = std::isfinite(b.cache_hit_fraction);
-  // A prior only counts for a table with a cache; without one, unknown stays the worst case.
-  const bool h_prior = !h_measured && o.cache_present && std::isfinite(b.cache_hit_prior);
-  const double u = u_known ? std::clamp(b.unique_fraction, 0.0, 1.0) : 1.0;
-  const double h = h_measured ? std::clamp(b.cache_hit_fraction, 0.0, 1.0)
-                   : h_prior  ? std::clamp(b.cache_hit_prior, 0.0, 1.0)
-                              : 0.0;
+  const Resolved r = resolve(b, o.cache_present);
+  const bool u_known = r.u_known, h_measured = r.h_measured, h_prior = r.h_prior;
+  const double u = r.u, h = r.h;
+  // A candidate's price: the model's, times the learned factor of its path in this size range; NaN when barred.
+  const bool learn = learner != nullptr && o.enabled && b.rows > 0;
+  auto corrected = [&](const Candidate& c, double model_us, Correction* out) {
+    if (!learn) return model_us;
+    const Correction cr =
+        learner->correction(learn_key(c.dedup != Dedup::kOff, c.dedup == Dedup::kSort, c.cache, c.host_share), b.rows);
+    if (out) *out = cr;
+    if (cr.barred && !allow_barred) return kUnknown;
+    return model_us * cr.factor;
+  };
   const Candidate plain{};
-  p.plain_us = predict_us(plain, n, u, h, k);
+  p.plain_model_us = predict_us(plain, n, u, h, k);
+  Correction plain_cr;
+  p.plain_us = corrected(plain, p.plain_model_us, &plain_cr);
+  p.learned = learn;
+  p.plain_factor = plain_cr.factor;
+  p.plain_samples = plain_cr.samples;
   p.predicted_us = p.plain_us;
+  p.model_us = p.plain_model_us;
   p.rows = n;
   p.unique = u;
   p.unique_known = u_known;
@@ -183,19 +229,34 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
   const double interference = can_split ? split_interference(n, k) : 1;
   Candidate best = plain;
   best.us = p.plain_us;
+  double best_model = p.plain_model_us;
+  Correction best_cr = plain_cr;
+  // Offers a candidate priced `model_us` by the model; a barred one is counted and skipped.
+  auto offer = [&](Candidate c, double model_us) {
+    Correction cr;
+    const double us = corrected(c, model_us, &cr);
+    if (!std::isfinite(us)) {
+      ++p.barred_paths;
+      return;
+    }
+    c.us = us;
+    if (c.us < best.us) {
+      best = c;
+      best_model = model_us;
+      best_cr = cr;
+    }
+  };
   for (Dedup d : {Dedup::kOff, Dedup::kHash, Dedup::kSort}) {
     if (d == Dedup::kHash && !o.allow_dedup) continue;
     if (d == Dedup::kSort && !can_sort) continue;
     for (bool c : {false, true}) {
       if (c && !(o.cache_present && o.allow_cache)) continue;
       Candidate device{d, c, 0, 0};
-      device.us = predict_us(device, n, u, h, k);
-      if (device.us < best.us) best = device;
+      if (d != Dedup::kOff || c) offer(device, predict_us(device, n, u, h, k));
       if (!can_hybrid) continue;
       if (d == Dedup::kOff && !c) {  // the plain hybrid, at its share
         Candidate cand{d, c, share, 0};
-        cand.us = predict_us(cand, n, u, h, k);
-        if (cand.us < best.us) best = cand;
+        offer(cand, predict_us(cand, n, u, h, k));
         continue;
       }
       // Dedup/cache on the device beside host threads, at host shares of 5-50%: the host gathers its tokens' rows
@@ -207,18 +268,24 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o) {
       for (int i = 1; i <= 10; ++i) {
         if (forced_share && i > 1) break;
         Candidate cand{d, c, forced_share ? share : 0.05 * i, 0};
-        cand.us = predict_split_us(cand, n, u, h, k, interference);
-        if (cand.us < best.us) best = cand;
+        offer(cand, predict_split_us(cand, n, u, h, k, interference));
       }
     }
   }
   const bool pays = best.us <= p.plain_us * (1 - o.min_gain);
-  if (!pays) best = plain;
+  if (!pays) {
+    best = plain;
+    best_model = p.plain_model_us;
+    best_cr = plain_cr;
+  }
   p.dedup = best.dedup != Dedup::kOff;
   p.sort = best.dedup == Dedup::kSort;
   p.cache = best.cache;
   p.host_share = best.host_share;
   p.predicted_us = pays ? best.us : p.plain_us;
+  p.model_us = best_model;
+  p.chosen_factor = best_cr.factor;
+  p.chosen_samples = best_cr.samples;
 
   p.chosen_pays = pays;
   // Inline vs background: a lookup that cannot hide behind the available compute is exposed anyway, so it runs
@@ -251,6 +318,24 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
     why.push_back("rows " + fmt("%.0f", n) + ", unique " +
                   (p.unique_known ? fmt("%.1f%%", 100 * u) : "unknown (assumed 100%)") + ", cache hits " + hits +
                   "; plain UVA predicted " + fmt("%.1f us", p.plain_us) + " (costs: " + costs_source + ")");
+    if (p.learned) {
+      const auto [lo, hi] = bucket_rows(size_bucket(static_cast<int64_t>(n)));
+      std::string l = "learned in rows " + fmt("%.0f", static_cast<double>(lo)) + "-" +
+                      fmt("%.0f", static_cast<double>(hi)) + ": plain ";
+      l += p.plain_samples > 0 ? "measured " + fmt("%.2fx", p.plain_factor) + " its model over " +
+                                     std::to_string(p.plain_samples) + " batches (model " +
+                                     fmt("%.1f us", p.plain_model_us) + ")"
+                               : std::string("not measured yet");
+      if (p.chosen_pays)
+        l += "; chosen path " + (p.chosen_samples > 0 ? fmt("x%.2f", p.chosen_factor) + " (" +
+                                                            std::to_string(p.chosen_samples) + " batches)"
+                                 : p.chosen_factor != 1 ? fmt("x%.2f", p.chosen_factor) + " (plain's factor)"
+                                                        : std::string("not measured yet")) +
+             " (model " + fmt("%.1f us", p.model_us) + ")";
+      if (p.barred_paths > 0)
+        l += "; " + std::to_string(p.barred_paths) + " path(s) barred (measured slower than plain here)";
+      why.push_back(l);
+    }
     if (!p.chosen_pays) {
       why.push_back("no technique saves >= " + fmt("%.0f%%", 100 * p.min_gain) + " of the plain time: plain UVA gather");
     } else {
@@ -275,6 +360,11 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
   if (p.notes & kNoteExploreDedup)
     why.push_back("exploring: one hash-dedup batch every " + std::to_string(p.explore_every) +
                   " measures the unique fraction");
+  if (p.notes & kNoteMeasureUnique)
+    why.push_back("unique fraction unknown in this size range: hash dedup measures it on this batch");
+  if (p.notes & kNoteExplorePlain)
+    why.push_back("exploring: plain gather, keeps its measured time in this size range current");
+  if (p.notes & kNoteRetryBarred) why.push_back("re-measuring a path barred in this size range");
   if (p.notes & kNoteExploreCache) why.push_back("exploring: cache probe measures the hit rate");
   if (p.notes & kNoteCacheMissing) why.push_back("cache requested but none attached: off");
   if (p.notes & kNoteHybridNoHost) why.push_back("hybrid requested but no host-gather path or no host ids: UVA only");

@@ -11,6 +11,9 @@
 // rows on the host-gather path in parallel with the UVA path (time = max of the two). A technique is switched on
 // only when its predicted time beats the plain gather by `min_gain` (default 5%), so on uniform ids — where
 // nothing repeats and nothing is cached — every technique stays off (never more than 5% slower than the plain gather).
+// Prices can be corrected with what served batches measured (cost_learner.hpp): choose() with a learner multiplies
+// each path's model price by its learned factor for the batch's size bucket and skips paths the learner barred
+// (measured slower than the plain gather there).
 // Unknown statistics (NaN) count as the adversarial case: unique fraction 1, hit rate 0 — except that a batch of a
 // table WITH a cache may carry a prior hit estimate (the cache's coverage of the profile it was filled from), used
 // until a measured hit rate replaces it; without a cache the worst-case rule stands. The hybrid is a split by
@@ -29,6 +32,8 @@
 #include "engram/options.hpp"
 
 namespace engram::plan {
+
+class CostLearner;
 
 inline constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
 
@@ -98,6 +103,9 @@ enum PlanNote : uint8_t {
   kNoteCacheMissing = 1 << 2,    // cache requested but none attached: off
   kNoteHybridNoHost = 1 << 3,    // hybrid requested but no host-gather path or no host ids: UVA only
   kNoteHybridCaptured = 1 << 4,  // hybrid cannot be captured (host threads): UVA only
+  kNoteMeasureUnique = 1 << 5,   // unique fraction unknown in this size range: hash dedup measures it on this batch
+  kNoteExplorePlain = 1 << 6,    // the plain gather, run to keep its measured time in this size range current
+  kNoteRetryBarred = 1 << 7,     // a path barred in this size range (measured slower than plain), re-measured
 };
 
 // Where the hit rate the planner used came from.
@@ -128,6 +136,14 @@ struct Plan {
   double overlap_budget_us = kUnknown;
   uint8_t notes = 0;            // PlanNote bits
   int explore_every = 0;        // for kNoteExploreDedup
+  // Learned corrections (choose() with a CostLearner): the model's prices before correction, the factors applied
+  // and their sample counts, and how many candidate paths were barred in this size range.
+  bool learned = false;
+  double plain_model_us = 0;    // plain_us before correction
+  double model_us = 0;          // predicted_us before correction
+  double plain_factor = 1, chosen_factor = 1;
+  int64_t plain_samples = 0, chosen_samples = 0;
+  int barred_paths = 0;
   std::string path_name() const; // e.g. "dedup(hash)+cache+uva", "plain-uva", "dedup(sort)+hybrid(host 35%)"
   // The path as a small number (dedup, sort, cache, host share in percent, background): per-batch counting keyed
   // by this builds no string; path_name_of_key() gives the name.
@@ -139,8 +155,16 @@ std::string path_name_of_key(uint32_t key);
 // plan was priced with.
 std::vector<std::string> explain(const Plan& p, const std::string& costs_source);
 
-// Picks the plan. Deterministic, no I/O. rows <= 0 gives the plain plan with a reason.
-Plan choose(const BatchStats& batch, const Costs& costs, const PlannerOptions& options);
+// Picks the plan. Deterministic, no I/O. rows <= 0 gives the plain plan with a reason. With `learner`, prices are
+// corrected by what earlier batches of the same size range measured and barred paths are skipped (unless
+// `allow_barred`: a retry of a barred path).
+Plan choose(const BatchStats& batch, const Costs& costs, const PlannerOptions& options,
+            const CostLearner* learner = nullptr, bool allow_barred = false);
+
+// The model's price (uncorrected) of the path of `shape` (dedup, sort, cache, host share) on `batch`, with the
+// statistics rules of choose(); `cache_present` says whether a hit prior counts. What the learner compares a
+// measured batch with.
+double model_price(const Plan& shape, const BatchStats& batch, const Costs& costs, bool cache_present);
 
 // Best host share of the hybrid: the split where both paths finish together, s = R_host / (R_host + R_uva)
 // (fixed costs ignored); 0 when the host path is unavailable.

@@ -1,0 +1,46 @@
+// The Path lines of a CUDA backend's description: the served paths, then per path and batch-size range what the
+// learner measured against the planner's prediction (built from the JSON alone, so checked on the CPU).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "engine/backend.hpp"
+
+namespace engram::engine {
+namespace {
+
+TEST(DescribeLines, LearnedPredictedAndMeasuredPerPathAndSizeRange) {
+  const nlohmann::json det = {
+      {"backend", "cuda"},
+      {"fast_path_mode", "planner"},
+      {"fast_path",
+       {{{"layer_index", 0},
+         {"paths", {{"plain-uva, background", 40}, {"cache+uva, background", 3}}},
+         {"unique_fraction", 0.97},
+         {"cache_hit_rate", 0.2},
+         {"learned",
+          {{{"rows_min", 1024}, {"rows_max", 2047}, {"path", "plain-uva"}, {"batches", 40}, {"predicted_us", 50.0},
+            {"measured_us", 55.0}, {"barred", false}},
+           {{"rows_min", 1024}, {"rows_max", 2047}, {"path", "cache+uva"}, {"batches", 3}, {"predicted_us", 35.0},
+            {"measured_us", nullptr}, {"barred", true}}}}}}}};
+  const std::vector<std::string> lines = describe_lines(det);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("plain-uva, background x40"), std::string::npos) << all;
+  EXPECT_NE(all.find("learned rows 1024-2047, plain-uva: predicted 50.0 us, measured 55.0 us (40 batches)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("learned rows 1024-2047, cache+uva: predicted 35.0 us, measured n/a us (3 batches), barred"),
+            std::string::npos)
+      << all;
+  // A description without the learner's entries (an older JSON) still gives the Path line.
+  nlohmann::json old = det;
+  old["fast_path"][0].erase("learned");
+  const auto old_lines = describe_lines(old);
+  ASSERT_FALSE(old_lines.empty());
+  for (const auto& l : old_lines) EXPECT_EQ(l.find("learned"), std::string::npos) << l;
+}
+
+}  // namespace
+}  // namespace engram::engine

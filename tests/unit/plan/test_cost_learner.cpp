@@ -1,0 +1,318 @@
+// Cost learner on synthetic measurement streams: a path predicted fast but measured slow is dropped, a path that
+// pays stays, buckets learn apart, plain's measured time replaces its price, exploration is bounded, a barred path
+// comes back when a re-measurement pays, unique fractions per bucket, NaN/garbage inputs ignored; and choose()
+// with a learner.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "plan/cost_learner.hpp"
+#include "plan/planner.hpp"
+
+namespace engram::plan {
+namespace {
+
+const uint32_t kCache = learn_key(false, false, true, 0);
+const uint32_t kDedup = learn_key(true, false, false, 0);
+const uint32_t kDedupCache = learn_key(true, false, true, 0);
+
+TEST(CostLearner, BucketsAreLog2OfRows) {
+  EXPECT_EQ(size_bucket(0), 0);
+  EXPECT_EQ(size_bucket(1), 0);
+  EXPECT_EQ(size_bucket(1536), 10);    // decode 64 tokens x 24 heads
+  EXPECT_EQ(size_bucket(196608), 17);  // prefill 8K x 24
+  EXPECT_EQ(size_bucket(131072), 17);
+  EXPECT_EQ(size_bucket(131071), 16);
+  EXPECT_EQ(bucket_rows(17), (std::pair<int64_t, int64_t>{131072, 262143}));
+  EXPECT_EQ(size_bucket(INT64_MAX), kSizeBuckets - 1);
+}
+
+TEST(CostLearner, KeysLeaveTheGridOutAndNameThePath) {
+  Plan p;
+  p.dedup = true;
+  p.cache = true;
+  p.background = true;
+  const uint32_t bg = learn_key(p);
+  p.background = false;
+  EXPECT_EQ(learn_key(p), bg);
+  EXPECT_EQ(bg, kDedupCache);
+  EXPECT_EQ(learned_path_name(kDedupCache), "dedup(hash)+cache+uva");
+  EXPECT_EQ(learned_path_name(kPlainKey), "plain-uva");
+  EXPECT_EQ(learn_key(Plan{}), kPlainKey);
+}
+
+TEST(CostLearner, PlainMeasuredTimeReplacesItsPrice) {
+  CostLearner l;
+  EXPECT_EQ(l.correction(kPlainKey, 196608).source, CorrectionSource::kNone);
+  EXPECT_DOUBLE_EQ(l.correction(kPlainKey, 196608).factor, 1);
+  // Text prefill: priced 7116 us, measured ~3800 us.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(l.observe(kPlainKey, 196608, 7116, 3800));
+  const Correction c = l.correction(kPlainKey, 196608);
+  EXPECT_EQ(c.source, CorrectionSource::kOwn);
+  EXPECT_EQ(c.samples, 5);
+  EXPECT_NEAR(7116 * c.factor, 3800, 1e-6);
+  EXPECT_FALSE(c.barred);
+  // A path never measured in the bucket takes plain's factor (the gather dominates every path's price).
+  const Correction d = l.correction(kDedup, 196608);
+  EXPECT_EQ(d.source, CorrectionSource::kPlain);
+  EXPECT_NEAR(d.factor, c.factor, 1e-12);
+  EXPECT_EQ(d.samples, 0);
+}
+
+TEST(CostLearner, PathPredictedFastButMeasuredSlowIsDropped) {
+  // Decode 64: the cache path predicted 1.44x, measured 0.83x of plain.
+  CostLearner l;
+  const int64_t rows = 1536;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(l.observe(kPlainKey, rows, 50, 55));
+  ASSERT_TRUE(l.observe(kCache, rows, 35, 66));
+  ASSERT_TRUE(l.observe(kCache, rows, 35, 66));
+  EXPECT_FALSE(l.barred(kCache, rows)) << "fewer than min_samples measurements";
+  ASSERT_TRUE(l.observe(kCache, rows, 35, 66));
+  EXPECT_TRUE(l.barred(kCache, rows));
+  // The planner then does not choose it, although its corrected price would still look fine if it were not barred.
+  Costs k;
+  k.source = "test";
+  PlannerOptions o;
+  o.cache_present = true;
+  BatchStats b{rows, 0.95, 0.7};
+  const Plan without = choose(b, k, o);
+  ASSERT_TRUE(without.cache) << "the model alone chooses the cache here";
+  const Plan with = choose(b, k, o, &l);
+  EXPECT_NE(learn_key(with), kCache);  // dedup+cache, not measured here yet, may still be tried
+  EXPECT_GE(with.barred_paths, 1);
+  EXPECT_TRUE(with.learned);
+  // allow_barred (a retry) offers it again.
+  EXPECT_EQ(choose(b, k, o, &l, /*allow_barred=*/true).barred_paths, 0);
+  bool mentions = false;
+  for (const auto& w : explain(with, "test")) mentions |= w.find("barred") != std::string::npos;
+  EXPECT_TRUE(mentions);
+}
+
+TEST(CostLearner, PathThatPaysStays) {
+  CostLearner l;
+  const int64_t rows = 196608;
+  Costs k;
+  k.source = "test";
+  BatchStats b{rows, 0.5, kUnknown};
+  const Plan first = choose(b, k, {}, &l);
+  ASSERT_TRUE(first.dedup);
+  const double model_dedup = model_price(first, b, k, false);
+  const double model_plain = model_price(Plan{}, b, k, false);
+  EXPECT_NEAR(first.model_us, model_dedup, 1e-9);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, rows, model_plain, 3800));
+    ASSERT_TRUE(l.observe(kDedup, rows, model_dedup, 1900));
+  }
+  EXPECT_FALSE(l.barred(kDedup, rows));
+  const Plan p = choose(b, k, {}, &l);
+  EXPECT_TRUE(p.dedup);
+  EXPECT_NEAR(p.plain_us, 3800, 1e-6);
+  EXPECT_NEAR(p.predicted_us, 1900, 1e-6);
+  EXPECT_NEAR(p.plain_model_us, model_plain, 1e-9);
+  EXPECT_EQ(p.barred_paths, 0);
+}
+
+TEST(CostLearner, CorrectedPlainPriceCanMakeATechniqueStopPaying) {
+  // The model says dedup saves a lot; measured, both take the same time: the corrected prices say so and the
+  // planner keeps plain (no bar needed: within the margin).
+  CostLearner l;
+  const int64_t rows = 65536;
+  Costs k;
+  BatchStats b{rows, 0.6, kUnknown};
+  Plan d;
+  d.dedup = true;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, rows, model_price(Plan{}, b, k, false), 1000));
+    ASSERT_TRUE(l.observe(kDedup, rows, model_price(d, b, k, false), 1010));
+  }
+  EXPECT_FALSE(l.barred(kDedup, rows));
+  EXPECT_TRUE(choose(b, k, {}).dedup);
+  EXPECT_FALSE(choose(b, k, {}, &l).dedup);
+}
+
+TEST(CostLearner, BucketsAreIndependent) {
+  CostLearner l;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, 1536, 50, 50));
+    ASSERT_TRUE(l.observe(kCache, 1536, 35, 70));
+  }
+  EXPECT_TRUE(l.barred(kCache, 1536));
+  EXPECT_TRUE(l.barred(kCache, 2000));  // same bucket (1024-2047)
+  EXPECT_FALSE(l.barred(kCache, 196608));
+  EXPECT_EQ(l.correction(kCache, 196608).source, CorrectionSource::kNone);
+  EXPECT_DOUBLE_EQ(l.correction(kCache, 196608).factor, 1);
+  // Prefill learns that the cache pays there; decode keeps its bar.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, 196608, 7000, 3800));
+    ASSERT_TRUE(l.observe(kCache, 196608, 3000, 2000));
+  }
+  EXPECT_FALSE(l.barred(kCache, 196608));
+  EXPECT_TRUE(l.barred(kCache, 1536));
+  l.observe_unique(196608, 196608, 98304);
+  EXPECT_DOUBLE_EQ(l.unique_fraction(196608), 0.5);
+  EXPECT_TRUE(std::isnan(l.unique_fraction(1536)));
+  l.observe_unique(1536, 1536, 1500);
+  EXPECT_NEAR(l.unique_fraction(1536), 1500.0 / 1536, 1e-12);
+  EXPECT_DOUBLE_EQ(l.unique_fraction(196608), 0.5);
+  l.observe_unique(196608, 196608, 196608 * 3 / 4);
+  EXPECT_DOUBLE_EQ(l.unique_fraction(196608), 0.625);  // averaged with the earlier estimate
+  ASSERT_EQ(l.unique_by_bucket().size(), 2u);
+  EXPECT_EQ(l.unique_by_bucket()[0].first, 10);
+}
+
+TEST(CostLearner, BarredPathComesBackWhenARemeasurementPays) {
+  CostLearner l;
+  const int64_t rows = 1536;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, rows, 50, 50));
+    ASSERT_TRUE(l.observe(kCache, rows, 35, 60));
+  }
+  ASSERT_TRUE(l.barred(kCache, rows));
+  ASSERT_TRUE(l.observe(kCache, rows, 35, 58));  // still slower: stays barred
+  EXPECT_TRUE(l.barred(kCache, rows));
+  EXPECT_EQ(l.correction(kCache, rows).samples, 4);
+  ASSERT_TRUE(l.observe(kCache, rows, 35, 30));  // the traffic changed: now it pays
+  const Correction c = l.correction(kCache, rows);
+  EXPECT_FALSE(c.barred);
+  EXPECT_EQ(c.samples, 1) << "restarted from the paying measurement";
+  EXPECT_NEAR(c.factor, 30.0 / 35, 1e-12);
+}
+
+TEST(CostLearner, ExplorationIsBounded) {
+  LearnerOptions o;
+  o.plain_every = 32;
+  o.plain_warm_every = 4;
+  o.min_samples = 3;
+  o.retry_every = 0;
+  CostLearner l(o);
+  const int64_t rows = 196608;
+  int plain_runs = 0;
+  std::vector<int> at;
+  for (int i = 1; i <= 200; ++i) {
+    const Explore e = l.explore(rows, kDedup);
+    if (e == Explore::kPlain) {
+      ++plain_runs;
+      at.push_back(i);
+      ASSERT_TRUE(l.observe(kPlainKey, rows, 7000, 3800));
+    } else {
+      EXPECT_EQ(e, Explore::kNone);
+      ASSERT_TRUE(l.observe(kDedup, rows, 3600, 1900));
+    }
+  }
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[0], 2) << "the first plain batch of a bucket is its second batch";
+  EXPECT_EQ(at[1], 6);   // warm-up: every 4 until min_samples
+  EXPECT_EQ(at[2], 10);
+  EXPECT_EQ(at[3], 42);  // then one in 32
+  EXPECT_LE(plain_runs, 3 + 200 / 32 + 1);
+  // A bucket whose chosen path is plain never explores plain.
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(l.explore(1536, kPlainKey), Explore::kNone);
+  // plain_every = 0: never.
+  CostLearner never(LearnerOptions{.plain_every = 0, .retry_every = 0});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(never.explore(rows, kDedup), Explore::kNone);
+}
+
+TEST(CostLearner, BarredPathsAreRetriedPeriodically) {
+  LearnerOptions o;
+  o.retry_every = 10;
+  o.plain_every = 0;
+  CostLearner l(o);
+  const int64_t rows = 1536;
+  int retries = 0;
+  for (int i = 0; i < 50; ++i) retries += l.explore(rows, kPlainKey) == Explore::kRetryBarred;
+  EXPECT_EQ(retries, 0) << "nothing barred";
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, rows, 50, 50));
+    ASSERT_TRUE(l.observe(kCache, rows, 35, 70));
+  }
+  for (int i = 0; i < 50; ++i) retries += l.explore(rows, kPlainKey) == Explore::kRetryBarred;
+  EXPECT_EQ(retries, 5);
+}
+
+TEST(CostLearner, RetryKeyIsTheBarredPathClosestToPlain) {
+  CostLearner l;
+  const int64_t rows = 1536;
+  EXPECT_EQ(l.retry_key(rows), kPlainKey);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, rows, 50, 50));
+    ASSERT_TRUE(l.observe(kCache, rows, 35, 66));
+    ASSERT_TRUE(l.observe(kDedupCache, rows, 40, 80));
+  }
+  EXPECT_EQ(l.retry_key(rows), kCache);
+  EXPECT_EQ(l.retry_key(196608), kPlainKey);
+  const Plan p = plan_of_key(kDedupCache);
+  EXPECT_TRUE(p.dedup);
+  EXPECT_TRUE(p.cache);
+  EXPECT_FALSE(p.sort);
+  EXPECT_EQ(learn_key(p), kDedupCache);
+  const uint32_t split = learn_key(true, true, false, 0.35);
+  EXPECT_EQ(learn_key(plan_of_key(split)), split);
+  EXPECT_DOUBLE_EQ(plan_of_key(split).host_share, 0.35);
+}
+
+TEST(CostLearner, NanAndGarbageInputsAreIgnored) {
+  CostLearner l;
+  EXPECT_FALSE(l.observe(kPlainKey, 1536, kUnknown, 50));
+  EXPECT_FALSE(l.observe(kPlainKey, 1536, 50, kUnknown));
+  EXPECT_FALSE(l.observe(kPlainKey, 1536, 50, std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(l.observe(kPlainKey, 1536, 0, 50));
+  EXPECT_FALSE(l.observe(kPlainKey, 1536, 50, -1));
+  EXPECT_FALSE(l.observe(kPlainKey, 0, 50, 50));
+  EXPECT_FALSE(l.observe(kPlainKey, -5, 50, 50));
+  EXPECT_TRUE(l.paths().empty());
+  l.observe_unique(1536, 0, 0);
+  l.observe_unique(1536, 100, 200);
+  l.observe_unique(1536, 100, -1);
+  EXPECT_TRUE(std::isnan(l.unique_fraction(1536)));
+  EXPECT_TRUE(l.unique_by_bucket().empty());
+  // A wild measurement moves the factor by a bounded amount.
+  ASSERT_TRUE(l.observe(kPlainKey, 1536, 50, 1e12));
+  EXPECT_LE(l.correction(kPlainKey, 1536).factor, l.options().max_factor * (1 + 1e-12));
+  // choose() with a NaN batch still gives a valid plan.
+  const Plan p = choose({1536, kUnknown, kUnknown}, Costs{}, {}, &l);
+  EXPECT_TRUE(std::isfinite(p.predicted_us));
+  EXPECT_FALSE(p.dedup);
+}
+
+TEST(CostLearner, ReportsPredictedAndMeasuredPerPathAndBucket) {
+  CostLearner l;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.observe(kPlainKey, 1536, 50, 50));
+    ASSERT_TRUE(l.observe(kCache, 1536, 35, 60));
+    ASSERT_TRUE(l.observe(kDedupCache, 196608, 2000, 2400));
+  }
+  const auto r = l.paths();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].bucket, 10);
+  EXPECT_EQ(r[0].name, "plain-uva");
+  EXPECT_EQ(r[1].name, "cache+uva");
+  EXPECT_DOUBLE_EQ(r[1].predicted_us, 35);
+  EXPECT_DOUBLE_EQ(r[1].measured_us, 60);
+  EXPECT_TRUE(r[1].barred);
+  EXPECT_EQ(r[1].samples, 3);
+  EXPECT_EQ(r[2].bucket, 17);
+  EXPECT_EQ(r[2].rows_min, 131072);
+  EXPECT_NEAR(r[2].factor, 1.2, 1e-12);
+  EXPECT_FALSE(r[2].barred) << "no plain measurement in that bucket: nothing to compare with";
+  l.reset();
+  EXPECT_TRUE(l.paths().empty());
+}
+
+TEST(CostLearner, ChooseWithoutLearnerIsUnchanged) {
+  Costs k;
+  CostLearner empty;
+  for (int64_t rows : {int64_t{64}, int64_t{1536}, int64_t{65536}, int64_t{196608}})
+    for (double u : {0.3, 0.7, 1.0}) {
+      const BatchStats b{rows, u, kUnknown};
+      const Plan a = choose(b, k, {});
+      const Plan c = choose(b, k, {}, &empty);
+      EXPECT_EQ(a.path_key(), c.path_key());
+      EXPECT_DOUBLE_EQ(a.predicted_us, c.predicted_us);
+      EXPECT_DOUBLE_EQ(a.plain_us, c.plain_us);
+      EXPECT_FALSE(a.learned);
+      EXPECT_DOUBLE_EQ(model_price(a, b, k, false), a.predicted_us);
+    }
+}
+
+}  // namespace
+}  // namespace engram::plan
