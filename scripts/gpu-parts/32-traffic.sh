@@ -31,7 +31,7 @@ for f in "$DOC/corpus-train.tokens" "$DOC/corpus-test.tokens" "$HDR/corpus-test.
   [[ -s $f ]] || { echo "SKIP  traffic: $f missing (scripts/tokenize-corpus on a machine with Node.js, carry it)"; exit 0; }
 done
 
-prof="$LOG_DIR/doc-train.profile"
+prof="${TMPDIR:-/tmp}/engram-part32-doc-train.profile"  # ~130 MB: kept out of LOG_DIR, which comes back
 t0=$(date +%s)
 if ! timeout 90 "$engram" profile --layout bench --table-size "$TABLE" --tokens "$DOC/corpus-train.tokens" \
      --top 8000000 --out "$prof" >"$LOG_DIR/profile.txt" 2>&1; then
