@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <thread>
+#include <unordered_set>
 
 #include "bench/gpu.hpp"
 #include "bench/lookup.hpp"
@@ -175,9 +176,28 @@ Result<Report> run_traffic(Context& ctx) {
     rep.notes.push_back(fmt::format("{}-domain text {}: {} tokens, {} documents, hashed in {:.1f} s", domain, path,
                                     tf.ids.size(), tf.documents.size(), (now_ns() - t0) * 1e-9));
     for (size_t w = 0; w < workloads.size(); ++w) {
-      TrafficWorkloadIds wi{domain, path, workloads[w], {}};
+      TrafficWorkloadIds wi{domain, path, workloads[w], {}, {}};
       for (int c = 0; c < calls; ++c) wi.calls.push_back(gather_stream_ids(stream, heads, plan.positions(w, c)));
       run.workloads.push_back(std::move(wi));
+    }
+  }
+  // Ids that earlier repetitions and workloads read (run order): each call's share of them.
+  {
+    std::unordered_set<int64_t> seen;
+    for (auto& wl : run.workloads) {
+      wl.seen_share.assign(wl.calls.size(), 0.0);
+      const int reps_total = run.warmup + run.reps;
+      for (int r = 0; r <= reps_total; ++r) {  // r == reps_total: the shared check call
+        const int first = r < reps_total ? traffic_call(r, 0, arms) : calls - 1;
+        const int last = r < reps_total ? traffic_call(r, arms - 1, arms) : calls - 1;
+        for (int c = first; c <= last; ++c) {
+          const auto& ids = wl.calls[static_cast<size_t>(c)];
+          int64_t hit = 0;
+          for (int64_t id : ids) hit += seen.count(id) ? 1 : 0;
+          wl.seen_share[static_cast<size_t>(c)] = ids.empty() ? 0.0 : static_cast<double>(hit) / static_cast<double>(ids.size());
+        }
+        for (int c = first; c <= last; ++c) seen.insert(wl.calls[static_cast<size_t>(c)].begin(), wl.calls[static_cast<size_t>(c)].end());
+      }
     }
   }
   const Status st = run_traffic_gpu(run, ctx, rep);

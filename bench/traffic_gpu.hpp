@@ -21,6 +21,9 @@ struct TrafficWorkloadIds {
   std::string text;                       // the token file
   TrafficWorkload workload;
   std::vector<std::vector<int64_t>> calls;  // [calls][tokens * heads]
+  // Share of each call's ids that calls of earlier repetitions and workloads (in run order, all arms) read too:
+  // what text repeats across calls, alike for every arm (the order of arms inside a repetition is not counted).
+  std::vector<double> seen_share;           // [calls]
 };
 
 struct TrafficRun {

@@ -257,10 +257,11 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
   Table arms_t, sum_t, plan_t, check_t;
   arms_t.key = "traffic_arms";
   arms_t.title = "Traffic: every arm per workload (median [p5, p95] us per call; x ref = reference / arm paired per "
-                 "repetition, its median [p5, p95]; hit = the engine's cache hits / probes)";
+                 "repetition, its median [p5, p95]; hit = the engine's cache hits / probes; seen = share of a call's ids that calls "
+                 "of earlier repetitions or workloads read too: repeats of the text, alike for every arm)";
   arms_t.columns = {{"domain", 0}, {"workload", 0}, {"arm", 0},         {"path", 0},         {"grid", 0},
                     {"med [us]", 1}, {"p5 [us]", 1}, {"p95 [us]", 1},   {"x ref", 2},        {"x ref p5", 2},
-                    {"x ref p95", 2}, {"hit [%]", 1}};
+                    {"x ref p95", 2}, {"hit [%]", 1}, {"seen [%]", 1}};
   arms_t.label_columns = 5;
   sum_t.key = "traffic_summary";
   sum_t.title = "Traffic: the engine against the reference-style kernel and its own plain kernel (ratios paired per "
@@ -286,6 +287,7 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
     const int64_t n = wl.workload.tokens * heads;
     for (int c = 0; c < calls; ++c) ENGRAM_RETURN_IF_ERROR(dev->upload_ids(c, wl.calls[static_cast<size_t>(c)].data(), n));
     std::vector<ArmState> st(static_cast<size_t>(A));
+    std::vector<std::vector<double>> seen(static_cast<size_t>(A));  // timed calls' seen_share, per arm
     std::vector<Variant> vs;
     for (int i = 0; i < A; ++i) {
       st[static_cast<size_t>(i)].arm = o.arms[static_cast<size_t>(i)];
@@ -298,7 +300,11 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
                       check_rows(fview, wl.calls[static_cast<size_t>(c)], out,
                                  sample_positions(n, o.check_rows, static_cast<uint64_t>(c) * 7919 + 1), a,
                                  fmt::format("call {}", c));
-                      if (r >= run.warmup) a.timed.push_back(rec);
+                      if (r >= run.warmup) {
+                        a.timed.push_back(rec);
+                        if (static_cast<size_t>(c) < wl.seen_share.size())
+                          seen[static_cast<size_t>(i)].push_back(wl.seen_share[static_cast<size_t>(c)]);
+                      }
                       Sample smp;
                       smp.ns = rec.ns;
                       smp.grid = rec.grid;
@@ -341,15 +347,22 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
       if (a.arm == "plain-split") psplit = &a;
     }
     nlohmann::json ja = nlohmann::json::array();
-    for (const auto& a : st) {
+    for (size_t ai = 0; ai < st.size(); ++ai) {
+      const ArmState& a = st[ai];
       const auto s = stats::summarize(times_of(a));
+      double seen_pct = kNaN;
+      if (!seen[ai].empty()) {
+        double sum = 0;
+        for (double x : seen[ai]) sum += x;
+        seen_pct = 100 * sum / static_cast<double>(seen[ai].size());
+      }
       const auto xr = ref ? paired(times_of(*ref), times_of(a)) : stats::Summary{};
       int64_t pr = 0, hi = 0;
       for (const auto& c : a.timed) pr += c.probes, hi += c.hits;
       const double hit = pr > 0 ? 100.0 * static_cast<double>(hi) / static_cast<double>(pr) : kNaN;
       arms_t.rows.push_back({Cell(wl.domain), Cell(wl.workload.name()), Cell(a.arm), Cell(paths_text(a.timed)),
                              Cell(a.timed.empty() ? kNaN : a.timed.back().grid), Cell(s.median / 1e3), Cell(s.p5 / 1e3),
-                             Cell(s.p95 / 1e3), Cell(xr.median), Cell(xr.p5), Cell(xr.p95), Cell(hit)});
+                             Cell(s.p95 / 1e3), Cell(xr.median), Cell(xr.p5), Cell(xr.p95), Cell(hit), Cell(seen_pct)});
       check_t.rows.push_back({Cell(wl.domain), Cell(wl.workload.name()), Cell(a.arm), Cell(a.checked_rows),
                               Cell(a.mismatches), Cell(a.first_mismatch.empty() ? "-" : a.first_mismatch)});
       total_mismatches += a.mismatches;
@@ -360,7 +373,8 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
                            {"predicted_plain_us", json_num(c.plain_us)}});
       ja.push_back({{"arm", a.arm}, {"ns", summary_json(s)}, {"ratio_reference_over_arm", summary_json(xr)},
                     {"cache_hit_rate", json_num(hit / 100)}, {"paths", paths_text(a.timed)}, {"calls", calls_j},
-                    {"rows_checked", a.checked_rows}, {"mismatches", a.mismatches}});
+                    {"rows_checked", a.checked_rows}, {"mismatches", a.mismatches},
+                    {"seen_share", json_num(seen_pct / 100)}});
     }
     const std::string wname = (wl.domain == "same" ? "same-domain " : "other-domain ") + wl.workload.name();
     if (eng_a) {
