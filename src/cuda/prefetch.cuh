@@ -58,9 +58,9 @@ struct CudaPrefetchOptions {
 // Work a queue's owner adds around the queue's calls; each runs with the queue's device current, on the driving
 // thread. The queue calls them in this order: on_begin_step at the start of begin_step; on_prepare after a host
 // prepare's lookup is enqueued (off its critical path; `ids` are the caller's, valid during the call);
-// on_prepare_device after a device prepare's lookup is enqueued (the ids are in ids_buffer(layer_index)); in
-// end_step, before_end_sync once the step's checks passed and before its host synchronisation (the step's work is
-// still on the GPU), on_end_step after it. A hook's error is the call's error.
+// on_prepare_device after a device prepare's lookup is enqueued (the ids are in ids_buffer(layer_index)); end_step
+// calls before_end_sync first (before its checks and its host synchronisation: the step's work is still on the
+// GPU) and on_end_step after a successful synchronisation. A hook's error is the call's error.
 class QueueHooks {
  public:
   virtual ~QueueHooks() = default;
@@ -121,7 +121,6 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   void add_maintenance(const MaintenanceSpan& span) { timeline_.add_maintenance(span); }
   // The owner's hooks (not owned; null: none). Set between steps; they must outlive the queue or be reset first.
   void set_hooks(QueueHooks* hooks) { hooks_ = hooks; }
-  int device() const { return device_; }  // the CUDA ordinal current at create()
 
  private:
   struct Slot;
@@ -139,7 +138,7 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   int out_heads_ = 0;  // staging's heads per token (heads_, or a TP slice's local heads)
   int d_ = 0;
   int sm_count_ = 0;
-  int device_ = 0;
+  int device_ = 0;                 // the CUDA ordinal current at create(), made current by every call
   QueueHooks* hooks_ = nullptr;
   CudaPrefetchOptions opt_;
   void* main_stream_ = nullptr;
