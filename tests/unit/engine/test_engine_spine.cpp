@@ -8,7 +8,8 @@
 // it reaches only include/engram. What it cannot enforce -- the CLI, the benches and src/ harnesses include internal
 // headers -- this scan checks by reading the sources as text: a constructor below (also through a `using` alias of
 // its type, a pointer to it, make_unique / make_shared, or a local object) outside the folders that define and
-// assemble them fails, unless the file is listed with the reason it builds the thing itself.
+// assemble them fails, unless the file is listed with the reason it builds the thing itself. A second scan keeps
+// the CUDA runtime inside src/cuda: the engine reaches the CUDA backend through its interface only.
 #include <gtest/gtest.h>
 
 #include <filesystem>
