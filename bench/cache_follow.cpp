@@ -2,7 +2,7 @@
 // the host over real text (no GPU): a decode replay whose text switches from one corpus to another at a given step
 // (SwitchingIdSource), the cache's content driven by the engine's own policy code (plan::HotCounts: decayed LFU
 // counts, candidate pool, sampled victims; plan() every `every` steps, at most `slice` rows staged per step and
-// committed at the next step, as src/cuda/backend.cu's maintenance does), and the hit rate of every step counted
+// committed at the next step, as src/cuda/backend_cache.cpp's maintenance does), and the hit rate of every step counted
 // against what the cache holds when the step's lookups run. Variants: the static cache (warm-up window, no
 // update), the online policies given by --updates, and the oracles: a cache filled from a profile of the new
 // text's other documents (held-out) and of the replayed text itself (in-sample), both static.

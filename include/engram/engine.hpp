@@ -160,13 +160,6 @@ struct LookupCall {
   GridCap grid_cap;           // CUDA: every SM by default (a direct lookup is in the foreground)
 };
 
-// What a lookup launched: the grid of a CUDA launch and the path the planner took; on the CPU only `path`.
-struct LaunchShape {
-  int64_t rows = 0, tiles = 0;
-  int grid = 0, cap = 0, block_threads = 0, tile_rows = 0, lanes_per_row = 0, rows_in_flight = 0;
-  std::string path;  // "cpu", "plain-uva", "dedup(hash)+cache+uva, background", ...
-};
-
 struct LookupResult {
   LookupStats stats;  // rows; dead and invalid counts on the CPU (CUDA counts them on the device: 0 here)
   LaunchShape launch;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "engram/export.hpp"
 #include "engram/status.hpp"
@@ -27,6 +28,20 @@ struct LookupStats {
   int64_t rows = 0;         // tokens * heads positions written (a TP slice: tokens * local heads)
   int64_t dead_rows = 0;    // positions with a negative id (zero rows)
   int64_t invalid_ids = 0;  // positions with id >= rows (zero rows; 0 in checked mode)
+};
+
+// What a lookup launched: the grid of a CUDA launch (the CUDA launchers return this type) and the path the
+// planner took; on the CPU only `rows` and `path`.
+struct LaunchShape {
+  int64_t rows = 0;        // positions written (tokens * out heads)
+  int64_t tiles = 0;       // ceil(rows / tile_rows)
+  int grid = 0;            // blocks launched: min(tiles, cap); 0 when nothing was launched
+  int cap = 0;             // the grid cap in blocks (GridCap::blocks_for(SM count))
+  int block_threads = 0;
+  int tile_rows = 0;       // 8 warps * (32 / G) * rows_in_flight
+  int lanes_per_row = 0;   // G
+  int rows_in_flight = 0;  // U: 1 when ceil(rows / (8 * 32 / G)) <= cap (one wave), else 4
+  std::string path;        // "cpu", "plain-uva", "dedup(hash)+cache+uva, background", ...
 };
 
 struct LookupRequest {

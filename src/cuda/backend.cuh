@@ -1,34 +1,42 @@
-// CudaBackend: everything a rank needs to serve Engram lookups from host memory on one GPU.
+// CudaBackend: the engine's cuda backend (engine::Backend and its engine::DeviceQueue extension), everything a
+// rank needs to serve Engram lookups from host memory on one GPU.
 //
 // Two steps, because the shared-table protocol registers the memory before the rank's queue exists:
 //  1. TableRegistration::create() registers every distinct host range of the rank's tables for UVA (chunked,
-//     prefaulted, rolled back on failure: registration.cuh) on one device: the protocol's "register" step.
+//     prefaulted, rolled back on failure: registration.cuh) on one device: the protocol's "register" step. It is
+//     the engine's Registration.
 //  2. make_cuda_backend() selects the device, creates (or adopts) the consumer's main stream, describes each
 //     Engram layer's table to the kernel (UvaTable), builds each layer's lookup path (FastLookup with the planner,
 //     or the plain kernel), and creates the serial prefetch queue (CudaPrefetchQueue) with those paths and, when
 //     layer_us > 0, the calibrated GEMM layer compute on the main stream (CudaLayerCompute).
-// The queue and compute implement the backend-neutral PrefetchQueue / LayerCompute. The table memory is never
-// copied to the device. src/engine/ is the only caller: consumers get a backend through the Engine.
+// queue() is that one CudaPrefetchQueue and compute() that compute; lookup() is a direct lookup on the caller's
+// stream through the layer's path; the DeviceQueue calls (ids on the device, graph-replay id refills, the caller's
+// events, the streams, the launch shape, step hashing on the device: StepHasher) run on the queue and the device;
+// describe() writes the typed reports (device, registration, per layer the fast path and the hot-row cache) as
+// JSON, one to_json each (backend_report.cpp). The table memory is never copied to the device. src/engine/'s
+// registry entry (cuda_backend.cpp) is the only caller: consumers get a backend through the Engine.
 //
-// Hot-row cache: with a fast path and a non-zero cache budget, engine_queue() is queue() plus the cache's host
-// side: prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks, drops
-// and counts a batch when its backlog is full), and end_step() (a) after the step's host sync, so nothing of the
-// step is in flight, closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it creates
-// each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) before that
-// sync, while the step's compute still runs on the GPU, so that the serving thread's maintenance time overlaps
-// the step instead of delaying the next one, keeps the online update moving without waiting for anything (each
-// of its enqueues lands after the step's lookups, which are all enqueued by then): every `update_every` steps it
-// asks the counting thread for a plan of at most `update_rows` swaps per layer (planned there, after the ids counted before it); each
-// step it takes at most `update_slice_rows` planned swaps, stages them (host fill of those rows, H2D on a
-// low-priority maintenance stream: HotRowCache::stage) and, at a later step once that copy is done (an event
-// query), commits them on the prefetch stream (row copy + map edits, ordered before the next step's lookups, so
-// lookups stay bit-identical). The serving thread's cost per step is bounded by one slice. An update that comes
-// due while the previous one is still being applied waits for it (counted as deferred). Each stage and commit is
-// a span in the timeline's "cache maintenance" lane (on the lookups' time base) when the timeline is recorded.
-// Ids already on the device (prepare_device: a hasher on the GPU, torch tensors) are counted too: after the
-// lookup is enqueued, the ids are copied into a pinned host buffer on the prefetch stream, and end_step() hands
-// them to the counting thread once that copy is done; a step under CUDA graph capture is not counted.
-// queue() stays the bare CudaPrefetchQueue (graph capture, benches). No CUDA types in this header.
+// Hot-row cache: with a fast path and a non-zero cache budget, the queue calls the cache's host side through its
+// hooks (QueueHooks, which this backend implements): after prepare() a copy of the step's ids goes to a counting
+// thread (plan::HotCountsWorker: never blocks, drops and counts a batch when its backlog is full), and end_step()
+// (a) after the step's host sync, so nothing of the step is in flight, closes the warm-up window: after
+// `warmup_steps` counted steps (numbered >= 0) it creates each layer's HotRowCache from the hottest counted ids (or
+// at start-up from `profile`), and (b) before that sync, while the step's compute still runs on the GPU, so that
+// the serving thread's maintenance time overlaps the step instead of delaying the next one, keeps the online
+// update moving without waiting for anything (each of its enqueues lands after the step's lookups, which are all
+// enqueued by then): every `update_every` steps it asks the counting thread for a plan of at most `update_rows`
+// swaps per layer (planned there, after the ids counted before it); each step it takes at most
+// `update_slice_rows` planned swaps, stages them (host fill of those rows, H2D on a low-priority maintenance
+// stream: HotRowCache::stage) and, at a later step once that copy is done (an event query), commits them on the
+// prefetch stream (row copy + map edits, ordered before the next step's lookups, so lookups stay bit-identical).
+// The serving thread's cost per step is bounded by one slice. An update that comes due while the previous one is
+// still being applied waits for it (counted as deferred). Each stage and commit is a span in the timeline's "cache
+// maintenance" lane (on the lookups' time base) when the timeline is recorded. Ids already on the device
+// (prepare_device: a hasher on the GPU, torch tensors) are counted too: after the lookup is enqueued, the ids are
+// copied into a pinned host buffer on the prefetch stream, and end_step() hands them to the counting thread once
+// that copy is done; a step under CUDA graph capture is not counted. Without a cache the hooks do nothing, and
+// queue() is the bare queue (graph capture, benches). The queue's calls may also return the cache's errors
+// (creation, update). No CUDA types in this header.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +53,8 @@
 #include "cuda/lookup_kernel.cuh"
 #include "cuda/prefetch.cuh"
 #include "cuda/registration.cuh"
+#include "cuda/step_hasher.cuh"
+#include "engine/backend.hpp"
 #include "engram/table.hpp"
 #include "plan/hot_counts.hpp"
 #include "plan/update_budget.hpp"
@@ -115,7 +125,7 @@ struct CudaRegistrationReport {
 
 // The host memory of a rank's tables registered for one device (see the file comment). Every distinct host range
 // of `views` is registered once. Shared by the backends built over it (several queues of one process).
-class TableRegistration {
+class TableRegistration final : public engine::Registration {
  public:
   // Errors: kUnsupported (no GPU / driver), kInvalidArgument (empty views), registration's errors naming the
   // chunk and the table of `layer_ids[i]`.
@@ -127,6 +137,8 @@ class TableRegistration {
   std::vector<const HostRegistration*> ranges() const;
   // Whether every host range of `view` lies inside this registration.
   bool covers(const TableView& view) const;
+  // The report and the device: {bytes, chunks, prefault_s, register_s, device_pointer_equals_host, device}.
+  nlohmann::json describe() const override;
 
  private:
   int device_ = 0;
@@ -152,16 +164,37 @@ struct CudaBackendOptions {
   EngineCacheOptions cache;        // hot-row caches (need fast_path)
 };
 
-class CudaBackend {
+class CudaBackend final : public engine::Backend, public engine::DeviceQueue, private QueueHooks {
  public:
-  ~CudaBackend();
+  ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  CudaPrefetchQueue& queue() { return *queue_; }
-  CudaLayerCompute* compute() { return compute_.get(); }  // nullptr when layer_us == 0
-  void* main_stream() const { return main_stream_; }     // cudaStream_t
-  const DeviceInfo& device() const { return device_; }
+  // engine::Backend. compute(): the GEMM compute, or one that does nothing when layer_us == 0.
+  CudaPrefetchQueue& queue() override { return *queue_; }
+  LayerCompute& compute() override;
+  // A direct lookup on call.stream through the layer's path (FastLookup unless checked, else the plain kernel);
+  // the launch shape with the path's name.
+  Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
+                              const LookupCall& call) override;
+  Status synchronize() override;  // waits for the main and prefetch streams
+  nlohmann::json describe() const override;
+  engine::DeviceQueue* device_queue() override { return this; }
+
+  // engine::DeviceQueue (engram/engine.hpp says what each does).
+  Status prepare_device(int layer_index, const int64_t* ids_device, int64_t tokens) override;
+  Status write_ids(int layer_index, const int64_t* ids, int64_t tokens) override;
+  Status main_wait_event(void* cuda_event) override;
+  Result<LaunchShape> last_launch(int layer_index) const override;
+  void* main_stream() const override { return main_stream_; }  // cudaStream_t
+  void* prefetch_stream() const override;
+  int device() const override { return device_.ordinal; }
+  Status enable_device_hashing(const NgramHashParams& params, int max_requests, int64_t max_tokens) override;
+  Status hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n_requests) override;
+  Status hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
+                                 const uint8_t* new_sequence, int n_chunks) override;
+  Result<DeviceHashStep> last_device_hash(bool with_ids) const override;
+
   const UvaTable& table(int layer_index) const { return tables_.at(layer_index); }
   const CudaRegistrationReport& registration() const { return registered_->report(); }
   // The layer's fast-path engine; nullptr when fast_path is off or the table is not eligible (fast_path_note()).
@@ -169,21 +202,18 @@ class CudaBackend {
     return layer_index < static_cast<int>(fast_.size()) ? fast_[layer_index].get() : nullptr;
   }
   const std::string& fast_path_note() const { return fast_note_; }
-  Status synchronize();  // waits for the main and prefetch streams
-
-  // queue() plus the hot-row cache's counting, warm-up fill and online updates (file comment). Same contract as
-  // queue(); its end_step() may also return the cache's errors (creation, update).
-  PrefetchQueue& engine_queue();
-  // queue().prepare_device plus the cache's counting of those ids (file comment). Same contract as prepare_device.
-  Status prepare_device(int layer_index, const int64_t* ids_device, int64_t tokens);
   // The layer's cache figures (synchronises the prefetch stream). kInvalidArgument for a bad layer index.
-  Result<EngineCacheReport> cache_report(int layer_index);
+  Result<EngineCacheReport> cache_report(int layer_index) const;
 
  private:
   friend Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&,
                                                                 const std::vector<TableView>&);
   CudaBackend() = default;
-  class EngineQueue;
+  class NoCompute final : public LayerCompute {
+   public:
+    Status run_layer(int) override { return Status::ok(); }
+    double layer_ns() const override { return 0; }
+  };
   struct CacheState {
     EngineCacheReport rep;
     int64_t budget = 0;
@@ -199,12 +229,15 @@ class CudaBackend {
     void* ev_begin = nullptr;  // cudaEvent_t
     void* ev_end = nullptr;
   };
-  void on_prepare(int layer_index, const int64_t* ids, int64_t tokens);
+  // QueueHooks: the hot-row cache's host side (backend_cache.cpp).
+  void on_begin_step(int64_t step) override { step_ = step; }
+  void on_prepare(int layer_index, const int64_t* ids, int64_t tokens) override;  // counts host ids
+  Status on_prepare_device(int layer_index, int64_t tokens) override;  // copies device ids back for counting
+  Status before_end_sync() override;  // end_step, before the host sync: the online update's maintenance
+  Status on_end_step() override;      // end_step, after the host sync: counting, warm-up window, hit-rate series
   bool counting_now() const;
   Result<bool> prefetch_capturing() const;  // the prefetch stream is being captured into a CUDA graph
   Status submit_device_counts();  // end_step: the device ids copied this step go to the counting thread
-  Status before_end_sync();  // end_step, before the host sync: the online update's maintenance
-  Status on_end_step();      // end_step, after the host sync: counting, warm-up window, hit-rate series
   Status create_caches(bool from_profile);
   Status maintain_caches();
   Status record_step_series();
@@ -219,13 +252,13 @@ class CudaBackend {
   std::vector<UvaTable> tables_;
   std::unique_ptr<CudaPrefetchQueue> queue_;
   std::unique_ptr<CudaLayerCompute> compute_;
+  NoCompute no_compute_;
   std::vector<std::unique_ptr<FastLookup>> fast_;
   std::string fast_note_;
   // hot-row cache (engine side)
   EngineCacheOptions cache_opt_;
   std::vector<CacheState> cache_;
   std::unique_ptr<plan::HotCountsWorker> counts_;
-  std::unique_ptr<EngineQueue> equeue_;
   void* maint_stream_ = nullptr;  // cudaStream_t, lowest priority: the online update's staging copies
   std::vector<PendingSpan> spans_;
   struct DeviceIdCopy {           // one layer's device ids of this step, copied back for counting
@@ -238,6 +271,9 @@ class CudaBackend {
   bool cache_wanted_ = false, caches_created_ = false;
   int heads_ = 0;
   int queue_rank_ = 0;
+  GridCap grid_cap_;           // the queue's (describe)
+  FastPathMode fast_path_mode_ = FastPathMode::kPlanner;  // as asked for (describe)
+  std::unique_ptr<StepHasher> hasher_;  // device hashing, when enabled
   std::vector<int> layer_ids_;
   int64_t step_ = 0, counted_steps_ = 0, since_update_ = 0;
 };

@@ -94,16 +94,9 @@ struct LookupArgs {
   const int64_t* ids_host = nullptr;        // optional host copy of ids (lets FastLookup use the host-gather path)
 };
 
-struct LaunchInfo {
-  int64_t rows = 0;       // tokens * out heads: positions written
-  int64_t tiles = 0;      // ceil(rows / tile_rows)
-  int grid = 0;           // blocks launched: min(tiles, cap); 0 when rows == 0 (nothing launched)
-  int cap = 0;            // grid_cap.blocks_for(sm_count)
-  int block_threads = 0;
-  int tile_rows = 0;      // 8 warps * (32 / G) * rows_in_flight
-  int lanes_per_row = 0;  // G
-  int rows_in_flight = 0; // U: 1 when ceil(rows / (8 * 32 / G)) <= cap (one wave), else 4
-};
+// What a launcher launched is the public engram::LaunchShape (engram/lookup.hpp): the engine hands it out as is,
+// and the backend adds the path's name.
+using LaunchInfo = LaunchShape;
 
 // Checks what the launch needs: table (d % 32 == 0, fused stride % 16 == 0, 16-byte aligned payload and
 // device offset), non-null 8-byte-aligned ids and 16-byte-aligned out when rows > 0, tokens >= 0, heads > 0

@@ -6,6 +6,7 @@
 // across steps is safe because end_step() synchronises once per step (and write_ids()/prepare() wait for the
 // previous eager copy out of the pinned id buffer before overwriting it). Under stream capture the same calls
 // build the graph's fork/join edges; the host-side waits are skipped there, since nothing is executed yet.
+// The owner's hooks (QueueHooks) run where prefetch.cuh says, with the queue's device current.
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "cuda/cuda_status.cuh"
+#include "cuda/device.cuh"
 #include "cuda/prefetch.cuh"
 
 namespace engram::cuda {
@@ -101,6 +103,7 @@ Result<std::unique_ptr<CudaPrefetchQueue>> CudaPrefetchQueue::create(std::vector
   q->main_stream_ = main_stream;
   int dev = 0;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "cuda prefetch: cudaGetDevice");
+  q->device_ = dev;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&q->sm_count_, cudaDevAttrMultiProcessorCount, dev),
                               "cuda prefetch: SM count");
   cudaStream_t ps = nullptr;
@@ -171,6 +174,8 @@ CudaPrefetchQueue::~CudaPrefetchQueue() {
 }
 
 void CudaPrefetchQueue::begin_step(int64_t step) {
+  ScopedDevice scoped(device_);
+  if (hooks_) hooks_->on_begin_step(step);
   step_ = step;
   step_order_.clear();
   step_origin_recorded_ = false;
@@ -207,6 +212,13 @@ Status CudaPrefetchQueue::copy_ids_to_pinned(Slot& slot, const int64_t* ids, int
 }
 
 Status CudaPrefetchQueue::prepare(int layer_index, const int64_t* ids, int64_t tokens) {
+  ScopedDevice scoped(device_);
+  ENGRAM_RETURN_IF_ERROR(prepare_host(layer_index, ids, tokens));
+  if (hooks_) hooks_->on_prepare(layer_index, ids, tokens);  // after the lookup is enqueued: off its critical path
+  return Status::ok();
+}
+
+Status CudaPrefetchQueue::prepare_host(int layer_index, const int64_t* ids, int64_t tokens) {
   if (layer_index < 0 || layer_index >= static_cast<int>(slots_.size()))
     return Status(Code::kInvalidArgument, "cuda prefetch: layer index " + std::to_string(layer_index) + " out of range");
   if (tokens < 0 || tokens > opt_.max_tokens || (tokens > 0 && !ids))
@@ -241,6 +253,12 @@ Status CudaPrefetchQueue::prepare(int layer_index, const int64_t* ids, int64_t t
 }
 
 Status CudaPrefetchQueue::prepare_device(int layer_index, const int64_t* ids_device, int64_t tokens) {
+  ScopedDevice scoped(device_);
+  ENGRAM_RETURN_IF_ERROR(prepare_on_device(layer_index, ids_device, tokens));
+  return hooks_ ? hooks_->on_prepare_device(layer_index, tokens) : Status::ok();
+}
+
+Status CudaPrefetchQueue::prepare_on_device(int layer_index, const int64_t* ids_device, int64_t tokens) {
   if (layer_index < 0 || layer_index >= static_cast<int>(slots_.size()))
     return Status(Code::kInvalidArgument, "cuda prefetch: layer index " + std::to_string(layer_index) + " out of range");
   if (tokens < 0 || tokens > opt_.max_tokens || (tokens > 0 && !ids_device))
@@ -306,6 +324,7 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
 }
 
 Result<StagingView> CudaPrefetchQueue::consume(int layer_index) {
+  ScopedDevice scoped(device_);
   if (layer_index < 0 || layer_index >= static_cast<int>(slots_.size()))
     return Status(Code::kInvalidArgument, "cuda prefetch: layer index " + std::to_string(layer_index) + " out of range");
   Slot& slot = *slots_[layer_index];
@@ -325,6 +344,13 @@ Result<StagingView> CudaPrefetchQueue::consume(int layer_index) {
 }
 
 Status CudaPrefetchQueue::end_step() {
+  ScopedDevice scoped(device_);
+  if (hooks_) ENGRAM_RETURN_IF_ERROR(hooks_->before_end_sync());
+  ENGRAM_RETURN_IF_ERROR(end_step_sync());
+  return hooks_ ? hooks_->on_end_step() : Status::ok();
+}
+
+Status CudaPrefetchQueue::end_step_sync() {
   nvtxRangePushA("engram end_step");
   struct Pop {
     ~Pop() { nvtxRangePop(); }
@@ -379,6 +405,7 @@ Status CudaPrefetchQueue::write_ids(int layer_index, const int64_t* ids, int64_t
     return Status(Code::kInvalidArgument, "cuda prefetch: layer index " + std::to_string(layer_index) + " out of range");
   if (tokens < 0 || tokens > opt_.max_tokens || (tokens > 0 && !ids))
     return Status(Code::kInvalidArgument, "cuda prefetch: write_ids tokens out of range or null ids");
+  ScopedDevice scoped(device_);
   return copy_ids_to_pinned(*slots_[layer_index], ids, tokens, false);
 }
 

@@ -23,6 +23,11 @@
 // graph add rows whose times are NaN (not recorded): captured event records are graph dependencies, not times.
 // `submit` (a host time) is never on the events' time base and stays NaN.
 //
+// Hooks: the queue's owner may add work around the calls (QueueHooks: the CUDA backend's hot-row cache counts the
+// ids after each prepare and maintains the caches around end_step's host synchronisation). Without hooks, or with
+// hooks that have nothing to do (no cache), the queue is the bare one (graph capture, benches).
+// Every call runs with the queue's device current (a caller such as PyTorch may have another one current).
+//
 // NVTX3 ranges (visible in Nsight Systems): "engram prepare L<id>", "engram consume L<id>", "engram end_step".
 // Thread safety: one driving thread per queue (as PrefetchQueue). No CUDA types in this header.
 #pragma once
@@ -48,6 +53,22 @@ struct CudaPrefetchOptions {
   // The lookup path of each layer, fixed when the queue is built: FastLookup (planner, dedup, cache, hybrid) or
   // nullptr for the plain kernel. Empty: every layer plain. Not owned; must outlive the queue.
   std::vector<FastLookup*> fast_paths;
+};
+
+// Work a queue's owner adds around the queue's calls; each runs with the queue's device current, on the driving
+// thread. The queue calls them in this order: on_begin_step at the start of begin_step; on_prepare after a host
+// prepare's lookup is enqueued (off its critical path; `ids` are the caller's, valid during the call);
+// on_prepare_device after a device prepare's lookup is enqueued (the ids are in ids_buffer(layer_index)); end_step
+// calls before_end_sync first (before its checks and its host synchronisation: the step's work is still on the
+// GPU) and on_end_step after a successful synchronisation. A hook's error is the call's error.
+class QueueHooks {
+ public:
+  virtual ~QueueHooks() = default;
+  virtual void on_begin_step(int64_t step) = 0;
+  virtual void on_prepare(int layer_index, const int64_t* ids, int64_t tokens) = 0;
+  virtual Status on_prepare_device(int layer_index, int64_t tokens) = 0;
+  virtual Status before_end_sync() = 0;
+  virtual Status on_end_step() = 0;
 };
 
 class CudaPrefetchQueue final : public PrefetchQueue {
@@ -98,10 +119,16 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   // span of other work on it (the engine's cache maintenance), for its lane in the trace.
   void* time_origin_event() const { return have_first_origin_ ? ev_first_origin_ : nullptr; }
   void add_maintenance(const MaintenanceSpan& span) { timeline_.add_maintenance(span); }
+  // The owner's hooks (not owned; null: none). Set between steps; they must outlive the queue or be reset first.
+  void set_hooks(QueueHooks* hooks) { hooks_ = hooks; }
 
  private:
   struct Slot;
   CudaPrefetchQueue() = default;
+  // prepare, prepare_device and end_step without the hooks.
+  Status prepare_host(int layer_index, const int64_t* ids, int64_t tokens);
+  Status prepare_on_device(int layer_index, const int64_t* ids_device, int64_t tokens);
+  Status end_step_sync();
   Status submit(int layer_index, int64_t tokens, bool capturing);
   Status copy_ids_to_pinned(Slot& slot, const int64_t* ids, int64_t tokens, bool capturing);
 
@@ -111,6 +138,8 @@ class CudaPrefetchQueue final : public PrefetchQueue {
   int out_heads_ = 0;  // staging's heads per token (heads_, or a TP slice's local heads)
   int d_ = 0;
   int sm_count_ = 0;
+  int device_ = 0;                 // the CUDA ordinal current at create(), made current by every call
+  QueueHooks* hooks_ = nullptr;
   CudaPrefetchOptions opt_;
   void* main_stream_ = nullptr;
   void* prefetch_stream_ = nullptr;

@@ -4,7 +4,7 @@
 // updates follow, so the next plan and the per-step slice double, up to `burst` times the base; a plan at most half
 // full halves them back. Steady traffic keeps the base (the per-step maintenance budget of a serving run); a change
 // of traffic (another kind of text) bursts until the cache has caught up, then returns to the base.
-// Pure C++ (no CUDA): the engine's maintenance (src/cuda/backend.cu) and the host simulation (`engram bench
+// Pure C++ (no CUDA): the engine's maintenance (src/cuda/backend_cache.cpp) and the host simulation (`engram bench
 // cache-follow`) use it alike. Not thread-safe (one per layer, driven by one thread).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Description: the engine's GPU hot-row cache (CudaBackend::engine_queue): with the cache on — filled
+// Description: the engine's GPU hot-row cache (CudaBackend::queue() and its hooks): with the cache on — filled
 // from a warm-up window or a profile, then swapped online every step — every step's staging is bit-identical to
 // the same steps with the fast path off and to the CPU reference, on random non-zero tables (every byte random),
 // with the staging poisoned between steps so that a row the cache path forgot to write shows. The cache must
@@ -64,7 +64,7 @@ struct StepsRun {
   std::vector<MaintenanceSpan> maintenance;                 // the timeline's cache-maintenance spans
 };
 
-// Builds a backend on `host` (registration is per backend: one at a time), runs the steps through engine_queue()
+// Builds a backend on `host` (registration is per backend: one at a time), runs the steps through queue()
 // in the replay's call order, poisons each staging after copying it, and returns everything.
 StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup& s,
               const std::vector<std::vector<std::vector<int64_t>>>& ids, cuda::CacheFormat format) {
@@ -98,7 +98,7 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
       fp.plan.cache = true;
       (*be)->fast_lookup(li)->force(fp);
     }
-  PrefetchQueue& q = (*be)->engine_queue();
+  PrefetchQueue& q = (*be)->queue();
   int64_t* dev_ids = nullptr;  // one buffer per layer: [n_layers][kTokens * heads]
   const size_t per_layer_ids = static_cast<size_t>(kTokens * layout.heads());
   if (s.device_ids) {
@@ -145,7 +145,7 @@ StepsRun run_steps(const EngramLayout& layout, HostTable& host, const CacheSetup
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     if (r.is_ok()) out.reports.push_back(*r);
   }
-  out.maintenance = (*be)->engine_queue().timeline().maintenance();
+  out.maintenance = (*be)->queue().timeline().maintenance();
   if (dev_ids) {
     EXPECT_EQ(cudaFree(dev_ids), cudaSuccess);
   }

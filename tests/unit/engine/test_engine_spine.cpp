@@ -8,7 +8,8 @@
 // it reaches only include/engram. What it cannot enforce -- the CLI, the benches and src/ harnesses include internal
 // headers -- this scan checks by reading the sources as text: a constructor below (also through a `using` alias of
 // its type, a pointer to it, make_unique / make_shared, or a local object) outside the folders that define and
-// assemble them fails, unless the file is listed with the reason it builds the thing itself.
+// assemble them fails, unless the file is listed with the reason it builds the thing itself. A second scan keeps
+// the CUDA runtime inside src/cuda: the engine reaches the CUDA backend through its interface only.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -152,6 +153,33 @@ TEST(EngineSpine, TheScanSeesAliasesPointersAndObjects) {
   EXPECT_TRUE(constructions("const HostTable& t = engine.table();\nt.view(0);").empty());
   EXPECT_TRUE(constructions("auto t = MyHostTable::create();").empty());
   EXPECT_TRUE(constructions("CpuLayerCompute* compute = &engine.compute();").empty());
+}
+
+// CUDA only in src/cuda: outside it (the engine's cuda entry included, which builds cuda::CudaBackend from the
+// options and hands it out as the engine's Backend) no source calls the CUDA runtime, includes a CUDA header or
+// launches a kernel. The benches time CUDA themselves and are not scanned.
+TEST(EngineSpine, CudaCallsStayInSrcCuda) {
+  const fs::path root(ENGRAM_SOURCE_DIR);
+  const std::regex cuda_use(R"(\bcuda[A-Z]\w*\s*\(|#\s*include\s*<(cuda|cublas|nvtx|cub/|thrust/)|<<<)");
+  std::vector<std::string> violations;
+  int files = 0;
+  for (const char* dir : {"src", "tools", "python/src", "fuzz"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      if (!entry.is_regular_file() || !is_source(entry.path())) continue;
+      const std::string rel = fs::relative(entry.path(), root).string();
+      if (rel.rfind("src/cuda/", 0) == 0) continue;
+      ++files;
+      const std::string code = code_of(read(entry.path()));
+      std::smatch m;
+      if (std::regex_search(code, m, cuda_use)) violations.push_back(rel + ": " + m.str());
+    }
+  }
+  EXPECT_GT(files, 60) << "the scan found too few files under " << root;
+  EXPECT_TRUE(std::regex_search(std::string("ENGRAM_CUDA_RETURN_IF_ERROR(cudaSetDevice(d));"), cuda_use));
+  EXPECT_TRUE(std::regex_search(std::string("#include <cuda_runtime.h>"), cuda_use));
+  EXPECT_FALSE(std::regex_search(std::string("#include \"cuda/backend.cuh\""), cuda_use));
+  EXPECT_FALSE(std::regex_search(std::string("void* stream = engine.main_stream();  // cudaStream_t"), cuda_use));
+  for (const auto& v : violations) ADD_FAILURE() << v << " (CUDA calls belong in src/cuda)";
 }
 
 // The engine's own files are where the constructors live (so the scan above scans something real).

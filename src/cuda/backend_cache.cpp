@@ -1,6 +1,6 @@
-// The hot-row cache's engine side of CudaBackend (see backend.cuh): id counting during the warm-up window,
-// cache creation from counts or a profile, online updates (span enqueue and collection) and the per-layer
-// cache report. Kept apart from backend.cu, which builds and tears down the backend: they share the class.
+// The hot-row cache's engine side of CudaBackend (see backend.cuh): the queue's hooks (id counting during the
+// warm-up window, cache creation from counts or a profile, online updates: span enqueue and collection) and the
+// per-layer cache report. Kept apart from backend.cpp, which builds and tears down the backend: they share the class.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,8 +29,7 @@ void CudaBackend::on_prepare(int li, const int64_t* ids, int64_t tokens) {
   if (counting_now()) counts_->submit(li, ids, tokens * heads_);
 }
 
-Status CudaBackend::prepare_device(int li, const int64_t* ids_device, int64_t tokens) {
-  ENGRAM_RETURN_IF_ERROR(queue_->prepare_device(li, ids_device, tokens));
+Status CudaBackend::on_prepare_device(int li, int64_t tokens) {
   if (!counting_now() || tokens <= 0) return Status::ok();
   auto ps = static_cast<cudaStream_t>(queue_->prefetch_stream());
   ENGRAM_ASSIGN_OR_RETURN(const bool capturing, prefetch_capturing());
@@ -333,10 +332,10 @@ Status CudaBackend::maintain_caches() {
   return Status::ok();
 }
 
-Result<EngineCacheReport> CudaBackend::cache_report(int li) {
+Result<EngineCacheReport> CudaBackend::cache_report(int li) const {
   if (li < 0 || li >= static_cast<int>(cache_.size()))
     return Status(Code::kInvalidArgument, "cache report: layer index " + std::to_string(li) + " out of range");
-  CacheState& st = cache_[static_cast<size_t>(li)];
+  const CacheState& st = cache_[static_cast<size_t>(li)];
   EngineCacheReport r = st.rep;
   if (counts_) {
     r.counted_batches = counts_->counted_batches();

@@ -1,8 +1,9 @@
-// TableRegistration and make_cuda_backend (see backend.cuh). Destruction runs in reverse dependency order: the
-// counting thread and the engine queue, the queue (its kernels read the tables and its events live on the streams),
-// the compute, the fast paths, the UVA tables, the registration (when this backend holds the last reference), the
-// stream. The hot-row cache's engine side (warm-up window, online updates) is in backend_cache.cu;
-// the engine queue that calls into it is here.
+// TableRegistration, make_cuda_backend and the engine's calls on CudaBackend (see backend.cuh): direct lookups,
+// the DeviceQueue calls and the compute. Destruction runs in reverse dependency order: the step hasher, the
+// counting thread, the queue (its kernels read the tables and its events live on the streams), the compute, the
+// fast paths, the UVA tables, the registration (when this backend holds the last reference), the stream. The
+// hot-row cache's engine side (the queue's hooks: warm-up window, online updates) is in backend_cache.cpp, the
+// reports' JSON in backend_report.cpp.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -95,6 +96,8 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   be->device_ = info;
   be->heads_ = opt.heads;
   be->queue_rank_ = opt.queue.rank;
+  be->grid_cap_ = opt.queue.grid_cap;
+  be->fast_path_mode_ = !opt.fast_path ? FastPathMode::kOff : opt.planner ? FastPathMode::kPlanner : FastPathMode::kPlain;
   be->layer_ids_ = opt.layer_ids;
   if (opt.registered) {
     if (opt.registered->device() != opt.device && !opt.registered->report().device_equals_host)
@@ -158,6 +161,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   qo.fast_paths.clear();
   for (auto& f : be->fast_) qo.fast_paths.push_back(f.get());
   ENGRAM_ASSIGN_OR_RETURN(be->queue_, CudaPrefetchQueue::create(tables, opt.layer_ids, opt.heads, be->main_stream_, qo));
+  be->queue_->set_hooks(be.get());  // the hot-row cache's side (backend_cache.cpp); nothing to do without a cache
   if (opt.layer_us > 0) {
     ENGRAM_ASSIGN_OR_RETURN(be->compute_, CudaLayerCompute::create(be->main_stream_, opt.layer_us));
   }
@@ -213,50 +217,11 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
       for (auto& c : be->cache_)
         if (c.budget > 0) c.rep.state = "warming up";
   }
-  return std::move(be);  // C++17: no implicit move into Result<T>(T)
-}
-
-// The engine's queue: the prefetch queue, with the hot-row cache's hooks (backend_cache.cu) after prepare and
-// end_step. Defined before the destructor, which destroys it.
-class CudaBackend::EngineQueue final : public PrefetchQueue {
- public:
-  // Every call runs with the backend's device current (a caller such as PyTorch may have another one current).
-  explicit EngineQueue(CudaBackend* be) : be_(be) {}
-  void begin_step(int64_t step) override {
-    ScopedDevice scoped(be_->device_.ordinal);
-    be_->step_ = step;
-    be_->queue_->begin_step(step);
-  }
-  Status prepare(int layer_index, const int64_t* ids, int64_t tokens) override {
-    ScopedDevice scoped(be_->device_.ordinal);
-    ENGRAM_RETURN_IF_ERROR(be_->queue_->prepare(layer_index, ids, tokens));
-    be_->on_prepare(layer_index, ids, tokens);  // after the lookup is enqueued: off its critical path
-    return Status::ok();
-  }
-  Result<StagingView> consume(int layer_index) override {
-    ScopedDevice scoped(be_->device_.ordinal);
-    return be_->queue_->consume(layer_index);
-  }
-  Status end_step() override {
-    ScopedDevice scoped(be_->device_.ordinal);
-    ENGRAM_RETURN_IF_ERROR(be_->before_end_sync());
-    ENGRAM_RETURN_IF_ERROR(be_->queue_->end_step());
-    return be_->on_end_step();
-  }
-  const Timeline& timeline() const override { return be_->queue_->timeline(); }
-  LookupStats totals() const override { return be_->queue_->totals(); }
-  const char* backend_name() const override { return be_->queue_->backend_name(); }
-
- private:
-  CudaBackend* be_;
-};
-
-PrefetchQueue& CudaBackend::engine_queue() {
-  if (!equeue_) equeue_ = std::make_unique<EngineQueue>(this);
-  return *equeue_;
+  return be;
 }
 
 CudaBackend::~CudaBackend() {
+  hasher_.reset();
   if (main_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(main_stream_));
   if (maint_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(maint_stream_));
   collect_spans(/*all=*/true);
@@ -266,7 +231,6 @@ CudaBackend::~CudaBackend() {
     if (c.done) (void)cudaEventDestroy(static_cast<cudaEvent_t>(c.done));
   }
   counts_.reset();
-  equeue_.reset();
   queue_.reset();
   compute_.reset();
   fast_.clear();
@@ -283,6 +247,88 @@ Status CudaBackend::synchronize() {
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(queue_->prefetch_stream())),
                               "cuda backend: synchronize prefetch stream");
   return Status::ok();
+}
+
+LayerCompute& CudaBackend::compute() {
+  if (compute_) return *compute_;
+  return no_compute_;
+}
+
+Result<LookupResult> CudaBackend::lookup(int li, const int64_t* ids, int64_t tokens, uint16_t* out,
+                                         const LookupCall& call) {
+  const int layers = static_cast<int>(tables_.size());
+  if (li < 0 || li >= layers)
+    return Status(Code::kInvalidArgument, "lookup: layer index " + std::to_string(li) + " out of range [0, " +
+                                              std::to_string(layers) + ")");
+  LookupArgs a;
+  a.table = &tables_[static_cast<size_t>(li)];
+  a.ids = ids;
+  a.tokens = tokens;
+  a.heads = heads_;
+  a.out = out;
+  a.sm_count = device_.sm_count;
+  a.grid_cap = call.grid_cap;
+  a.checked = call.checked;
+  void* s = call.stream;  // the caller's stream; null is the legacy default stream, never an engine stream
+  ScopedDevice scope(device_.ordinal);
+  FastLookup* f = fast_lookup(li);
+  LookupResult r;
+  ENGRAM_ASSIGN_OR_RETURN(r.launch, f ? f->launch(a, s) : launch_lookup(a, s));
+  r.stats.rows = r.launch.rows;
+  r.launch.path = f && !call.checked ? f->last_plan().path_name() : std::string("plain-uva");
+  return r;
+}
+
+Status CudaBackend::prepare_device(int li, const int64_t* ids_device, int64_t tokens) {
+  return queue_->prepare_device(li, ids_device, tokens);  // the queue's hook counts the ids (backend_cache.cpp)
+}
+
+Status CudaBackend::write_ids(int li, const int64_t* ids, int64_t tokens) { return queue_->write_ids(li, ids, tokens); }
+
+Status CudaBackend::main_wait_event(void* ev) { return stream_wait_event(main_stream_, ev, device_.ordinal); }
+
+Result<LaunchShape> CudaBackend::last_launch(int li) const {
+  if (li < 0 || li >= static_cast<int>(tables_.size()))
+    return Status(Code::kInvalidArgument, "last_launch: layer index out of range");
+  LaunchShape l = queue_->last_launch(li);
+  const FastLookup* f = fast_lookup(li);
+  l.path = f ? f->last_plan().path_name() : std::string("plain-uva");
+  return l;
+}
+
+void* CudaBackend::prefetch_stream() const { return queue_->prefetch_stream(); }
+
+Status CudaBackend::enable_device_hashing(const NgramHashParams& params, int max_requests, int64_t max_tokens) {
+  ENGRAM_ASSIGN_OR_RETURN(hasher_, StepHasher::create(params, max_requests, device_.ordinal, max_tokens));
+  return Status::ok();
+}
+
+Status CudaBackend::hash_and_prepare(const int64_t* tokens, const uint8_t* new_sequence, int n) {
+  if (!hasher_) return Status(Code::kInvalidArgument, "hash_and_prepare: device hashing is not enabled");
+  ScopedDevice scope(device_.ordinal);
+  ENGRAM_RETURN_IF_ERROR(hasher_->hash_decode_step(tokens, new_sequence, n, main_stream_));
+  for (int li = 0; li < static_cast<int>(tables_.size()); ++li)
+    ENGRAM_RETURN_IF_ERROR(queue_->prepare_device(li, hasher_->ids(li), n));
+  return Status::ok();
+}
+
+Status CudaBackend::hash_chunks_and_prepare(const int64_t* tokens, const int32_t* counts, const int32_t* slots,
+                                            const uint8_t* new_sequence, int n_chunks) {
+  if (!hasher_) return Status(Code::kInvalidArgument, "hash_chunks_and_prepare: device hashing is not enabled");
+  ScopedDevice scope(device_.ordinal);
+  ENGRAM_RETURN_IF_ERROR(hasher_->hash_step(tokens, counts, slots, new_sequence, n_chunks, main_stream_));
+  const int64_t t = hasher_->last_tokens();
+  for (int li = 0; li < static_cast<int>(tables_.size()); ++li)
+    ENGRAM_RETURN_IF_ERROR(queue_->prepare_device(li, hasher_->ids(li), t));
+  return Status::ok();
+}
+
+Result<DeviceHashStep> CudaBackend::last_device_hash(bool with_ids) const {
+  if (!hasher_) return Status(Code::kInvalidArgument, "last_device_hash: device hashing is not enabled");
+  DeviceHashStep s;
+  ENGRAM_ASSIGN_OR_RETURN(s.gpu_ns, hasher_->last_step_ns());
+  if (with_ids) ENGRAM_RETURN_IF_ERROR(hasher_->read_back(s.ids, &s.errors));
+  return s;
 }
 
 }  // namespace engram::cuda
