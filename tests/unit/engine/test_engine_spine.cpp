@@ -50,6 +50,8 @@ const std::map<std::string, std::string> kAllowed = {
     {"bench/register.cpp", "times cudaHostRegister itself, chunk size by chunk size"},
     {"bench/lookup_cuda.cu", "times the plain kernel and the plain gather against the link ceiling"},
     {"bench/lookup_fast.cu", "times each fast-path technique forced (dedup, cache, hybrid) against the plain kernel"},
+    {"bench/traffic_device.cu",
+     "registers the split copy of the table that only the reference-style kernel reads (no engine serves it)"},
     {"python/src/bind_table.cpp",
      "the Python SharedTable is the public HostTable::create of include/engram/table.hpp (no src/ header compiles "
      "there)"},
