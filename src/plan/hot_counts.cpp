@@ -351,6 +351,12 @@ int64_t HotCountsWorker::planned_backlog(int layer) const {
   return static_cast<int64_t>(planned_[static_cast<size_t>(layer)].swaps.size());
 }
 
+bool HotCountsWorker::plan_queued(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return false;
+  std::lock_guard<std::mutex> l(planned_mu_);
+  return planned_[static_cast<size_t>(layer)].queued;
+}
+
 int64_t HotCountsWorker::last_plan_rows(int layer) const {
   if (layer < 0 || layer >= static_cast<int>(counts_.size())) return 0;
   std::lock_guard<std::mutex> l(planned_mu_);

@@ -145,6 +145,8 @@ class HotCountsWorker {
   bool update_in_progress(int layer) const;
   // The layer's planned swaps not yet taken.
   int64_t planned_backlog(int layer) const;
+  // A plan of `layer` was asked for and is not computed yet.
+  bool plan_queued(int layer) const;
   // Swaps the layer's last computed plan returned (0 before the first).
   int64_t last_plan_rows(int layer) const;
   // Host time of the plans computed on the counting thread (all layers).
