@@ -55,7 +55,8 @@ struct FollowOptions {
   int64_t steps = 1000;
   int window = 16;
   double recover = 0.9;
-  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64,burst=16"};
+  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64,burst=4",
+                                   "every=4,rows=256,slice=64,burst=16"};
 };
 FollowOptions g_follow;
 
@@ -391,8 +392,8 @@ ENGRAM_BENCH(cache_follow,
                     s.add_option("--window", g_follow.window, "Moving-average window in steps (default 16)")
                         ->check(cli::range(1, 100000));
                     s.add_option("--updates", g_follow.updates,
-                                 "Online policies as --cache-update takes them, ';'-separated (default: the engine's "
-                                 "without and with bursts of up to 16x)")
+                                 "Online policies as --cache-update takes them, ';'-separated (default: the base rate "
+                                 "(burst=1), the engine's default (burst=4) and bursts of up to 16x)")
                         ->delimiter(';')
                         ->check(cli::parsed_by([](const std::string& t) { return parse_cache_update(t).status(); }));
                   },
