@@ -12,9 +12,9 @@
 // swaps are applied to the mirror; the caller applies them to the device cache.
 //
 // HotCountsWorker owns one HotCounts per layer and counts on its own thread: submit() copies the ids and returns, so
-// counting never stalls the serving thread. The backlog of ids waiting is bounded: a batch that fits under
-// `max_pending_ids` is copied whole; a larger one (a prefill batch: tokens x heads ids) or one arriving while the
-// backlog is full is *sampled*: a deterministic stratified sample (one id per stratum of n/m positions, its place in
+// counting never stalls the serving thread. The backlog of ids waiting is bounded: a batch that fits in the room
+// left under `max_pending_ids` is copied whole; one that does not (prefill batches of tokens x heads ids arriving
+// faster than they are counted, or one larger than the limit) is *sampled*: a deterministic stratified sample (one id per stratum of n/m positions, its place in
 // the stratum from a seeded generator, so the [token][head] layout cannot alias with the stride) of m ids, each
 // weighing n/m, with m the room left but at least max_pending_ids/64; the counts stay unbiased estimates of the
 // batch's. Only a batch that would take the backlog past twice the limit (the counting thread stalled for dozens of
