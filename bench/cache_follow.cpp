@@ -1,16 +1,18 @@
 // `engram bench cache-follow`: how fast the hot-row cache's online updates follow a change of traffic, simulated on
 // the host over real text (no GPU): a decode replay whose text switches from one corpus to another at a given step
 // (SwitchingIdSource), the cache's content driven by the engine's own policy code (plan::HotCounts: decayed LFU
-// counts, candidate pool, sampled victims; plan() every `every` steps, at most `slice` rows staged per step and
-// committed at the next step, as src/cuda/backend_cache.cpp's maintenance does), and the hit rate of every step counted
+// counts, candidate pool, sampled victims; plan() every `every` steps, pipelined behind the previous update's last
+// slices, one slice of UpdateBudget::slice_for(every) rows staged per step and committed at the next step, as
+// src/cuda/backend_cache.cpp's maintenance does), and the hit rate of every step counted
 // against what the cache holds when the step's lookups run. Variants: the static cache (warm-up window, no
 // update), the online policies given by --updates, and the oracles: a cache filled from a profile of the new
 // text's other documents (held-out) and of the replayed text itself (in-sample), both static.
 //
 // Model (what the GPU run measures directly, scripts/gpu-parts/72-cache-follow.sh): Engram layer 0 of
-// v41-flash-mini at --table-size (its real head sizes and hash), slots = --cache-size's bytes / (FP8 record + 24 B
-// of map) as the engine computes them; a plan is taken one step after it is asked for (the counting thread's
-// latency), a staged slice is visible from the step after the next. Hit = the looked-up id is held (repeats within
+// v41-flash-mini at --table-size (its real head sizes and hash), slots of --cache-size's bytes as the engine computes
+// them (plan::hot_cache_sizing: FP8 rows, map and the staging of the largest slice); a plan is taken one step after
+// it is asked for (the counting thread's latency), a staged slice is visible from the step after the next. An
+// update that comes due while a whole update's swaps still wait to be staged is deferred, as in the engine. Hit = the looked-up id is held (repeats within
 // a step count each time, as the GPU's probe counters do).
 // Output: per variant the hit rate over windows after the switch and the step at which the moving average over
 // --window steps first reaches 90% of the held-out oracle's mean over the same steps; figures: the hit-rate curve.
@@ -33,6 +35,7 @@
 #include "engram/units.hpp"
 #include "host/hot_profile.hpp"
 #include "host/token_io.hpp"
+#include "plan/hot_cache_sizing.hpp"
 #include "plan/hot_counts.hpp"
 #include "plan/update_budget.hpp"
 #include "replay/switching_id_source.hpp"
@@ -52,7 +55,8 @@ struct FollowOptions {
   int64_t steps = 1000;
   int window = 16;
   double recover = 0.9;
-  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64,burst=16"};
+  std::vector<std::string> updates{"every=4,rows=256,slice=64,burst=1", "every=4,rows=256,slice=64,burst=4",
+                                   "every=4,rows=256,slice=64,burst=16"};
 };
 FollowOptions g_follow;
 
@@ -69,8 +73,9 @@ struct SimCache {
   std::unordered_set<int64_t> held;
   std::deque<plan::CacheSwap> planned;
   std::vector<plan::CacheSwap> staged;
-  int64_t since_update = 0, swapped = 0, updates = 0, deferred = 0, last_plan = 0;
-  bool due = false;
+  int64_t since_update = 0, swapped = 0, updates = 0, last_plan = 0;
+  int64_t attempts = 0, deferred = 0, deferred_steps = 0;  // as EngineCacheReport counts them
+  bool due = false, due_deferred = false, budget_fed = true;
   std::vector<double> hit;  // per step; NaN before the cache exists
 
   SimCache(std::string n, const plan::HotCountsOptions& co) : name(std::move(n)), counts(co) {}
@@ -93,7 +98,9 @@ struct SimCache {
     }
     return n ? static_cast<double>(h) / static_cast<double>(n) : kNaN;
   }
-  // The engine's end-of-step maintenance: commit the staged slice, stage the next, plan when due.
+  // The engine's end-of-step maintenance (CudaBackend::maintain_caches): commit the staged slice, stage the next one
+  // (cut before a slot or an id the slice already touches, as HotCountsWorker::take_planned does), then ask for the
+  // next plan when due, refused only while a whole update's swaps still wait.
   void end_step() {
     if (!online || slot_ids.empty()) return;
     for (const auto& sw : staged) {
@@ -103,23 +110,43 @@ struct SimCache {
       ++swapped;
     }
     staged.clear();
-    const size_t n = std::min<size_t>(planned.size(), static_cast<size_t>(budget.slice()));
-    staged.assign(planned.begin(), planned.begin() + static_cast<std::ptrdiff_t>(n));
-    planned.erase(planned.begin(), planned.begin() + static_cast<std::ptrdiff_t>(n));
+    std::unordered_set<int64_t> slots_in, evicted;
+    const int64_t slice = budget.slice_for(update.every);
+    while (!planned.empty() && static_cast<int64_t>(staged.size()) < slice) {
+      const plan::CacheSwap sw = planned.front();
+      if (slots_in.count(sw.slot) || evicted.count(sw.new_id)) break;
+      slots_in.insert(sw.slot);
+      if (sw.old_id >= 0) evicted.insert(sw.old_id);
+      staged.push_back(sw);
+      planned.pop_front();
+    }
     if (update.every > 0 && ++since_update >= update.every) {
       since_update = 0;
-      due = true;
+      ++attempts;
+      if (due) {
+        ++deferred;
+        due_deferred = true;
+      } else {
+        due = true;
+        due_deferred = false;
+      }
     }
     if (due) {
-      if (!staged.empty() || !planned.empty()) {
-        ++deferred;
-      } else {
-        if (updates > 0) budget.on_plan(last_plan);
+      if (!budget_fed) {
+        budget.on_plan(last_plan);
+        budget_fed = true;
+      }
+      if (static_cast<int64_t>(planned.size()) < budget.rows()) {
         const std::vector<plan::CacheSwap> p = counts.plan(budget.rows());
-        planned.assign(p.begin(), p.end());
+        planned.insert(planned.end(), p.begin(), p.end());
         last_plan = static_cast<int64_t>(p.size());
         ++updates;
         due = false;
+        budget_fed = false;
+      } else {
+        if (!due_deferred) ++deferred;
+        due_deferred = true;
+        ++deferred_steps;
       }
     }
   }
@@ -185,8 +212,14 @@ Result<Report> run_follow(Context& ctx) {
   ENGRAM_RETURN_IF_ERROR(layout.finalize());
   ENGRAM_ASSIGN_OR_RETURN(CacheSize size, parse_cache_size(o.cache_size));
   const int64_t budget = size.bytes_for(layout.table_bytes(0));
-  const int64_t row_b = (layout.d + layout.d / 32 + 15) / 16 * 16;
-  const int64_t slots = std::max<int64_t>(1, budget / (row_b + 24));
+  int64_t staging = 1;  // the largest slice of the online policies (the engine's staging, counted in the budget)
+  for (const std::string& u : o.updates) {
+    ENGRAM_ASSIGN_OR_RETURN(const CacheUpdate cu, parse_cache_update(u));
+    staging = std::max(staging, plan::UpdateBudget(cu.rows, cu.slice, cu.burst).max_slice_for(cu.every));
+  }
+  const plan::HotCacheSizing sizing =
+      plan::hot_cache_sizing(budget, plan::hot_cache_row_bytes(layout.d, CacheFormat::kFp8), layout.rows(0), staging);
+  const int64_t slots = std::max<int64_t>(1, sizing.slots);
 
   ENGRAM_ASSIGN_OR_RETURN(TokenFile first, read_tokens_named(o.first, ctx, "corpus/corpus-test.tokens"));
   ENGRAM_ASSIGN_OR_RETURN(TokenFile then, read_tokens_named(o.then, ctx, "other/corpus-test.tokens"));
@@ -285,7 +318,8 @@ Result<Report> run_follow(Context& ctx) {
   t.title = fmt::format("hit rate of a {} cache ({} slots) around a switch of text at step {} (batch {})",
                         o.cache_size, slots, o.switch_at, o.batch);
   t.columns = {{"cache"},       {"before [%]", 1},       {"+0..50 [%]", 1},      {"+150..200 [%]", 1},
-               {"after [%]", 1}, {"vs oracle after", 3}, {"recovered at [steps]", 0}, {"rows swapped", 0}};
+               {"after [%]", 1}, {"vs oracle after", 3}, {"recovered at [steps]", 0}, {"rows swapped", 0},
+               {"updates due", 0}, {"deferred [%]", 1}};
   plot::Figure fig;
   fig.title = t.title;
   fig.x_label = "decode step";
@@ -304,7 +338,10 @@ Result<Report> run_follow(Context& ctx) {
     const double after = mean(c.hit, o.switch_at, o.steps);
     t.rows.push_back({c.name, 100 * mean(c.hit, o.warmup, o.switch_at), 100 * mean(c.hit, o.switch_at, o.switch_at + 50),
                       100 * mean(c.hit, o.switch_at + 150, o.switch_at + 200), 100 * after,
-                      oracle_after > 0 ? after / oracle_after : kNaN, rec, c.online ? Cell(c.swapped) : Cell("-")});
+                      oracle_after > 0 ? after / oracle_after : kNaN, rec, c.online ? Cell(c.swapped) : Cell("-"),
+                      c.online ? Cell(c.attempts) : Cell("-"),
+                      c.online && c.attempts > 0 ? Cell(100.0 * static_cast<double>(c.deferred) / static_cast<double>(c.attempts))
+                                                 : Cell("-")});
     plot::Series ps{c.name, {}, {}, {}, {}};
     for (int64_t s = o.window; s <= o.steps; s += 2) {
       ps.x.push_back(static_cast<double>(s));
@@ -313,10 +350,14 @@ Result<Report> run_follow(Context& ctx) {
     fig.series.push_back(std::move(ps));
     nlohmann::json h = nlohmann::json::array();
     for (double x : c.hit) h.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
-    series.push_back({{"cache", c.name}, {"hit_rate", h}, {"rows_swapped", c.swapped}, {"updates", c.updates},
-                      {"updates_deferred", c.deferred}});
+    series.push_back({{"cache", c.name}, {"hit_rate", h}, {"rows_swapped", c.swapped}, {"update_attempts", c.attempts},
+                      {"updates", c.updates}, {"updates_deferred", c.deferred},
+                      {"update_deferred_steps", c.deferred_steps}});
   }
   t.notes.push_back("before: steps warm-up..switch; after: switch..end; recovered at: n/a = not within the run");
+  t.notes.push_back(fmt::format("slots: {} B per layer, FP8 rows + map + staging of {} rows (plan::hot_cache_sizing); "
+                                "deferred: updates due that were not planned at the step they came due",
+                                budget, sizing.staging_rows));
   rep.tables.push_back(std::move(t));
   rep.figures.push_back(std::move(fig));
   rep.data = {{"per_step", series}};
@@ -351,8 +392,8 @@ ENGRAM_BENCH(cache_follow,
                     s.add_option("--window", g_follow.window, "Moving-average window in steps (default 16)")
                         ->check(cli::range(1, 100000));
                     s.add_option("--updates", g_follow.updates,
-                                 "Online policies as --cache-update takes them, ';'-separated (default: the engine's "
-                                 "without and with bursts of up to 16x)")
+                                 "Online policies as --cache-update takes them, ';'-separated (default: the base rate "
+                                 "(burst=1), the engine's default (burst=4) and bursts of up to 16x)")
                         ->delimiter(';')
                         ->check(cli::parsed_by([](const std::string& t) { return parse_cache_update(t).status(); }));
                   },

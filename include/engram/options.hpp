@@ -170,14 +170,16 @@ struct CacheSize {
 Result<CacheSize> parse_cache_size(const std::string& text);
 
 // The online update of the cache: every `every` counted steps, at most `rows` rows swapped per layer, applied
-// at most `slice` rows per layer and step (the per-step budget of cache maintenance). While the traffic moves
-// faster than that (a plan comes back full), rows and slice double per update up to `burst` times these values,
-// and halve back once plans come back at most half full (plan::UpdateBudget). Off by default (burst 1): a burst's
-// larger slices cost serving-thread time and GPU time in every step they run (the step tail), so a deployment whose
-// traffic shifts turns it on knowingly.
+// `slice` rows per layer and step (the per-step budget of cache maintenance; the engine raises it to rows / every
+// so that an update is applied within its period). While the traffic moves faster than that (a plan comes back
+// full), rows and slice double per update up to `burst` times these values, and halve back once plans come back at
+// most half full (plan::UpdateBudget). Default burst 4: the base rate (64 rows per step) never reaches another kind
+// of text's hot set in a 5% cache, 4x reaches it within ~200-300 decode steps (`engram bench cache-follow`,
+// docs/results/2026-12-05-cache-updates.md); each step then stages and commits at most 4 x 64 rows per layer.
+// burst=1 keeps the base cost; 8 or 16 follow faster at longer slices.
 struct CacheUpdate {
   static constexpr int64_t kDefaultSlice = 64;
-  static constexpr int64_t kDefaultBurst = 1;
+  static constexpr int64_t kDefaultBurst = 4;
   int every = 4;       // 0 = no online update
   int64_t rows = 256;
   int64_t slice = kDefaultSlice;

@@ -17,26 +17,28 @@
 // registry entry (cuda_backend.cpp) is the only caller: consumers get a backend through the Engine.
 //
 // Hot-row cache: with a fast path and a non-zero cache budget, the queue calls the cache's host side through its
-// hooks (QueueHooks, which this backend implements): after prepare() a copy of the step's ids goes to a counting
-// thread (plan::HotCountsWorker: never blocks, drops and counts a batch when its backlog is full), and end_step()
-// (a) after the step's host sync, so nothing of the step is in flight, closes the warm-up window: after
-// `warmup_steps` counted steps (numbered >= 0) it creates each layer's HotRowCache from the hottest counted ids (or
-// at start-up from `profile`), and (b) before that sync, while the step's compute still runs on the GPU, so that
-// the serving thread's maintenance time overlaps the step instead of delaying the next one, keeps the online
-// update moving without waiting for anything (each of its enqueues lands after the step's lookups, which are all
-// enqueued by then): every `update_every` steps it asks the counting thread for a plan of at most `update_rows`
-// swaps per layer (planned there, after the ids counted before it); each step it takes at most
-// `update_slice_rows` planned swaps, stages them (host fill of those rows, H2D on a low-priority maintenance
-// stream: HotRowCache::stage) and, at a later step once that copy is done (an event query), commits them on the
-// prefetch stream (row copy + map edits, ordered before the next step's lookups, so lookups stay bit-identical).
-// The serving thread's cost per step is bounded by one slice. An update that comes due while the previous one is
-// still being applied waits for it (counted as deferred). Each stage and commit is a span in the timeline's "cache
-// maintenance" lane (on the lookups' time base) when the timeline is recorded. Ids already on the device
-// (prepare_device: a hasher on the GPU, torch tensors) are counted too: after the lookup is enqueued, the ids are
-// copied into a pinned host buffer on the prefetch stream, and end_step() hands them to the counting thread once
-// that copy is done; a step under CUDA graph capture is not counted. Without a cache the hooks do nothing, and
-// queue() is the bare queue (graph capture, benches). The queue's calls may also return the cache's errors
-// (creation, update). No CUDA types in this header.
+// hooks (QueueHooks, which this backend implements): prepare() hands a copy of the step's ids to a counting thread (plan::HotCountsWorker: never blocks; a batch
+// larger than its backlog's room is counted from a weighted sample), and end_step() (a) after the step's host sync, so nothing of the
+// step is in flight, closes the warm-up window: after `warmup_steps` counted steps (numbered >= 0) it creates
+// each layer's HotRowCache from the hottest counted ids (or at start-up from `profile`), and (b) before that
+// sync, while the step's compute still runs on the GPU, so that the serving thread's maintenance time overlaps
+// the step instead of delaying the next one, keeps the online update moving without waiting for anything (each
+// of its enqueues lands after the step's lookups, which are all enqueued by then): every `update_every` steps it
+// asks the counting thread for a plan of at most `update_rows` swaps per layer (planned there, ahead of the ids still
+// waiting to be counted); each step it takes at most one slice of planned swaps (`update_slice_rows`, raised to
+// update_rows / update_every so that an update is applied within its period: plan::UpdateBudget::slice_for), stages them (host fill of those rows, H2D on a
+// low-priority maintenance stream: HotRowCache::stage) and, at a later step once that copy is done (an event
+// query), commits them on the prefetch stream (row copy + map edits, ordered before the next step's lookups, so
+// lookups stay bit-identical). The serving thread's cost per step and layer is bounded by one slice staged and one
+// committed. Updates are pipelined: the next plan is asked for while the previous one's last slices are still being
+// applied; an update is deferred (counted once per update that came due, and per step it waited) only while the
+// previous plan is not computed yet or a whole update's swaps still wait to be staged. Each stage and commit is
+// a span in the timeline's "cache maintenance" lane (on the lookups' time base) when the timeline is recorded.
+// Ids already on the device (prepare_device: a hasher on the GPU, torch tensors) are counted too: after the
+// lookup is enqueued, the ids are copied into a pinned host buffer on the prefetch stream, and end_step() hands
+// them to the counting thread once that copy is done; a step under CUDA graph capture is not counted.
+// Without a cache the hooks do nothing, and queue() is the bare queue (graph capture, benches). The queue's calls may
+// also return the cache's errors (creation, update). No CUDA types in this header.
 #pragma once
 
 #include <cstdint>
@@ -73,12 +75,13 @@ struct EngineCacheOptions {
   std::string profile_source;         // report: where the profile came from
   int update_every = 4;               // counted steps between online updates; 0 = none
   int64_t update_rows = 256;          // most rows swapped per layer and update
-  int64_t update_slice_rows = 64;     // most rows staged per layer and step (the per-step maintenance budget)
+  int64_t update_slice_rows = 64;     // rows staged per layer and step (the per-step maintenance budget), raised
+                                      // to ceil(update_rows / update_every) when smaller
   // While plans come back full, rows and slice grow up to this factor (plan::UpdateBudget); 1 = the base only.
   // The engine passes CacheUpdate::burst.
   int64_t update_burst = 1;
   plan::HotCountsOptions counts;      // decay, pool, sampled victims (id_limit is set per table)
-  int64_t max_pending_ids = int64_t{1} << 22;  // counting backlog before batches are dropped
+  int64_t max_pending_ids = int64_t{1} << 22;  // counting backlog before batches are sampled (dropped past 2x)
   // Record every step's probes and hits per layer (EngineCacheReport::step_*): reads the device counters at each
   // step's end, which waits for the prefetch stream there (a measurement mode: a serving run leaves it off).
   bool step_series = false;
@@ -90,7 +93,9 @@ struct EngineCacheReport {
   std::string note;                   // why off / how it was filled / budget capped
   std::string source;                 // "warm-up window (steps 0..W-1)" or the profile's source
   CacheFormat format = CacheFormat::kFp8;
-  int64_t budget_bytes = 0, slots = 0, filled = 0, hbm_bytes = 0;
+  int64_t budget_bytes = 0, slots = 0, filled = 0;
+  int64_t hbm_bytes = 0;              // every device buffer of the cache (rows, map, staging): <= budget_bytes
+  int64_t staging_rows = 0;           // rows one staged slice may hold (counted in hbm_bytes)
   int64_t created_after_step = -1;    // the cache serves lookups from step created_after_step + 1 on
   double create_ms = std::numeric_limits<double>::quiet_NaN();
   double profile_coverage = std::numeric_limits<double>::quiet_NaN();  // in-sample share of the profile's ids
@@ -99,7 +104,11 @@ struct EngineCacheReport {
   int64_t rows_since_create = 0;      // rows looked up by the layer since creation (all paths)
   int64_t link_bytes_avoided = 0;     // hits x (d + d/32): PCIe reads the cache replaced
   double link_bytes_avoided_per_token = std::numeric_limits<double>::quiet_NaN();
-  int64_t updates = 0, updates_deferred = 0, rows_swapped = 0, map_rebuilds = 0;
+  // Updates that came due (one every update_every counted steps), plans asked for, updates deferred (not asked for
+  // at the step they came due: asked for later, or merged into the next one), and the steps they waited in all.
+  int64_t update_attempts = 0, updates = 0, updates_deferred = 0, update_deferred_steps = 0;
+  int64_t rows_swapped = 0, map_rebuilds = 0;
+  int64_t update_slice_rows = 0;      // the base slice applied per step (EngineCacheOptions' raised to the period)
   int64_t slices = 0;                 // stage/commit pairs that applied the updates' rows
   int64_t burst_updates = 0;          // updates that asked for more than the base rows (plan::UpdateBudget)
   int64_t update_scale_max = 1;       // the largest factor over the base rows and slice
@@ -110,6 +119,7 @@ struct EngineCacheReport {
   double plan_us_max = std::numeric_limits<double>::quiet_NaN();
   double plan_us_mean = std::numeric_limits<double>::quiet_NaN();
   int64_t counted_batches = 0, dropped_batches = 0;  // of all layers (one counting thread)
+  int64_t sampled_batches = 0, sampled_out_ids = 0;  // batches counted from a sample; ids left out of the samples
   // With EngineCacheOptions::step_series: the probes and hits of each counted step (index 0 = step 0; a step
   // before the cache existed has 0 probes). Empty otherwise.
   std::vector<int64_t> step_probes, step_hits;
@@ -221,6 +231,8 @@ class CudaBackend final : public engine::Backend, public engine::DeviceQueue, pr
     double update_host_us_sum = 0;
     int64_t host_timed = 0;   // slices whose serving-thread time is in update_host_us_sum
     bool update_due = false;  // an update is due and its plan has not been requested yet
+    bool due_deferred = false;  // the due update has been counted as deferred
+    bool budget_fed = true;   // the last computed plan's size was given to update_budget
     int64_t series_probes = 0, series_hits = 0;  // step series: the device totals at the last step's end
     plan::UpdateBudget update_budget;  // rows and slice of the next online update
   };

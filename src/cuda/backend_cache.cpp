@@ -10,6 +10,7 @@
 
 #include "cuda/backend.cuh"
 #include "cuda/cuda_status.cuh"
+#include "plan/hot_cache_sizing.hpp"
 
 namespace engram::cuda {
 
@@ -96,7 +97,18 @@ Status CudaBackend::before_end_sync() {
   collect_spans(/*all=*/false);
   if (cache_opt_.update_every > 0 && ++since_update_ >= cache_opt_.update_every) {
     since_update_ = 0;
-    for (auto& st : cache_) st.update_due = true;
+    for (size_t li = 0; li < cache_.size(); ++li) {
+      CacheState& st = cache_[li];
+      if (!fast_[li] || !fast_[li]->cache()) continue;  // no cache on this layer: nothing to update
+      ++st.rep.update_attempts;
+      if (st.update_due) {  // the previous one still waits: this one merges into it, deferred too
+        ++st.rep.updates_deferred;
+        st.due_deferred = true;
+      } else {
+        st.update_due = true;
+        st.due_deferred = false;
+      }
+    }
   }
   return maintain_caches();
 }
@@ -140,9 +152,12 @@ Status CudaBackend::create_caches(bool from_profile) {
     HotCacheOptions ho;
     ho.budget_bytes = budget;
     ho.format = cache_opt_.format;
+    // Staging for the largest slice an update applies per step (counted in the budget, as rows and map are).
+    ho.staging_rows = cache_opt_.update_every > 0 ? st.update_budget.max_slice_for(cache_opt_.update_every) : 1;
     // Slots this budget holds (as HotRowCache::create computes them): ask the counts for that many ids.
-    const int64_t row_b = cache_opt_.format == CacheFormat::kFp8 ? (v.d + v.d / 32 + 15) / 16 * 16 : 2 * int64_t{v.d};
-    const int64_t want = std::max<int64_t>(1, budget / (row_b + 24));
+    const plan::HotCacheSizing sizing =
+        plan::hot_cache_sizing(budget, plan::hot_cache_row_bytes(v.d, cache_opt_.format), v.rows, ho.staging_rows);
+    const int64_t want = std::max<int64_t>(1, sizing.slots);
     std::vector<int64_t> hot;
     std::vector<std::pair<int64_t, int64_t>> counts_pairs;
     double coverage = std::numeric_limits<double>::quiet_NaN();
@@ -183,6 +198,8 @@ Status CudaBackend::create_caches(bool from_profile) {
     st.rep.slots = (*c)->slots();
     st.rep.filled = (*c)->filled();
     st.rep.hbm_bytes = (*c)->hbm_bytes();
+    st.rep.staging_rows = (*c)->staging_rows();
+    st.rep.update_slice_rows = cache_opt_.update_every > 0 ? st.update_budget.slice_for(cache_opt_.update_every) : 0;
     st.rep.profile_coverage = coverage;
     st.rep.created_after_step = from_profile ? -1 : step_;
     if (scale < 1.0)
@@ -294,9 +311,10 @@ Status CudaBackend::maintain_caches() {
       host_us += us;
       worked = true;
     }
-    // Stage the next slice of the planned swaps (at most update_slice_rows rows of host fill and copy).
+    // Stage the next slice of the planned swaps (at most one slice of host fill and copy: UpdateBudget::slice_for).
     if (!c->has_staged()) {
-      const std::vector<plan::CacheSwap> swaps = counts_->take_planned(layer, st.update_budget.slice());
+      const int64_t slice = std::min(st.update_budget.slice_for(cache_opt_.update_every), c->staging_rows());
+      const std::vector<plan::CacheSwap> swaps = counts_->take_planned(layer, slice);
       if (!swaps.empty()) {
         std::vector<std::pair<int64_t, int64_t>> v;
         v.reserve(swaps.size());
@@ -309,17 +327,23 @@ Status CudaBackend::maintain_caches() {
         worked = true;
       }
     }
+    // Ask for the next plan while the last slices of the previous one are still applied (pipelined): refused only
+    // while that plan is not computed yet or a whole update's swaps still wait to be staged.
     if (st.update_due) {
-      if (c->has_staged() || counts_->update_in_progress(layer)) {
-        ++st.rep.updates_deferred;  // the previous update is still being applied
+      if (!st.budget_fed && !counts_->plan_queued(layer)) {
+        st.update_budget.on_plan(counts_->last_plan_rows(layer));  // the previous plan's size, once
+        st.budget_fed = true;
+      }
+      if (counts_->request_plan(layer, st.update_budget.rows())) {
+        st.update_due = false;
+        st.budget_fed = false;
+        ++st.rep.updates;
+        if (st.update_budget.scale() > 1) ++st.rep.burst_updates;
+        st.rep.update_scale_max = std::max(st.rep.update_scale_max, st.update_budget.scale());
       } else {
-        if (st.rep.updates > 0) st.update_budget.on_plan(counts_->last_plan_rows(layer));
-        if (counts_->request_plan(layer, st.update_budget.rows())) {
-          st.update_due = false;
-          ++st.rep.updates;
-          if (st.update_budget.scale() > 1) ++st.rep.burst_updates;
-          st.rep.update_scale_max = std::max(st.rep.update_scale_max, st.update_budget.scale());
-        }
+        if (!st.due_deferred) ++st.rep.updates_deferred;
+        st.due_deferred = true;
+        ++st.rep.update_deferred_steps;
       }
     }
     if (worked) {
@@ -340,6 +364,8 @@ Result<EngineCacheReport> CudaBackend::cache_report(int li) const {
   if (counts_) {
     r.counted_batches = counts_->counted_batches();
     r.dropped_batches = counts_->dropped_batches();
+    r.sampled_batches = counts_->sampled_batches();
+    r.sampled_out_ids = counts_->sampled_out_ids();
   }
   if (st.host_timed > 0) r.update_host_us_mean = st.update_host_us_sum / static_cast<double>(st.host_timed);
   if (counts_) {

@@ -38,6 +38,7 @@ static void to_json(nlohmann::json& j, const EngineCacheReport& c) {
        {"slots", c.slots},
        {"rows_cached", c.filled},
        {"hbm_bytes", c.hbm_bytes},
+       {"staging_rows", c.staging_rows},
        {"created_after_step", c.created_after_step},
        {"create_ms", json_num(c.create_ms)},
        {"profile_coverage", json_num(c.profile_coverage)},
@@ -47,8 +48,11 @@ static void to_json(nlohmann::json& j, const EngineCacheReport& c) {
        {"rows_since_create", c.rows_since_create},
        {"link_bytes_avoided", c.link_bytes_avoided},
        {"link_bytes_avoided_per_token", json_num(c.link_bytes_avoided_per_token)},
+       {"update_attempts", c.update_attempts},
        {"updates", c.updates},
        {"updates_deferred", c.updates_deferred},
+       {"update_deferred_steps", c.update_deferred_steps},
+       {"update_slice_rows", c.update_slice_rows},
        {"slices", c.slices},
        {"burst_updates", c.burst_updates},
        {"update_scale_max", c.update_scale_max},
@@ -60,6 +64,8 @@ static void to_json(nlohmann::json& j, const EngineCacheReport& c) {
        {"update_host_us_mean", json_num(c.update_host_us_mean)},
        {"counted_batches", c.counted_batches},
        {"dropped_batches", c.dropped_batches},
+       {"sampled_batches", c.sampled_batches},
+       {"sampled_out_ids", c.sampled_out_ids},
        {"step_probes", series(c.step_probes)},
        {"step_hits", series(c.step_hits)}};
 }

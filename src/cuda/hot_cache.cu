@@ -14,6 +14,7 @@
 #include "cuda/dedup.cuh"
 #include "cuda/dedup_decode.cuh"
 #include "cuda/hot_cache.cuh"
+#include "plan/hot_cache_sizing.hpp"
 
 namespace engram::cuda {
 
@@ -116,13 +117,16 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
   std::unique_ptr<HotRowCache> c(new HotRowCache());
   c->view_ = v;
   c->format_ = o.format;
-  c->row_bytes_ = o.format == CacheFormat::kFp8 ? (v.d + v.d / 32 + 15) / 16 * 16 : 2 * v.d;
-  const int64_t per_slot = c->row_bytes_ + 2 * (8 + 4);  // row + two map entries (load <= 1/2)
-  c->slots_ = std::min<int64_t>(o.budget_bytes / per_slot, v.rows);
-  if (c->slots_ <= 0) return Status(Code::kInvalidArgument, "hot cache: budget " + std::to_string(o.budget_bytes) +
-                                                              " B holds no row (" + std::to_string(per_slot) + " B per slot)");
-  c->map_cap_ = 1024;
-  while (c->map_cap_ < 2 * c->slots_) c->map_cap_ <<= 1;
+  c->row_bytes_ = plan::hot_cache_row_bytes(v.d, o.format);
+  const plan::HotCacheSizing size = plan::hot_cache_sizing(o.budget_bytes, c->row_bytes_, v.rows, o.staging_rows);
+  if (size.slots <= 0)
+    return Status(Code::kInvalidArgument,
+                  "hot cache: budget " + std::to_string(o.budget_bytes) + " B holds no row (" +
+                      std::to_string(c->row_bytes_) + " B per row, map and staging included: " +
+                      std::to_string(plan::hot_cache_bytes(1, c->row_bytes_, size.staging_rows)) + " B for one)");
+  c->slots_ = size.slots;
+  c->map_cap_ = size.map_entries;
+  c->staging_rows_ = size.staging_rows;
   c->h_keys_.assign(static_cast<size_t>(c->map_cap_), kEmptyKey);
   c->h_slots_.assign(static_cast<size_t>(c->map_cap_), -1);
   std::vector<uint8_t> rows;
@@ -152,6 +156,17 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
   ENGRAM_RETURN_IF_ERROR(alloc(&c->d_keys_, 8 * c->map_cap_));
   ENGRAM_RETURN_IF_ERROR(alloc(&c->d_slots_, 4 * c->map_cap_));
   ENGRAM_RETURN_IF_ERROR(alloc(&c->d_rows_, c->row_bytes_ * c->slots_));
+  // Update staging, allocated once here (pinned allocations cost milliseconds) and counted in the budget.
+  ENGRAM_RETURN_IF_ERROR(alloc(&c->d_stage_rows_, c->staging_rows_ * c->row_bytes_));
+  ENGRAM_RETURN_IF_ERROR(alloc(&c->d_edits_, c->staging_rows_ * plan::kHotCacheEditBytesPerRow));
+  if (c->hbm_bytes_ != size.hbm_bytes)
+    return Status(Code::kInternal, "hot cache: allocated " + std::to_string(c->hbm_bytes_) + " B, sized " +
+                                       std::to_string(size.hbm_bytes) + " B");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&c->pin_rows_, static_cast<size_t>(c->staging_rows_ * c->row_bytes_)),
+                              "hot cache: staging");
+  ENGRAM_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(&c->pin_edits_, static_cast<size_t>(c->staging_rows_ * plan::kHotCacheEditBytesPerRow)),
+      "hot cache: edits");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_keys_, c->h_keys_.data(), 8 * c->map_cap_, cudaMemcpyHostToDevice),
                               "hot cache: map keys");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_slots_, c->h_slots_.data(), 4 * c->map_cap_, cudaMemcpyHostToDevice),
@@ -257,7 +272,7 @@ Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,
   return replace(swaps, stream);
 }
 
-Status HotRowCache::ensure_staging(int64_t max_rows) {
+Status HotRowCache::ensure_staging() {
   if (!ev_update_) {
     cudaEvent_t e = nullptr;
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: update event");
@@ -266,26 +281,6 @@ Status HotRowCache::ensure_staging(int64_t max_rows) {
     // The previous stage's copy must have read the pinned staging before it is overwritten (the device staging is
     // guarded on the GPU: stage() makes its stream wait for the previous commit).
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_staged_)), "hot cache: wait stage");
-  }
-  if (pin_cap_ < max_rows) {
-    // Grow geometrically (at least 256 rows): pinned allocations cost milliseconds, so the staging should be
-    // allocated once, not at every larger update.
-    max_rows = std::max<int64_t>({max_rows, 2 * pin_cap_, 256});
-    if (pin_rows_) (void)cudaFreeHost(pin_rows_);
-    if (pin_edits_) (void)cudaFreeHost(pin_edits_);
-    if (d_stage_rows_) (void)cudaFree(d_stage_rows_);
-    if (d_edits_) (void)cudaFree(d_edits_);
-    pin_rows_ = nullptr;
-    pin_edits_ = nullptr;
-    d_stage_rows_ = nullptr;
-    d_edits_ = nullptr;
-    pin_cap_ = 0;
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
-    // Edits: one admission entry plus up to one tombstone entry per row.
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pin_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_stage_rows_, static_cast<size_t>(max_rows * row_bytes_)), "hot cache: staging");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_edits_, static_cast<size_t>(6 * max_rows) * 8), "hot cache: edits");
-    pin_cap_ = max_rows;
   }
   return Status::ok();
 }
@@ -322,9 +317,31 @@ Status HotRowCache::maybe_rebuild_map(void* stream) {
 }
 
 Result<int64_t> HotRowCache::replace(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stream) {
-  ENGRAM_ASSIGN_OR_RETURN(const int64_t n, stage(slot_id, stream));
-  if (n == 0) return int64_t{0};
-  return commit(stream);
+  ENGRAM_RETURN_IF_ERROR(validate(slot_id));  // all of it before the first chunk: nothing enqueued on error
+  int64_t done = 0;
+  for (size_t at = 0; at < slot_id.size(); at += static_cast<size_t>(staging_rows_)) {
+    const size_t end = std::min(slot_id.size(), at + static_cast<size_t>(staging_rows_));
+    const std::vector<std::pair<int64_t, int64_t>> chunk(slot_id.begin() + static_cast<std::ptrdiff_t>(at),
+                                                         slot_id.begin() + static_cast<std::ptrdiff_t>(end));
+    ENGRAM_ASSIGN_OR_RETURN(const int64_t n, stage(chunk, stream));
+    if (n == 0) continue;
+    ENGRAM_ASSIGN_OR_RETURN(const int64_t m, commit(stream));
+    done += m;
+  }
+  return done;
+}
+
+Status HotRowCache::validate(const std::vector<std::pair<int64_t, int64_t>>& slot_id) const {
+  std::unordered_map<int64_t, int> seen_slot, seen_id;
+  for (const auto& [slot, id] : slot_id) {
+    if (slot < 0 || slot >= slots_ || seen_slot[slot]++)
+      return Status(Code::kInvalidArgument, "hot cache replace: slot " + std::to_string(slot) + " outside [0, " +
+                                                std::to_string(slots_) + ") or given twice");
+    if (id < 0 || id >= view_.rows || seen_id[id]++ || contains(id))
+      return Status(Code::kInvalidArgument, "hot cache replace: id " + std::to_string(id) +
+                                                " outside the table, given twice or already cached");
+  }
+  return Status::ok();
 }
 
 Result<int64_t> HotRowCache::stage(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stage_stream) {
@@ -333,19 +350,12 @@ Result<int64_t> HotRowCache::stage(const std::vector<std::pair<int64_t, int64_t>
   if (staged_rows_ > 0)
     return Status(Code::kInvalidArgument, "hot cache stage: " + std::to_string(staged_rows_) +
                                               " staged rows are not committed yet");
-  {
-    std::unordered_map<int64_t, int> seen_slot, seen_id;
-    for (const auto& [slot, id] : slot_id) {
-      if (slot < 0 || slot >= slots_ || seen_slot[slot]++)
-        return Status(Code::kInvalidArgument, "hot cache replace: slot " + std::to_string(slot) + " outside [0, " +
-                                                  std::to_string(slots_) + ") or given twice");
-      if (id < 0 || id >= view_.rows || seen_id[id]++ || contains(id))
-        return Status(Code::kInvalidArgument, "hot cache replace: id " + std::to_string(id) +
-                                                  " outside the table, given twice or already cached");
-    }
-  }
+  if (n > staging_rows_)
+    return Status(Code::kInvalidArgument, "hot cache stage: " + std::to_string(n) + " rows, the staging holds " +
+                                              std::to_string(staging_rows_));
+  ENGRAM_RETURN_IF_ERROR(validate(slot_id));
   const auto s = static_cast<cudaStream_t>(stage_stream);
-  ENGRAM_RETURN_IF_ERROR(ensure_staging(n));
+  ENGRAM_RETURN_IF_ERROR(ensure_staging());
   if (!ev_staged_) {
     cudaEvent_t e = nullptr;
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "hot cache: stage event");

@@ -7,7 +7,9 @@
 // probe decodes them exactly as the UVA kernel does) or as BF16 rows (decoded once at fill time with the CPU's
 // bit-identical decoder; a hit is a 2d-byte copy): FP8 holds ~1.9x more rows per byte, BF16 needs no decode.
 // The id -> slot map is an open-addressing hash table sized for the cache (2x slots, power of two, linear
-// probing; deleted entries are tombstones), not for the table.
+// probing; deleted entries are tombstones), not for the table. HBM: the budget covers every device buffer of the
+// cache, rows + map + the update staging (rows and map edits of one stage, allocated at creation), sized by
+// plan::hot_cache_sizing, so hbm_bytes() <= budget_bytes always.
 //
 // Online update (bounded rate, LFU by the caller's counts): update() swaps at most max_rows slots, enqueued on the
 // caller's stream as two small copies and one small kernel (map edits), so it is ordered with the lookups and never
@@ -40,8 +42,9 @@ using engram::cache_format_name;
 using engram::CacheFormat;
 
 struct HotCacheOptions {
-  int64_t budget_bytes = 0;          // HBM for rows + map; slots = budget / (row bytes + map bytes per slot)
+  int64_t budget_bytes = 0;          // HBM for rows + map + update staging (plan::hot_cache_sizing): all of it
   CacheFormat format = CacheFormat::kFp8;
+  int64_t staging_rows = 16;         // rows one stage() may hold (capped at a quarter of the budget)
 };
 
 class HotRowCache {
@@ -71,12 +74,13 @@ class HotRowCache {
   // exactly as update(): rows copied first, then tombstones, then admissions; the host waits only for the
   // previous update's staging (normally long done). Returns the rows swapped (= slot_id.size()).
   // kInvalidArgument (nothing enqueued) for a slot outside [0, slots()) or given twice, an id outside the table,
-  // an id given twice, or an id already cached.
+  // an id given twice, or an id already cached. More swaps than staging_rows() are applied in chunks of it (the host
+  // waits for each chunk's staging copy before it reuses the staging).
   Result<int64_t> replace(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stream);
   // Phase one of replace(): validates and stages the swaps (the rows read from the host table, H2D on
   // stage_stream after the previous commit has read the staging; the host waits only for the previous stage's
   // pinned buffer, normally long done). Same errors as replace(); kInvalidArgument also while a stage is not
-  // committed. Returns the rows staged.
+  // committed or for more swaps than staging_rows(). Returns the rows staged.
   Result<int64_t> stage(const std::vector<std::pair<int64_t, int64_t>>& slot_id, void* stage_stream);
   bool has_staged() const { return staged_rows_ > 0; }
   // The staged copy has completed (an event query: never waits). False when nothing is staged.
@@ -102,7 +106,8 @@ class HotRowCache {
   double coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts) const;
   int64_t slots() const { return slots_; }
   int64_t filled() const { return filled_; }
-  int64_t hbm_bytes() const { return hbm_bytes_; }
+  int64_t hbm_bytes() const { return hbm_bytes_; }  // every device allocation of the cache
+  int64_t staging_rows() const { return staging_rows_; }
   int64_t row_bytes() const { return row_bytes_; }   // per slot in HBM (record or bf16 row)
   int64_t source_bytes_per_row() const { return view_.d + view_.d / 32; }
   CacheFormat format() const { return format_; }
@@ -112,7 +117,8 @@ class HotRowCache {
   HotRowCache() = default;
   int64_t find_slot_index(int64_t id) const;  // map index or -1
   void fill_row(int64_t id, uint8_t* dst) const;
-  Status ensure_staging(int64_t max_rows);       // waits for the previous update; grows the staging
+  Status validate(const std::vector<std::pair<int64_t, int64_t>>& slot_id) const;  // replace()'s checks
+  Status ensure_staging();                       // waits until the previous stage's copy has read the staging
   Status maybe_rebuild_map(void* stream);        // see map_rebuilds()
   TableView view_;
   CacheFormat format_ = CacheFormat::kFp8;
@@ -129,7 +135,7 @@ class HotRowCache {
   // update staging (pinned) and its completion event
   uint8_t* pin_rows_ = nullptr;
   int64_t* pin_edits_ = nullptr;
-  int64_t pin_cap_ = 0;
+  int64_t staging_rows_ = 0;      // capacity of the staging buffers, in rows
   void* ev_update_ = nullptr;
   uint8_t* d_stage_rows_ = nullptr;
   int64_t* d_edits_ = nullptr;

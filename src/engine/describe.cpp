@@ -60,20 +60,26 @@ void cache_lines(const nlohmann::json& c, int layer_index, std::vector<std::stri
                             pct(c["hit_rate"]).c_str(), static_cast<long long>(int_of(c, "probes")),
                             pct(c["profile_coverage"]).c_str(), format_bytes(int_of(c, "link_bytes_avoided")).c_str(),
                             per_tok.is_number() ? (fmt_num(per_tok.get<double>(), "%.0f") + " B").c_str() : "n/a"));
-  out.push_back(printf_line("          online updates %lld (%lld deferred a step: the previous one still applying), "
-                            "%lld rows swapped in %lld slices, %lld map rebuilds; serving-thread time per slice %s us "
+  out.push_back(printf_line("          online updates %lld of %lld due (%lld deferred, %lld steps waited: the previous "
+                            "plan not computed yet or a whole update not staged yet), %lld rows swapped in %lld slices "
+                            "of <= %lld, %lld map rebuilds; serving-thread time per slice %s us "
                             "mean, %s us max; planning on the counting thread %s us mean, %s us max; %lld batches "
-                            "counted, %lld dropped",
+                            "counted (%lld from a sample, %lld ids left out), %lld dropped",
                             static_cast<long long>(int_of(c, "updates")),
+                            static_cast<long long>(int_of(c, "update_attempts")),
                             static_cast<long long>(int_of(c, "updates_deferred")),
+                            static_cast<long long>(int_of(c, "update_deferred_steps")),
                             static_cast<long long>(int_of(c, "rows_swapped")),
                             static_cast<long long>(int_of(c, "slices")),
+                            static_cast<long long>(int_of(c, "update_slice_rows")),
                             static_cast<long long>(int_of(c, "map_rebuilds")),
                             fmt_json_num(c["update_host_us_mean"], "%.0f").c_str(),
                             fmt_json_num(c["update_host_us_max"], "%.0f").c_str(),
                             fmt_json_num(c["plan_us_mean"], "%.0f").c_str(),
                             fmt_json_num(c["plan_us_max"], "%.0f").c_str(),
                             static_cast<long long>(int_of(c, "counted_batches")),
+                            static_cast<long long>(int_of(c, "sampled_batches")),
+                            static_cast<long long>(int_of(c, "sampled_out_ids")),
                             static_cast<long long>(int_of(c, "dropped_batches"))));
   if (!note.empty()) out.push_back("          note: " + note);
 }

@@ -226,6 +226,15 @@ void EngineMetrics::fold_describe(const nlohmann::json& d) {
             "Bytes not read over the host link because the row was cached: hits x (d + d/32)", "link_bytes_avoided");
     counter("engram_cache_updates_total", "Online updates of the hot-row cache", "updates");
     counter("engram_cache_rows_swapped_total", "Cache rows replaced by online updates", "rows_swapped");
+    counter("engram_cache_updates_due_total", "Online updates of the hot-row cache that came due", "update_attempts");
+    counter("engram_cache_updates_deferred_total",
+            "Online updates not planned at the step they came due (previous plan not computed, or a whole update "
+            "still waiting)",
+            "updates_deferred");
+    counter("engram_cache_count_batches_sampled_total",
+            "Id batches the counting thread counted from a weighted sample (backlog full; all layers)", "sampled_batches");
+    counter("engram_cache_count_batches_dropped_total",
+            "Id batches the counting thread dropped (backlog past twice its limit; all layers)", "dropped_batches");
     gauge("engram_cache_rows", "Rows held in the GPU hot-row cache", static_cast<double>(json_int(c, "rows_cached")));
     gauge("engram_cache_slots", "Row slots of the GPU hot-row cache", static_cast<double>(json_int(c, "slots")));
     gauge("engram_cache_hbm_bytes", "GPU memory of the hot-row cache", static_cast<double>(json_int(c, "hbm_bytes")));

@@ -17,11 +17,12 @@ HotCounts::HotCounts(const HotCountsOptions& o) : opt_(o) {
   if (opt_.sample_window < 1) opt_.sample_window = 1;
 }
 
-void HotCounts::observe(const int64_t* ids, int64_t n) {
+void HotCounts::observe(const int64_t* ids, int64_t n, double weight) {
+  const double add = inc_ * (weight > 0 ? weight : 1.0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
     if (id < 0 || id >= opt_.id_limit) continue;
-    raw_[id] += inc_;
+    raw_[id] += add;
     if (!cached(id)) pool_.insert(id);
   }
   if (static_cast<int64_t>(pool_.size()) > 2 * opt_.pool_size) trim_pool();
@@ -178,19 +179,54 @@ HotCountsWorker::~HotCountsWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
 void HotCountsWorker::submit(int layer, const int64_t* ids, int64_t n) {
   if (layer < 0 || layer >= static_cast<int>(counts_.size()) || n <= 0) return;
+  const int64_t limit = std::max<int64_t>(1, max_pending_ids_);
+  int64_t m = n;  // ids copied
+  uint64_t seed = 0;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
-    if (pending_ids_ + n > max_pending_ids_) {
-      ++dropped_;
-      return;
+    if (pending_ids_ + n > limit) {
+      // Sample: the room left, but at least limit/64 ids, so that every batch weighs in while the backlog is full.
+      const int64_t floor_ids = std::max<int64_t>(1, limit / 64);
+      m = std::min(n, std::max(limit - pending_ids_, floor_ids));
+      if (pending_ids_ + m > 2 * limit) {
+        ++dropped_;
+        return;
+      }
+      if (m < n) {
+        ++sampled_;
+        sampled_out_ids_ += n - m;
+        seed = ++sample_seed_;
+      }
     }
-    pending_ids_ += n;
+    pending_ids_ += m;
   }
   Batch b;  // copied outside the queue lock
   b.layer = layer;
-  b.ids.assign(ids, ids + n);
+  if (m == n) {
+    b.ids.assign(ids, ids + n);
+  } else {
+    // Stratified: stratum k = positions [k*n/m, (k+1)*n/m), one position drawn uniformly in each.
+    b.ids.resize(static_cast<size_t>(m));
+    uint64_t x = seed * 0xD1B54A32D192ED03ull;
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t lo = static_cast<int64_t>((static_cast<__int128>(k) * n) / m);
+      const int64_t hi = static_cast<int64_t>((static_cast<__int128>(k + 1) * n) / m);
+      const int64_t at = lo + static_cast<int64_t>(splitmix64(x) % static_cast<uint64_t>(hi - lo));
+      b.ids[static_cast<size_t>(k)] = ids[at];
+    }
+    b.weight = static_cast<double>(n) / static_cast<double>(m);
+  }
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     queue_.push_back(std::move(b));
@@ -203,10 +239,11 @@ void HotCountsWorker::loop() {
     Batch b;
     {
       std::unique_lock<std::mutex> l(queue_mu_);
-      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and nothing left
-      b = std::move(queue_.front());
-      queue_.pop_front();
+      cv_.wait(l, [&] { return stop_ || !queue_.empty() || !plans_.empty(); });
+      if (queue_.empty() && plans_.empty()) return;  // stop_ and nothing left
+      std::deque<Batch>& from = plans_.empty() ? queue_ : plans_;  // plans first (see the file comment)
+      b = std::move(from.front());
+      from.pop_front();
       busy_ = true;
     }
     HotCounts& c = counts_[static_cast<size_t>(b.layer)];
@@ -232,7 +269,7 @@ void HotCountsWorker::loop() {
     } else {
       // The whole batch under one hold (the decay is per batch); try_with() meanwhile answers false at once.
       std::lock_guard<std::mutex> g(counts_mu_);
-      c.observe(b.ids.data(), n);
+      c.observe(b.ids.data(), n, b.weight);
     }
     {
       std::lock_guard<std::mutex> l(queue_mu_);
@@ -246,7 +283,7 @@ void HotCountsWorker::loop() {
 
 void HotCountsWorker::drain() {
   std::unique_lock<std::mutex> l(queue_mu_);
-  idle_cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+  idle_cv_.wait(l, [&] { return queue_.empty() && plans_.empty() && !busy_; });
 }
 
 bool HotCountsWorker::try_with(int layer, const std::function<void(HotCounts&)>& f) {
@@ -268,7 +305,7 @@ bool HotCountsWorker::request_plan(int layer, int64_t max_rows) {
   {
     std::lock_guard<std::mutex> l(planned_mu_);
     Planned& p = planned_[static_cast<size_t>(layer)];
-    if (p.queued || !p.swaps.empty()) return false;
+    if (p.queued || static_cast<int64_t>(p.swaps.size()) >= max_rows) return false;
     p.queued = true;
   }
   Batch b;
@@ -276,7 +313,7 @@ bool HotCountsWorker::request_plan(int layer, int64_t max_rows) {
   b.plan_rows = max_rows;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
-    queue_.push_back(std::move(b));
+    plans_.push_back(std::move(b));
   }
   cv_.notify_one();
   return true;
@@ -287,9 +324,17 @@ std::vector<CacheSwap> HotCountsWorker::take_planned(int layer, int64_t max_rows
   if (layer < 0 || layer >= static_cast<int>(counts_.size()) || max_rows <= 0) return out;
   std::lock_guard<std::mutex> l(planned_mu_);
   std::deque<CacheSwap>& q = planned_[static_cast<size_t>(layer)].swaps;
-  const size_t n = static_cast<size_t>(std::min<int64_t>(max_rows, static_cast<int64_t>(q.size())));
-  out.assign(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
-  q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
+  // Slots and ids the slice already touches: a swap of a later plan may re-use a slot filled (or evict an id
+  // admitted) earlier in the queue; it waits for the next slice.
+  std::unordered_set<int64_t> slots, evicted;
+  while (!q.empty() && static_cast<int64_t>(out.size()) < max_rows) {
+    const CacheSwap& sw = q.front();
+    if (slots.count(sw.slot) || evicted.count(sw.new_id)) break;
+    slots.insert(sw.slot);
+    if (sw.old_id >= 0) evicted.insert(sw.old_id);
+    out.push_back(sw);
+    q.pop_front();
+  }
   return out;
 }
 
@@ -298,6 +343,18 @@ bool HotCountsWorker::update_in_progress(int layer) const {
   std::lock_guard<std::mutex> l(planned_mu_);
   const Planned& p = planned_[static_cast<size_t>(layer)];
   return p.queued || !p.swaps.empty();
+}
+
+int64_t HotCountsWorker::planned_backlog(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return 0;
+  std::lock_guard<std::mutex> l(planned_mu_);
+  return static_cast<int64_t>(planned_[static_cast<size_t>(layer)].swaps.size());
+}
+
+bool HotCountsWorker::plan_queued(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(counts_.size())) return false;
+  std::lock_guard<std::mutex> l(planned_mu_);
+  return planned_[static_cast<size_t>(layer)].queued;
 }
 
 int64_t HotCountsWorker::last_plan_rows(int layer) const {
@@ -314,6 +371,16 @@ HotCountsWorker::PlanTimes HotCountsWorker::plan_times() const {
 int64_t HotCountsWorker::dropped_batches() const {
   std::lock_guard<std::mutex> l(queue_mu_);
   return dropped_;
+}
+
+int64_t HotCountsWorker::sampled_batches() const {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  return sampled_;
+}
+
+int64_t HotCountsWorker::sampled_out_ids() const {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  return sampled_out_ids_;
 }
 
 int64_t HotCountsWorker::counted_batches() const {

@@ -11,14 +11,25 @@
 // count beats the victim's by `min_gain` (hysteresis: no swapping back and forth of equal counts). The planned
 // swaps are applied to the mirror; the caller applies them to the device cache.
 //
-// HotCountsWorker owns one HotCounts per layer and counts on its own thread: submit() copies the ids and returns
-// (a batch is dropped, and counted as dropped, when more than `max_pending_ids` are waiting: counting never
-// stalls the serving thread). Online updates are planned on that thread too, in stream order with the batches:
-// request_plan() queues a plan of at most M swaps (never dropped, one per layer at a time), the worker runs
-// HotCounts::plan when it reaches it and parks the swaps; take_planned() hands them out in slices of a per-step
-// row budget. The lock take_planned() shares with the worker is held only to move swaps, never while a batch is
-// counted or a plan computed, so the serving thread never waits for counting. try_with()/with() run f on the
-// caller's thread (start-up: filling the cache from the warm-up window's counts); drain() waits for the backlog.
+// HotCountsWorker owns one HotCounts per layer and counts on its own thread: submit() copies the ids and returns, so
+// counting never stalls the serving thread. The backlog of ids waiting is bounded: a batch that fits in the room
+// left under `max_pending_ids` is copied whole; one that does not (prefill batches of tokens x heads ids arriving
+// faster than they are counted, or one larger than the limit) is *sampled*: a deterministic stratified sample (one id per stratum of n/m positions, its place in
+// the stratum from a seeded generator, so the [token][head] layout cannot alias with the stride) of m ids, each
+// weighing n/m, with m the room left but at least max_pending_ids/64; the counts stay unbiased estimates of the
+// batch's. Only a batch that would take the backlog past twice the limit (the counting thread stalled for dozens of
+// batches) is dropped, and counted as dropped; memory stays below 2 x max_pending_ids ids. Online updates are planned
+// on that thread too: request_plan() queues a plan of at most M swaps ahead of the ids still waiting (a plan costs
+// O(pool + window), a batch O(ids): a plan never waits behind a prefill backlog; it uses the counts of the batches
+// counted so far), the worker runs HotCounts::plan when it reaches it and parks the swaps; take_planned() hands them
+// out in slices of a per-step row budget. Updates are pipelined: the next plan may be requested while the previous
+// one's swaps are still being applied (plan() has already applied them to the mirror, so the next plan starts from
+// the cache as it will be), as long as fewer than its own M swaps are still waiting; a slice stops before a swap that
+// touches a slot or an id an earlier swap of the same slice touched, so the slices of consecutive plans stay valid
+// stage()s of the device cache. The lock take_planned() shares with the worker is held only to move swaps, never
+// while a batch is counted or a plan computed, so the serving thread never waits for counting. try_with()/with() run
+// f on the caller's thread (start-up: filling the cache from the warm-up window's counts); drain() waits for the
+// backlog.
 // Thread safety: HotCounts is single-threaded; HotCountsWorker's methods may be called from one driving thread.
 #pragma once
 
@@ -59,8 +70,10 @@ class HotCounts {
  public:
   explicit HotCounts(const HotCountsOptions& options = {});
 
-  // Counts one batch (ids < 0 are padding and ids >= id_limit invalid: both ignored; repeats within the batch count each time).
-  void observe(const int64_t* ids, int64_t n);
+  // Counts one batch (ids < 0 are padding and ids >= id_limit invalid: both ignored; repeats within the batch count
+  // each time), each observation weighing `weight` (> 0; a sample of a larger batch weighs batch / sample). One batch
+  // of the decay whatever its size or weight.
+  void observe(const int64_t* ids, int64_t n, double weight = 1.0);
   double count(int64_t id) const;  // decayed count; 0 for an id never seen (or pruned)
   int64_t batches() const { return batches_; }
   int64_t distinct() const { return static_cast<int64_t>(raw_.size()); }
@@ -102,7 +115,8 @@ class HotCountsWorker {
   HotCountsWorker(const HotCountsWorker&) = delete;
   HotCountsWorker& operator=(const HotCountsWorker&) = delete;
 
-  // Copies ids [n] of `layer` for counting; returns at once. Dropped (and counted) when the backlog is full.
+  // Copies ids [n] of `layer` (or a weighted sample of them, see the file comment) for counting; returns at once.
+  // Serving-thread cost O(ids copied) <= O(max(n, max_pending_ids)). Dropped (and counted) only past twice the backlog.
   void submit(int layer, const int64_t* ids, int64_t n);
   // Blocks until every submitted batch has been counted.
   void drain();
@@ -113,16 +127,26 @@ class HotCountsWorker {
 
   int64_t dropped_batches() const;
   int64_t counted_batches() const;
+  // Batches counted from a sample, and the ids of submitted batches left out of the samples (dropped batches not
+  // included).
+  int64_t sampled_batches() const;
+  int64_t sampled_out_ids() const;
 
-  // Queues a plan of at most max_rows swaps for `layer`, computed on the counting thread after the batches
-  // submitted before it. False (nothing queued) while the layer's previous plan is queued or has swaps not yet
-  // taken: one update per layer is in progress at a time, so the slices of one plan never name a slot twice.
+  // Queues a plan of at most max_rows swaps for `layer`, computed on the counting thread ahead of the batches still
+  // waiting. False (nothing queued) while the layer's previous plan is queued (not computed yet) or while max_rows
+  // or more of its planned swaps have not been taken: the application lags a whole update behind.
   bool request_plan(int layer, int64_t max_rows);
-  // Up to max_rows of the layer's planned swaps, in plan order (hottest candidate first); empty while the plan is
-  // still queued or when it is used up. Never waits for counting or planning.
+  // Up to max_rows of the layer's planned swaps, in plan order (hottest candidate first, plans in the order asked);
+  // it stops early before a swap whose slot, or whose admitted id, an earlier swap of the slice evicted or filled
+  // (a later plan re-using a slot), so no slice names a slot or an id twice and every id it admits is uncached
+  // before the slice. Empty while the plan is still queued or when it is used up. Never waits for counting.
   std::vector<CacheSwap> take_planned(int layer, int64_t max_rows);
   // A plan of `layer` is queued, or some of its swaps have not been taken yet.
   bool update_in_progress(int layer) const;
+  // The layer's planned swaps not yet taken.
+  int64_t planned_backlog(int layer) const;
+  // A plan of `layer` was asked for and is not computed yet.
+  bool plan_queued(int layer) const;
   // Swaps the layer's last computed plan returned (0 before the first).
   int64_t last_plan_rows(int layer) const;
   // Host time of the plans computed on the counting thread (all layers).
@@ -137,6 +161,7 @@ class HotCountsWorker {
   struct Batch {
     int layer = 0;
     std::vector<int64_t> ids;
+    double weight = 1;      // each id's weight (a sample of a larger batch: batch / sample)
     int64_t plan_rows = 0;  // > 0: a plan request (no ids)
   };
   struct Planned {
@@ -148,10 +173,12 @@ class HotCountsWorker {
   int64_t max_pending_ids_;
   mutable std::mutex queue_mu_;
   std::condition_variable cv_, idle_cv_;
-  std::deque<Batch> queue_;
+  std::deque<Batch> queue_;   // counting batches, in submission order
+  std::deque<Batch> plans_;   // plan requests, taken before any batch
   int64_t pending_ids_ = 0;
   bool busy_ = false, stop_ = false;
-  int64_t dropped_ = 0, counted_ = 0;
+  int64_t dropped_ = 0, counted_ = 0, sampled_ = 0, sampled_out_ids_ = 0;
+  uint64_t sample_seed_ = 0;  // advances per sampled batch: the samples are deterministic for one submission order
   std::mutex counts_mu_;  // held while a batch is counted or a plan computed, and by try_with/with
   mutable std::mutex planned_mu_;  // planned_ and plan_times_: held only to move swaps in or out
   std::vector<Planned> planned_;

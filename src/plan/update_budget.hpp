@@ -4,6 +4,10 @@
 // updates follow, so the next plan and the per-step slice double, up to `burst` times the base; a plan at most half
 // full halves them back. Steady traffic keeps the base (the per-step maintenance budget of a serving run); a change
 // of traffic (another kind of text) bursts until the cache has caught up, then returns to the base.
+// One slice is staged per step, so an update of rows() swaps is applied within its period of `every` steps only when
+// the slice is at least rows() / every: slice_for(every) raises the slice to that (the next update is planned while
+// the last slice is still being committed: HotCountsWorker pipelines them). The serving thread's work per step and
+// layer is then at most max_slice_for(every) rows staged plus as many committed.
 // Pure C++ (no CUDA): the engine's maintenance (src/cuda/backend_cache.cpp) and the host simulation (`engram bench
 // cache-follow`) use it alike. Not thread-safe (one per layer, driven by one thread).
 #pragma once
@@ -24,6 +28,10 @@ class UpdateBudget {
   int64_t scale() const { return scale_; }
   // The largest rows() ever asked for (sizes the candidate pool).
   int64_t max_rows() const { return rows_ * burst_; }
+  // The slice that applies rows() within `every` steps: max(slice(), ceil(rows() / every)); every <= 0: slice().
+  int64_t slice_for(int every) const { return scale_ * base_slice_for(every); }
+  // The largest slice_for(every) (sizes the staging).
+  int64_t max_slice_for(int every) const { return burst_ * base_slice_for(every); }
   // The last plan returned `planned` swaps of the rows() it was allowed.
   void on_plan(int64_t planned) {
     if (planned >= rows()) scale_ = std::min(burst_, 2 * scale_);
@@ -31,6 +39,9 @@ class UpdateBudget {
   }
 
  private:
+  int64_t base_slice_for(int every) const {
+    return every > 0 ? std::max(slice_, (rows_ + every - 1) / every) : slice_;
+  }
   int64_t rows_, slice_, burst_;
   int64_t scale_ = 1;
 };

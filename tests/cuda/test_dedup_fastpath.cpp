@@ -12,6 +12,7 @@
 #include "cuda/fast_lookup.cuh"
 #include "cuda/registration.cuh"
 #include "cuda_test_support.hpp"
+#include "plan/hot_cache_sizing.hpp"
 
 namespace engram {
 namespace {
@@ -122,7 +123,7 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
     const cuda::CacheFormat cf = variant == 0 ? cuda::CacheFormat::kFp8 : cuda::CacheFormat::kBf16;
     cuda::HotCacheOptions co;
     co.format = cf;
-    co.budget_bytes = 30 * (2 * d + 64);  // a few dozen rows: hits and misses both
+    co.budget_bytes = plan::hot_cache_bytes(30, plan::hot_cache_row_bytes(d, cf), co.staging_rows);  // hits and misses both
     auto cache = cuda::HotRowCache::create(x->host->view(0), hot_ids(ids, 1000), co);
     ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
     (*fl)->set_cache(std::move(*cache));
@@ -232,7 +233,7 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
     if (!used.count(i)) cold.push_back(i);
   ASSERT_EQ(cold.size(), 10u);
   cuda::HotCacheOptions co;
-  co.budget_bytes = 10 * (288 + 24);
+  co.budget_bytes = plan::hot_cache_bytes(10, 272, co.staging_rows);  // 10 rows of d = 256, staging included
   auto cache = cuda::HotRowCache::create(x->host->view(0), cold, co);
   ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
   ASSERT_TRUE((*cache)->contains(cold[0]));
@@ -278,7 +279,7 @@ TEST(HotCache, OnlineUpdateAdmitsHotterRowsAndStaysExact) {
   const auto hot = hot_ids(ids, 1000);
   ASSERT_GT(hot.size(), 20u);
   cuda::HotCacheOptions co;
-  co.budget_bytes = 10 * (288 + 24);
+  co.budget_bytes = plan::hot_cache_bytes(10, 272, co.staging_rows);  // 10 rows of d = 256, staging included
   // Start with cold rows, then admit the hot ones online (bounded: 4 rows per update).
   std::vector<int64_t> cold;
   for (int64_t i = 0; i < x->layout.rows(0) && cold.size() < 10; ++i)

@@ -18,6 +18,7 @@
 #include "cuda/hot_cache.cuh"
 #include "cuda_test_support.hpp"
 #include "engram/timeline.hpp"
+#include "plan/hot_cache_sizing.hpp"
 
 namespace engram {
 namespace {
@@ -189,7 +190,8 @@ void expect_identical(const StepsRun& a, const StepsRun& b, const Fixture& f, co
 }
 
 // ~200 cache slots per layer (fp8 records: 272 B + 24 B of map per slot).
-constexpr int64_t kSmallBudget = 200 * (272 + 24);
+// About 200 FP8 rows of d = 256 with the staging of 64-row slices (rows, map and staging all count).
+const int64_t kSmallBudget = plan::hot_cache_bytes(200, 272, 64);
 
 class EngineCache : public ::testing::TestWithParam<cuda::CacheFormat> {};
 
@@ -240,13 +242,13 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
   const StepsRun planned = run_steps(f.layout, *f.host, on, f.ids, GetParam());
   expect_identical(plain, planned, f, "planner with cache");
 
-  // Updates of 64 rows applied 8 rows per step: each slice is staged at one step's end and committed at a later
+  // Updates of 16 rows applied 8 rows per step: each slice is staged at one step's end and committed at a later
   // one, so lookups run while a slice is in flight; every step stays identical to the plain path and the
   // reference, and each stage and commit is a span of the timeline's cache-maintenance lane.
   CacheSetup sliced = small_forced_cache();
   sliced.update_every = 2;
-  sliced.update_rows = 64;
-  sliced.slice_rows = 8;
+  sliced.update_rows = 16;
+  sliced.slice_rows = 8;  // 16 rows / 2 steps: the slice stays 8
   sliced.record_timeline = true;
   const StepsRun in_flight = run_steps(f.layout, *f.host, sliced, f.ids, GetParam());
   expect_identical(plain, in_flight, f, "sliced updates");
@@ -269,6 +271,10 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
     EXPECT_GT(r.rows_swapped, 0);
     EXPECT_GT(r.rows_swapped, 8) << "more rows than one slice holds: several slices were applied";
     EXPECT_LE(r.rows_swapped, 8 * r.slices);
+    EXPECT_EQ(r.update_slice_rows, 8);
+    EXPECT_LE(r.hbm_bytes, r.budget_bytes);
+    EXPECT_GE(r.update_attempts, r.updates);  // a deferred update is asked for later or merges into the next
+    EXPECT_LE(r.updates_deferred, r.update_attempts);
     EXPECT_TRUE(std::isfinite(r.update_host_us_max));
     EXPECT_TRUE(std::isfinite(r.plan_us_max));
   }
@@ -289,7 +295,8 @@ TEST_P(EngineCache, WarmupWindowThenOnlineUpdatesStayBitIdentical) {
     EXPECT_EQ(r.state, "on") << r.note;
     burst_updates += r.burst_updates;
     EXPECT_LE(r.update_scale_max, 8);
-    EXPECT_LE(r.rows_swapped, 4 * r.update_scale_max * r.slices);
+    EXPECT_EQ(r.update_slice_rows, 8);  // slices of 4 raised to 16 rows / 2 steps
+    EXPECT_LE(r.rows_swapped, r.update_slice_rows * r.update_scale_max * r.slices);
     ASSERT_EQ(r.step_probes.size(), f.ids.size());
     ASSERT_EQ(r.step_hits.size(), f.ids.size());
     int64_t probes = 0, hits = 0;
@@ -395,6 +402,53 @@ TEST(EngineCacheOff, ZeroBudgetAndFastPathOffSayWhy) {
   expect_identical(a, b, f, "no cache");
 }
 
+// Every device buffer of a cache (rows, map, update staging) fits its budget: hbm_bytes() <= budget_bytes for FP8
+// and BF16, budgets from a few rows to more than the table, and staging sizes; the slots are plan::hot_cache_sizing's
+// and a stage() larger than the staging is refused.
+TEST(HotRowCacheBudget, HbmWithinTheBudgetForEveryFormatAndSize) {
+  ENGRAM_REQUIRE_GPU();
+  std::mt19937_64 rng(5);
+  const EngramLayout l = testing::make_layout(256, RowFormat::kFused, 1, 5000, {0});
+  auto host = testing::random_host_table(l, rng);
+  ASSERT_TRUE(host);
+  const int64_t rows = host->view(0).rows;
+  std::vector<int64_t> hot(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) hot[static_cast<size_t>(i)] = i;
+  for (const cuda::CacheFormat format : {cuda::CacheFormat::kFp8, cuda::CacheFormat::kBf16})
+    for (const int64_t budget : {int64_t{600}, int64_t{3000}, int64_t{20'000}, int64_t{100'000}, int64_t{1} << 20,
+                                 int64_t{8} << 20})
+      for (const int64_t staging : {int64_t{1}, int64_t{64}, int64_t{256}}) {
+        SCOPED_TRACE(std::string(cuda::cache_format_name(format)) + " budget " + std::to_string(budget) +
+                     " staging " + std::to_string(staging));
+        cuda::HotCacheOptions o;
+        o.format = format;
+        o.budget_bytes = budget;
+        o.staging_rows = staging;
+        const plan::HotCacheSizing want =
+            plan::hot_cache_sizing(budget, plan::hot_cache_row_bytes(256, format), rows, staging);
+        auto c = cuda::HotRowCache::create(host->view(0), hot, o);
+        if (want.slots == 0) {
+          ASSERT_FALSE(c.is_ok());
+          EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+          continue;
+        }
+        ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+        EXPECT_LE((*c)->hbm_bytes(), budget);
+        EXPECT_EQ((*c)->hbm_bytes(), want.hbm_bytes);
+        EXPECT_EQ((*c)->slots(), want.slots);
+        EXPECT_EQ((*c)->staging_rows(), want.staging_rows);
+        EXPECT_EQ((*c)->filled(), std::min(want.slots, rows));
+        if (want.slots < rows) {
+          std::vector<std::pair<int64_t, int64_t>> too_many;
+          for (int64_t k = 0; k <= (*c)->staging_rows() && k < want.slots; ++k) too_many.push_back({k, rows - 1 - k});
+          if (static_cast<int64_t>(too_many.size()) > (*c)->staging_rows()) {
+            auto st = (*c)->stage(too_many, nullptr);
+            EXPECT_FALSE(st.is_ok()) << "more rows than the staging holds";
+          }
+        }
+      }
+}
+
 TEST(HotRowCacheReplace, RejectsBadSwapsWithoutChangingTheCache) {
   ENGRAM_REQUIRE_GPU();
   std::mt19937_64 rng(11);
@@ -402,7 +456,8 @@ TEST(HotRowCacheReplace, RejectsBadSwapsWithoutChangingTheCache) {
   auto host = testing::random_host_table(l, rng);
   ASSERT_TRUE(host);
   cuda::HotCacheOptions o;
-  o.budget_bytes = 8 * (272 + 24);
+  o.staging_rows = 1;  // the two swaps below are applied in two chunks
+  o.budget_bytes = plan::hot_cache_bytes(8, 272, o.staging_rows);
   auto c = cuda::HotRowCache::create(host->view(0), {1, 2, 3}, o);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   ASSERT_EQ((*c)->slots(), 8);
@@ -438,8 +493,9 @@ TEST(HotRowCacheStage, ProbesBetweenStageAndCommitSeeTheOldCacheExactly) {
   for (const cuda::CacheFormat format : {cuda::CacheFormat::kFp8, cuda::CacheFormat::kBf16}) {
     SCOPED_TRACE(cuda::cache_format_name(format));
     cuda::HotCacheOptions o;
-    o.budget_bytes = 8 * (512 + 24);
     o.format = format;
+    o.staging_rows = 1;
+    o.budget_bytes = plan::hot_cache_bytes(8, plan::hot_cache_row_bytes(256, format), o.staging_rows);
     const int64_t a = 100 + static_cast<int64_t>(rng() % 1000), b = a + 1, c_new = a + 2000;
     auto c = cuda::HotRowCache::create(host->view(0), {a, b}, o);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();

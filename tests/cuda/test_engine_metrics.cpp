@@ -61,6 +61,10 @@ TEST(CudaEngineMetrics, CacheAndPlannerFiguresMatchDescribe) {
     EXPECT_EQ(value_of(m, "engram_cache_link_bytes_avoided_total", layer), cache["link_bytes_avoided"].get<double>());
     EXPECT_EQ(value_of(m, "engram_cache_rows_swapped_total", layer), cache["rows_swapped"].get<double>());
     EXPECT_EQ(value_of(m, "engram_cache_rows", layer), cache["rows_cached"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_updates_due_total", layer), cache["update_attempts"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_updates_deferred_total", layer), cache["updates_deferred"].get<double>());
+    EXPECT_EQ(value_of(m, "engram_cache_count_batches_dropped_total", layer), cache["dropped_batches"].get<double>());
+    EXPECT_LE(cache["hbm_bytes"].get<double>(), cache["budget_bytes"].get<double>());
   }
   EXPECT_EQ(m.sum("engram_errors_total"), 0);
   EXPECT_NE(prometheus_text(m).find("# TYPE engram_cache_hits_total counter"), std::string::npos);

@@ -52,9 +52,10 @@ inline void add_cache_options(CLI::App& sub, CacheArgs& c, const std::string& wa
                  "Online update: every=K,rows=M,slice=S swaps at most M rows per layer every K steps (hottest uncached "
                  "ids of a decayed LFU count vs the coldest of a sampled set of cached rows, planned on the counting "
                  "thread), applied at most S rows per layer and step off the lookups' path; while plans come back "
-                 "full (the traffic moved) M and S double per update up to burst=B times (burst=16 follows a change "
-                 "of traffic within a few hundred steps, at the cost of longer steps while it bursts); or off "
-                 "(default every=4,rows=256,slice=64,burst=1)");
+                 "full (the traffic moved) M and S double per update up to burst=B times (4 follows a change of "
+                 "traffic within a few hundred steps, 16 within ~100, at the cost of longer steps while it bursts; 1: "
+                 "never more than S rows per step); S is raised to M/K; or off (default every=4,rows=256,slice=64,"
+                 "burst=4)");
 }
 
 // --shm-dir is read for --backing shm only (run, replay, experiment, serve-table, census).

@@ -57,7 +57,10 @@ TEST(CacheUpdateOption, KeysKeepTheBaseAndOffDisables) {
   auto fixed = parse_cache_update("burst=1", *bursting);
   ASSERT_TRUE(fixed.is_ok());
   EXPECT_EQ(fixed->burst, 1);
-  EXPECT_EQ(fixed->to_string(), "every=8,rows=64,slice=16");  // burst=1 is the default: not printed
+  EXPECT_EQ(fixed->to_string(), "every=8,rows=64,slice=16,burst=1");
+  auto defaulted = parse_cache_update("burst=4", *fixed);
+  ASSERT_TRUE(defaulted.is_ok());
+  EXPECT_EQ(defaulted->to_string(), "every=8,rows=64,slice=16");  // burst=4 is the default: not printed
 
   CacheUpdate base;
   base.every = 3;

@@ -46,6 +46,24 @@ TEST(UpdateBudget, DoublesOnFullPlansUpToTheBurstAndHalvesBack) {
   EXPECT_EQ(fixed.slice(), 64);
 }
 
+// One slice is staged per step: slice_for(every) applies a whole update within its period, raising a smaller slice
+// to ceil(rows / every) and scaling with the burst like rows() and slice().
+TEST(UpdateBudget, SliceForThePeriodAppliesAnUpdateWithinIt) {
+  UpdateBudget b(256, 64, 16);
+  EXPECT_EQ(b.slice_for(4), 64);   // 256 / 4: the configured slice already fits the period
+  EXPECT_EQ(b.slice_for(8), 64);   // a larger slice than needed is kept
+  EXPECT_EQ(b.slice_for(2), 128);  // raised: 256 rows in 2 steps
+  EXPECT_EQ(b.slice_for(3), 86);   // ceil(256 / 3)
+  EXPECT_EQ(b.slice_for(0), 64);   // no updates: the configured slice
+  EXPECT_EQ(b.max_slice_for(2), 16 * 128);
+  b.on_plan(256);  // full: doubles
+  EXPECT_EQ(b.slice_for(2), 256);
+  EXPECT_GE(b.slice_for(2) * 2, b.rows());
+  UpdateBudget small(16, 4, 8);
+  EXPECT_EQ(small.slice_for(2), 8);
+  EXPECT_EQ(small.max_slice_for(2), 64);
+}
+
 // Zipf(1) ranks over `n` ids starting at `base`, sampled with a fixed seed.
 class Traffic {
  public:

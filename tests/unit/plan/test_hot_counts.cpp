@@ -1,6 +1,8 @@
 // Description: host LFU counts of the hot-row cache (src/plan/hot_counts.hpp): decayed counts, hottest-first
 // profile, candidate selection (uncached, hottest first), victims (free slots first, coldest, hysteresis), the
-// bounded rate of plan(M), pruning, and the counting thread (submit/drain/try_with, drops when the backlog is full).
+// bounded rate of plan(M), pruning, and the counting thread (submit/drain/try_with; batches larger than the backlog
+// counted from a weighted stratified sample, dropped only past twice the backlog; plans pipelined and taken ahead of
+// the batches, slices that never name a slot or an id twice across plans).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -204,16 +206,105 @@ TEST(HotCountsWorker, CountsOnItsThreadAndDrains) {
   EXPECT_FALSE(w.try_with(5, [](HotCounts&) {}));  // no such layer
 }
 
-TEST(HotCountsWorker, DropsBatchesBeyondTheBacklog) {
-  HotCountsWorker w(1, no_decay(), /*max_pending_ids=*/4);
-  std::vector<int64_t> big(5, 3);
-  w.submit(0, big.data(), 5);  // larger than the whole backlog: dropped, never blocks
+// A batch larger than the whole backlog (a prefill batch) is counted from a sample, not dropped: the sample's
+// weights add up to the batch, and a [token][head] layout (id = head) keeps every head in the sample.
+TEST(HotCountsWorker, SamplesBatchesLargerThanTheBacklogWithScaledWeights) {
+  const int64_t heads = 24, tokens = 1000;
+  HotCountsWorker w(1, no_decay(), /*max_pending_ids=*/2400);
+  std::vector<int64_t> ids(static_cast<size_t>(heads * tokens));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h) ids[static_cast<size_t>(t * heads + h)] = h;
+  w.submit(0, ids.data(), static_cast<int64_t>(ids.size()));
   w.drain();
-  EXPECT_EQ(w.dropped_batches(), 1);
-  EXPECT_EQ(w.counted_batches(), 0);
+  EXPECT_EQ(w.dropped_batches(), 0);
+  EXPECT_EQ(w.counted_batches(), 1);
+  EXPECT_EQ(w.sampled_batches(), 1);
+  EXPECT_EQ(w.sampled_out_ids(), heads * tokens - 2400);
+  w.with(0, [&](HotCounts& c) {
+    EXPECT_DOUBLE_EQ(c.total(), static_cast<double>(heads * tokens)) << "weights scale the sample to the batch";
+    EXPECT_EQ(c.batches(), 1);
+    for (int64_t h = 0; h < heads; ++h) {
+      // 1000 expected per head; the stratified sample (100 per head on average) stays within half of it.
+      EXPECT_GT(c.count(h), 500) << "head " << h;
+      EXPECT_LT(c.count(h), 1500) << "head " << h;
+    }
+  });
+  // A batch that fits is copied whole.
+  std::vector<int64_t> small(100, 3);
+  w.submit(0, small.data(), 100);
+  w.drain();
+  EXPECT_EQ(w.sampled_batches(), 1);
+  EXPECT_EQ(w.counted_batches(), 2);
 }
 
-// The counting thread plans an online update after the batches submitted before it, and hands the swaps out in
+// While the counting thread is held (here: by with()), batches are sampled down to limit/64 ids each; one is
+// dropped only once the backlog would pass twice the limit.
+TEST(HotCountsWorker, DropsOnlyPastTwiceTheBacklog) {
+  HotCountsWorker w(1, no_decay(), /*max_pending_ids=*/64);
+  std::vector<int64_t> ids(200, 5);
+  w.with(0, [&](HotCounts&) {
+    w.submit(0, ids.data(), 64);  // fits: 64 pending
+    for (int i = 0; i < 64; ++i) w.submit(0, ids.data(), 200);  // 1 id each (the floor): 128 pending
+    EXPECT_EQ(w.dropped_batches(), 0);
+    EXPECT_EQ(w.sampled_batches(), 64);
+    w.submit(0, ids.data(), 200);  // would make 129 > 2 x 64
+    EXPECT_EQ(w.dropped_batches(), 1);
+  });
+  w.drain();
+  EXPECT_EQ(w.counted_batches(), 65);
+  double c5 = 0;
+  w.with(0, [&](HotCounts& c) { c5 = c.count(5); });
+  EXPECT_DOUBLE_EQ(c5, 64 + 64 * 200);  // each sample of one id weighs its batch
+}
+
+// Updates are pipelined: the next plan may be asked for while the previous one's swaps still wait, and a slice
+// stops before a swap of the later plan that re-uses a slot of the earlier one.
+TEST(HotCountsWorker, PipelinedPlansNeverNameASlotTwiceInASlice) {
+  HotCountsWorker w(1, no_decay());
+  w.with(0, [](HotCounts& c) { c.set_slots({-1}); });
+  std::vector<int64_t> five(3, 5), six(9, 6);
+  w.submit(0, five.data(), 3);
+  w.drain();
+  ASSERT_TRUE(w.request_plan(0, 1));
+  w.drain();
+  EXPECT_EQ(w.planned_backlog(0), 1);  // slot 0: free -> 5, not taken yet
+  EXPECT_FALSE(w.request_plan(0, 1)) << "a whole update (1 row) still waits";
+  w.submit(0, six.data(), 9);
+  w.drain();
+  ASSERT_TRUE(w.request_plan(0, 2)) << "one swap waiting, fewer than the 2 asked: pipelined";
+  w.drain();
+  ASSERT_EQ(w.planned_backlog(0), 2);  // then slot 0: 5 -> 6
+  const std::vector<CacheSwap> a = w.take_planned(0, 8);
+  ASSERT_EQ(a.size(), 1u) << "the slice stops before slot 0 comes again";
+  EXPECT_EQ(a[0].old_id, -1);
+  EXPECT_EQ(a[0].new_id, 5);
+  const std::vector<CacheSwap> b = w.take_planned(0, 8);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].old_id, 5);
+  EXPECT_EQ(b[0].new_id, 6);
+  EXPECT_FALSE(w.update_in_progress(0));
+}
+
+// A plan request is served before the batches still waiting (it never waits behind a prefill backlog).
+TEST(HotCountsWorker, PlansGoAheadOfWaitingBatches) {
+  HotCountsWorker w(1, no_decay());
+  w.with(0, [](HotCounts& c) { c.set_slots({-1, -1}); });
+  std::vector<int64_t> seven(4, 7), eight(10, 8), pad(1, -1);
+  w.submit(0, seven.data(), 4);
+  w.drain();
+  w.with(0, [&](HotCounts&) {  // holds the counting thread (at the latest when it starts on `pad`)
+    w.submit(0, pad.data(), 1);
+    w.submit(0, eight.data(), 10);
+    ASSERT_TRUE(w.request_plan(0, 2));
+  });
+  w.drain();
+  const std::vector<CacheSwap> s = w.take_planned(0, 8);
+  ASSERT_EQ(s.size(), 1u) << "planned before the batch of 8s was counted";
+  EXPECT_EQ(s[0].new_id, 7);
+  EXPECT_EQ(w.counted_batches(), 3);
+}
+
+// The counting thread plans an online update from the batches counted before it, and hands the swaps out in
 // slices of a row budget: concatenated, the slices are exactly what HotCounts::plan gives for the same traffic,
 // no slice names a slot or an id twice, and a second plan is refused until the first is used up.
 TEST(HotCountsWorker, PlansOnItsThreadAndHandsOutSlices) {
@@ -232,11 +323,14 @@ TEST(HotCountsWorker, PlansOnItsThreadAndHandsOutSlices) {
     w.submit(0, batch.data(), static_cast<int64_t>(batch.size()));
     ref.observe(batch.data(), static_cast<int64_t>(batch.size()));
   }
-  EXPECT_TRUE(w.take_planned(0, 8).empty());  // nothing planned yet (or not yet reached): empty, no wait
-  ASSERT_TRUE(w.request_plan(0, 24));
-  EXPECT_FALSE(w.request_plan(0, 24)) << "one update per layer in progress";
-  EXPECT_TRUE(w.update_in_progress(0));
-  EXPECT_FALSE(w.update_in_progress(1));
+  EXPECT_TRUE(w.take_planned(0, 8).empty());  // nothing planned yet: empty, no wait
+  w.drain();  // a plan goes ahead of the batches still waiting: these are counted first
+  w.with(0, [&](HotCounts&) {  // holds the counting thread: the first request is still queued at the second
+    ASSERT_TRUE(w.request_plan(0, 24));
+    EXPECT_FALSE(w.request_plan(0, 24)) << "the layer's previous plan is still queued";
+    EXPECT_TRUE(w.update_in_progress(0));
+    EXPECT_FALSE(w.update_in_progress(1));
+  });
   w.drain();
   const std::vector<CacheSwap> want = ref.plan(24);
   ASSERT_FALSE(want.empty());
