@@ -403,10 +403,8 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
     jw.push_back({{"domain", wl.domain}, {"text", wl.text}, {"workload", wl.workload.name()}, {"prefill", wl.workload.prefill},
                   {"tokens", wl.workload.tokens}, {"rows_per_call", n}, {"arms", ja},
                   {"goal", json_num(goal_of(wl.domain, wl.workload))}});
-    // ==== PREDICTED VS MEASURED PER PATH: the spot for the planner's per-path figures ============================
-    // The engine's fast-path report after this workload (cumulative since the engine was built) goes into the JSON
-    // as it is, so per-path predicted-vs-measured figures appear in data.workloads[].engine_fast_path as soon as
-    // Engine::describe() reports them; a table of them per workload belongs here.
+    // The engine's fast-path report after this workload (cumulative since the engine was built: the learner's
+    // predicted vs measured time per path and size range, its paths, its cache) goes into the JSON as it is.
     if (eng) jw.back()["engine_fast_path"] = fast_layer0(eng->describe());
     if (ctx.verbose) fmt::print(stderr, "traffic: {} {} done\n", wl.domain, wl.workload.name());
   }
@@ -416,7 +414,28 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
                         "reference-style kernel (about 1 when the reference arm stands for the serving engine's kernel)");
   rep.tables.push_back(std::move(sum_t));
   rep.tables.push_back(std::move(arms_t));
-  if (eng) rep.tables.push_back(std::move(plan_t));
+  if (eng) {
+    rep.tables.push_back(std::move(plan_t));
+    // What the planner learned over every workload (layer 0): per size range and path, the model's prediction
+    // corrected by what the served batches measured, and whether the guard bars the path there.
+    Table learned_t;
+    learned_t.key = "traffic_learned";
+    learned_t.title = "Traffic: the engine's planner after every workload (layer 0): per batch-size range and path, "
+                      "predicted (corrected) and measured time of its served batches; barred = measured slower than "
+                      "the plain gather in that range";
+    learned_t.columns = {{"rows", 0}, {"path", 0}, {"batches", 0}, {"predicted [us]", 1}, {"measured [us]", 1},
+                         {"barred", 0}};
+    learned_t.label_columns = 2;
+    const nlohmann::json& learned = field(fast_layer0(eng->describe()), "learned");
+    if (learned.is_array())
+      for (const auto& r : learned)
+        learned_t.rows.push_back({Cell(fmt::format("{}-{}", json_int(field(r, "rows_min")), json_int(field(r, "rows_max")))),
+                                  Cell(field(r, "path").is_string() ? field(r, "path").get<std::string>() : std::string("-")),
+                                  Cell(json_int(field(r, "batches"))), Cell(json_double(field(r, "predicted_us"))),
+                                  Cell(json_double(field(r, "measured_us"))),
+                                  Cell(field(r, "barred").is_boolean() && field(r, "barred").get<bool>() ? "yes" : "no")});
+    rep.tables.push_back(std::move(learned_t));
+  }
   rep.tables.push_back(std::move(check_t));
 
   nlohmann::json setup = {{"layout", run.layout.name}, {"rows", fview.rows}, {"heads", heads}, {"d", fview.d},
