@@ -10,51 +10,16 @@
 #include <set>
 
 #include "cuda/fast_lookup.cuh"
-#include "cuda/registration.cuh"
 #include "cuda_test_support.hpp"
+#include "registered_table.hpp"
 #include "plan/hot_cache_sizing.hpp"
 
 namespace engram {
 namespace {
 
 using testing::DeviceBuffer;
-
-struct Fixture {
-  EngramLayout layout;
-  std::unique_ptr<HostTable> host;
-  std::vector<cuda::HostRegistration> regs;
-  cuda::UvaTable table;
-};
-
-std::unique_ptr<Fixture> make_fixture(RowFormat f, int d, std::mt19937_64& rng) {
-  auto x = std::make_unique<Fixture>();
-  x->layout = testing::make_layout(d, f, 4, 4000);
-  x->host = testing::random_host_table(x->layout, rng);
-  const TableView v = x->host->view(0);
-  const int64_t bytes = v.rows * v.stride_bytes + (f == RowFormat::kSplit ? v.rows * (v.d / 32) : 0);
-  cuda::RegistrationOptions ro;
-  ro.boundary_bytes = f == RowFormat::kFused ? v.stride_bytes : v.d;
-  auto reg = cuda::HostRegistration::register_range(v.data, bytes, ro);
-  EXPECT_TRUE(reg.is_ok()) << reg.status().to_string();
-  if (!reg.is_ok()) return nullptr;
-  x->regs.push_back(std::move(*reg));
-  auto t = cuda::UvaTable::make(v, {&x->regs[0]});
-  EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-  if (!t.is_ok()) return nullptr;
-  x->table = std::move(*t);
-  return x;
-}
-
-// Heavily repeated ids: most positions draw from a small pool; plus the support's dead / out-of-range mix.
-std::vector<int64_t> repeated_ids(const EngramLayout& l, int64_t tokens, std::mt19937_64& rng) {
-  auto ids = testing::random_ids(l, 0, tokens, rng, 0.03);
-  std::vector<int64_t> pool;
-  for (int64_t id : ids)
-    if (id >= 0 && id < l.rows(0) && pool.size() < 40) pool.push_back(id);
-  for (auto& id : ids)
-    if (id >= 0 && id < l.rows(0) && rng() % 3 != 0) id = pool[rng() % pool.size()];
-  return ids;
-}
+using testing::make_registered_table;
+using testing::repeated_ids;
 
 struct Out {
   std::vector<uint16_t> staging;
@@ -105,10 +70,10 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(format, d, rng);
+  auto x = make_registered_table(format, d, rng);
   ASSERT_TRUE(x);
   const int heads = x->layout.heads();
-  const auto ids = repeated_ids(x->layout, 700, rng);
+  const auto ids = repeated_ids(x->layout, 700, rng, 3);
   LookupStats ref_stats;
   const auto want = testing::reference_staging(x->host->view(0), ids, heads, &ref_stats);
   ASSERT_GT(ref_stats.dead_rows, 0);
@@ -195,7 +160,7 @@ TEST(FastPathPlanner, PlannerDrivenLaunchMatchesAndLearnsUniqueFraction) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(RowFormat::kFused, 256, rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = 2000 * 4;
@@ -203,7 +168,7 @@ TEST(FastPathPlanner, PlannerDrivenLaunchMatchesAndLearnsUniqueFraction) {
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   for (int batch = 0; batch < 6; ++batch) {
-    const auto ids = repeated_ids(x->layout, 2000, rng);
+    const auto ids = repeated_ids(x->layout, 2000, rng, 3);
     const auto want = testing::reference_staging(x->host->view(0), ids, 4);
     const Out o = run(**fl, x->table, ids, 4, nullptr);
     EXPECT_EQ(testing::first_mismatch(o.staging, want), -1) << "batch " << batch << ": " << (*fl)->last_plan().path_name();
@@ -223,9 +188,9 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(RowFormat::kFused, 256, rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
-  const auto ids = repeated_ids(x->layout, 2000, rng);
+  const auto ids = repeated_ids(x->layout, 2000, rng, 3);
   const auto hot = hot_ids(ids, 1000);
   std::set<int64_t> used(ids.begin(), ids.end());
   std::vector<int64_t> cold;
@@ -273,9 +238,9 @@ TEST(HotCache, OnlineUpdateAdmitsHotterRowsAndStaysExact) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(RowFormat::kFused, 256, rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
-  const auto ids = repeated_ids(x->layout, 500, rng);
+  const auto ids = repeated_ids(x->layout, 500, rng, 3);
   const auto hot = hot_ids(ids, 1000);
   ASSERT_GT(hot.size(), 20u);
   cuda::HotCacheOptions co;

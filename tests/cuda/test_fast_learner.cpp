@@ -8,49 +8,15 @@
 #include <cmath>
 
 #include "cuda/fast_lookup.cuh"
-#include "cuda/registration.cuh"
 #include "cuda_test_support.hpp"
+#include "registered_table.hpp"
 
 namespace engram {
 namespace {
 
 using testing::DeviceBuffer;
-
-struct Fixture {
-  EngramLayout layout;
-  std::unique_ptr<HostTable> host;
-  std::vector<cuda::HostRegistration> regs;
-  cuda::UvaTable table;
-};
-
-std::unique_ptr<Fixture> make_fixture(std::mt19937_64& rng) {
-  auto x = std::make_unique<Fixture>();
-  x->layout = testing::make_layout(256, RowFormat::kFused, 4, 4000);
-  x->host = testing::random_host_table(x->layout, rng);
-  const TableView v = x->host->view(0);
-  cuda::RegistrationOptions ro;
-  ro.boundary_bytes = v.stride_bytes;
-  auto reg = cuda::HostRegistration::register_range(v.data, v.rows * v.stride_bytes, ro);
-  EXPECT_TRUE(reg.is_ok()) << reg.status().to_string();
-  if (!reg.is_ok()) return nullptr;
-  x->regs.push_back(std::move(*reg));
-  auto t = cuda::UvaTable::make(v, {&x->regs[0]});
-  EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-  if (!t.is_ok()) return nullptr;
-  x->table = std::move(*t);
-  return x;
-}
-
-// Most positions draw from a pool of 40 ids (unique fraction well below 0.5), plus dead / out-of-range ids.
-std::vector<int64_t> repeated_ids(const EngramLayout& l, int64_t tokens, std::mt19937_64& rng) {
-  auto ids = testing::random_ids(l, 0, tokens, rng, 0.03);
-  std::vector<int64_t> pool;
-  for (int64_t id : ids)
-    if (id >= 0 && id < l.rows(0) && pool.size() < 40) pool.push_back(id);
-  for (auto& id : ids)
-    if (id >= 0 && id < l.rows(0) && rng() % 5 != 0) id = pool[rng() % pool.size()];
-  return ids;
-}
+using testing::make_registered_table;
+using testing::repeated_ids;
 
 // One planner-driven launch (what the prefetch queue calls); returns the staging rows.
 std::vector<uint16_t> launch(cuda::FastLookup& fl, const cuda::UvaTable& t, const std::vector<int64_t>& ids,
@@ -87,7 +53,7 @@ TEST(FastLookupLearner, CalibrationBatchesAreNotServedCalls) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
@@ -102,7 +68,7 @@ TEST(FastLookupLearner, CalibrationBatchesAreNotServedCalls) {
   EXPECT_EQ(st->timed_batches + st->untimed_batches, 0);
   const int served = 3;
   for (int i = 0; i < served; ++i) {
-    const auto ids = repeated_ids(x->layout, kTokens, rng);
+    const auto ids = repeated_ids(x->layout, kTokens, rng, 5);
     const auto want = testing::reference_staging(x->host->view(0), ids, kHeads);
     EXPECT_EQ(testing::first_mismatch(launch(**fl, x->table, ids, kHeads), want), -1) << "batch " << i;
   }
@@ -119,7 +85,7 @@ TEST(FastLookupLearner, ServedBatchesAreTimedAndReachTheLearner) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
@@ -129,7 +95,7 @@ TEST(FastLookupLearner, ServedBatchesAreTimedAndReachTheLearner) {
   const int served = 12;
   bool measured_unique = false;
   for (int i = 0; i < served; ++i) {
-    const auto ids = repeated_ids(x->layout, kTokens, rng);
+    const auto ids = repeated_ids(x->layout, kTokens, rng, 5);
     const auto want = testing::reference_staging(x->host->view(0), ids, kHeads);
     const auto got = launch(**fl, x->table, ids, kHeads);
     const plan::Plan& p = (*fl)->last_plan();
@@ -170,7 +136,7 @@ TEST(FastLookupLearner, PathMeasuredSlowerThanPlainIsNotChosenAgain) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
@@ -182,7 +148,7 @@ TEST(FastLookupLearner, PathMeasuredSlowerThanPlainIsNotChosenAgain) {
   ASSERT_TRUE(fl.is_ok());
   // Batch 0 measures the unique fraction (heavily repeated ids: the model then prices hash dedup far below plain).
   {
-    const auto ids = repeated_ids(x->layout, kTokens, rng);
+    const auto ids = repeated_ids(x->layout, kTokens, rng, 5);
     const auto want = testing::reference_staging(x->host->view(0), ids, kHeads);
     EXPECT_EQ(testing::first_mismatch(launch(**fl, x->table, ids, kHeads), want), -1);
     ASSERT_TRUE((*fl)->last_plan().dedup);
@@ -204,7 +170,7 @@ TEST(FastLookupLearner, PathMeasuredSlowerThanPlainIsNotChosenAgain) {
   (*fl)->learner().observe_unique(kRows, kRows, kRows / 10);
   ASSERT_TRUE((*fl)->learner().barred(dedup, kRows));
   for (int i = 0; i < 4; ++i) {
-    const auto ids = repeated_ids(x->layout, kTokens, rng);
+    const auto ids = repeated_ids(x->layout, kTokens, rng, 5);
     const auto want = testing::reference_staging(x->host->view(0), ids, kHeads);
     EXPECT_EQ(testing::first_mismatch(launch(**fl, x->table, ids, kHeads), want), -1) << "batch " << i;
     const plan::Plan& p = (*fl)->last_plan();
@@ -226,7 +192,7 @@ TEST(FastLookupLearner, ExplorationBatchesStayBitIdentical) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto x = make_fixture(rng);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
@@ -241,7 +207,7 @@ TEST(FastLookupLearner, ExplorationBatchesStayBitIdentical) {
   uint8_t seen = 0;
   for (int i = 0; i < 24; ++i) {
     const int64_t tokens = i % 3 == 0 ? 64 : kTokens;
-    const auto ids = i % 2 == 0 ? repeated_ids(x->layout, tokens, rng)
+    const auto ids = i % 2 == 0 ? repeated_ids(x->layout, tokens, rng, 5)
                                 : testing::random_ids(x->layout, 0, tokens, rng, 0.03);
     const auto want = testing::reference_staging(x->host->view(0), ids, kHeads);
     const auto got = launch(**fl, x->table, ids, kHeads);
