@@ -86,6 +86,9 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
     return bad("need one table per Engram layer (got " + std::to_string(views.size()) + " tables, " +
                std::to_string(opt.layer_ids.size()) + " layer ids)");
   if (opt.heads <= 0) return bad("heads must be > 0");
+  using clock = std::chrono::steady_clock;
+  const auto t_build = clock::now();
+  auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
   ENGRAM_ASSIGN_OR_RETURN(DeviceInfo info, device_info(opt.device));
   if (!info.unified_addressing)
     return Status(Code::kUnsupported, "cuda backend: device " + std::to_string(opt.device) + " (" + info.name +
@@ -146,7 +149,9 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
     // defaults; once, on the first layer's table, copied to the others (same host memory, same registration
     // kind); up to the batch size this backend was created for. A failure keeps the defaults and says so.
     if (opt.planner && !be->fast_.empty()) {
+      const auto t_cal = clock::now();
       const Status cs = be->fast_[0]->calibrate(be->main_stream_);
+      be->calibration_ms_ = ms_since(t_cal);
       if (cs.is_ok()) {
         for (size_t i = 1; i < be->fast_.size(); ++i) be->fast_[i]->costs() = be->fast_[0]->costs();
       } else {
@@ -212,11 +217,16 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
                                   "cache maintenance: create stream");
       be->maint_stream_ = ms;
     }
-    if (!opt.cache.profile.empty()) ENGRAM_RETURN_IF_ERROR(be->create_caches(/*from_profile=*/true));
-    else
+    if (!opt.cache.profile.empty()) {
+      const auto t_fill = clock::now();
+      ENGRAM_RETURN_IF_ERROR(be->create_caches(/*from_profile=*/true));
+      be->cache_fill_ms_ = ms_since(t_fill);
+    } else {
       for (auto& c : be->cache_)
         if (c.budget > 0) c.rep.state = "warming up";
+    }
   }
+  be->build_ms_ = ms_since(t_build);
   return be;
 }
 

@@ -118,6 +118,14 @@ std::vector<std::string> describe_lines(const nlohmann::json& det) {
   }
   if (det.contains("cache_note") && det["cache_note"].is_string()) out.push_back("Cache     " + det["cache_note"].get<std::string>());
   if (det.value("backend", "") != "cuda") return out;
+  if (det.contains("construction") && det["construction"].is_object()) {
+    const auto& c = det["construction"];
+    const nlohmann::json read_s = det.contains("assembly") ? det["assembly"].value("profile_read_s", nlohmann::json(nullptr))
+                                                           : nlohmann::json(nullptr);
+    out.push_back("Build     backend " + fmt_json_num(c["total_ms"], "%.0f") + " ms: calibration " +
+                  fmt_json_num(c["calibration_ms"], "%.0f") + " ms, cache fill from the profile " +
+                  fmt_json_num(c["cache_fill_ms"], "%.0f") + " ms; profile file read " + fmt_json_num(read_s, "%.3f") + " s");
+  }
   const std::string mode = det.value("fast_path_mode", std::string("?"));
   if (det.contains("fast_path") && det["fast_path"].is_array() && !det["fast_path"].empty()) {
     for (const auto& f : det["fast_path"]) {

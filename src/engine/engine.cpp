@@ -109,19 +109,23 @@ Status write_content(HostTable& table, const TableContent& c) {
   return Status(Code::kInternal, "unknown table content");
 }
 
-Status load_cache_profile(EngineOptions& o, const EngramLayout& layout) {
+Status load_cache_profile(EngineOptions& o, const EngramLayout& layout, double* read_s) {
   if (o.cache.profile_path.empty() || !o.cache.profile.empty()) return Status::ok();
+  const auto t0 = std::chrono::steady_clock::now();
   auto p = host::read_hot_profile(o.cache.profile_path);
   if (!p.is_ok()) return p.status().with_context("cache profile");
   ENGRAM_RETURN_IF_ERROR(host::check_hot_profile_layout(*p, layout).with_context("cache profile"));
-  for (const auto& l : p->layers) o.cache.profile.push_back(l.id_counts);
+  for (auto& l : p->layers) o.cache.profile.push_back(std::move(l.id_counts));
   o.cache.profile_source = "profile " + o.cache.profile_path + " (" + std::to_string(p->tokens) + " tokens)";
+  if (read_s) *read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();
 }
 
 Status build_stack(Engine::Impl& impl, const EngineOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
   ENGRAM_ASSIGN_OR_RETURN(impl.backend,
                           impl.entry->create(impl.table->layout(), table_views(*impl.table), impl.registration, o));
+  impl.backend_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   impl.metrics->init(*impl.table, o, impl.entry->name, /*has_queue=*/true, o.record_timeline, impl.load_s,
                      impl.group_world);
   impl.metrics->set_censuses(impl.censuses);
@@ -173,10 +177,10 @@ Status fill_table(HostTable& table, const TableContent& content) {
 Result<std::unique_ptr<Engine>> Engine::create_local(const EngramLayout& layout, const EngineOptions& o) {
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = o;
-  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, layout));
-  ENGRAM_ASSIGN_OR_RETURN(e->impl_->entry, engine::choose_backend(o, &e->backend_note_));
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, layout, &e->impl_->profile_read_s));
+  ENGRAM_ASSIGN_OR_RETURN(e->impl_->entry, engine::choose_backend(o, &e->backend_note_));
   const auto t_place = Clock::now();
   ENGRAM_ASSIGN_OR_RETURN(e->impl_->guardian, engine::guard_named_backings(e->options_.table));
   ENGRAM_ASSIGN_OR_RETURN(std::unique_ptr<HostTable> t, HostTable::create(layout, e->options_.table));
@@ -234,7 +238,7 @@ Result<std::unique_ptr<Engine>> Engine::over_table(std::shared_ptr<HostTable> ta
   ENGRAM_ASSIGN_OR_RETURN(e->impl_->entry, engine::choose_backend(o, &e->backend_note_));
   Impl& im = *e->impl_;
   im.table = std::move(table);
-  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, im.table->layout()));
+  ENGRAM_RETURN_IF_ERROR(engine::load_cache_profile(e->options_, im.table->layout(), &im.profile_read_s));
   ENGRAM_RETURN_IF_ERROR(engine::register_table(im, o, im.table->read_only()));
   if (im.registration) e->add_censuses(im.table->census(host::CensusPoint::kAfterRegistration));
   ENGRAM_RETURN_IF_ERROR(engine::build_stack(im, e->options_));
@@ -384,6 +388,8 @@ nlohmann::json Engine::describe() const {
                    {"load_s", secs(im.load_s)},
                    {"total_s", secs(im.assembly_s)},
                    {"load_census_s", secs(im.load_census_s)},
+                   {"profile_read_s", secs(im.profile_read_s)},
+                   {"backend_s", secs(im.backend_s)},
                    {"register_during_load", im.registered_during_load}};
   im.metrics->fold_describe(j);
   return j;

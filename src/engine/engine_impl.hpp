@@ -36,6 +36,9 @@ struct Engine::Impl {
   // EngineOptions::register_during_load, so `assembly_s` (place to the end of both) is the figure to compare. The
   // census after load follows it (load_census_s).
   double place_s = -1, register_s = -1, load_s = -1, assembly_s = -1, load_census_s = -1;
+  // Seconds to read and check the cache profile file, and to build the backend (a CUDA backend's calibration and
+  // cache fill inside it: its describe()'s "construction").
+  double profile_read_s = -1, backend_s = -1;
   bool registered_during_load = false;
 
   engine::Backend& require_backend() const;
@@ -51,8 +54,9 @@ std::vector<TableView> table_views(const HostTable& table);
 Status write_content(HostTable& table, const TableContent& content);
 Status register_table(Engine::Impl& impl, const EngineOptions& options, bool read_only);
 Status build_stack(Engine::Impl& impl, const EngineOptions& options);
-// Reads options.cache.profile_path into options.cache.profile (checked against `layout`) when the profile is empty.
-Status load_cache_profile(EngineOptions& options, const EngramLayout& layout);
+// Reads options.cache.profile_path into options.cache.profile (checked against `layout`) when the profile is empty;
+// *read_s gets the seconds that took when a file was read.
+Status load_cache_profile(EngineOptions& options, const EngramLayout& layout, double* read_s = nullptr);
 }  // namespace engine
 
 }  // namespace engram

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <string_view>
 
@@ -27,41 +28,53 @@ static_assert(std::endian::native == std::endian::little, "hot profiles are litt
 
 Status bad(const std::string& path, const std::string& m) { return Status(Code::kInvalidArgument, path + ": " + m); }
 
-Result<std::string> read_whole(const std::string& path) {
-  ENGRAM_ASSIGN_OR_RETURN(sys::File f, sys::open_read(path));
-  ENGRAM_ASSIGN_OR_RETURN(int64_t size, sys::file_size_bytes(f));
-  std::string data(static_cast<size_t>(size), '\0');
-  if (size > 0) ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, data.data(), data.size(), 0));
-  return data;
-}
+// The body after the header line: `size` bytes, read in order by `read(dst, n, at)` (at = offset in the body).
+struct Body {
+  int64_t size = 0;
+  std::function<Status(char* dst, size_t n, int64_t at)> read;
+};
 
 // The rules of hot_profile.hpp for one layer's records.
 Status check_layer(const std::string& where, const HotProfileLayer& l) {
   if (l.rows < 1) return bad(where, "rows " + std::to_string(l.rows) + " must be >= 1");
   if (l.distinct < static_cast<int64_t>(l.id_counts.size()))
     return bad(where, "distinct " + std::to_string(l.distinct) + " < " + std::to_string(l.id_counts.size()) + " records");
+  // A profile holds millions of records: the messages are built only for the record that fails.
+  auto rec = [](size_t i) { return "record " + std::to_string(i); };
   int64_t sum = 0;
   for (size_t i = 0; i < l.id_counts.size(); ++i) {
     const auto [id, c] = l.id_counts[i];
-    const std::string rec = "record " + std::to_string(i);
-    if (id < 0 || id >= l.rows) return bad(where, rec + ": id " + std::to_string(id) + " outside [0, " + std::to_string(l.rows) + ")");
-    if (c < 1) return bad(where, rec + ": count " + std::to_string(c) + " must be >= 1");
+    if (id < 0 || id >= l.rows) return bad(where, rec(i) + ": id " + std::to_string(id) + " outside [0, " + std::to_string(l.rows) + ")");
+    if (c < 1) return bad(where, rec(i) + ": count " + std::to_string(c) + " must be >= 1");
     if (i > 0) {
       const auto [pid, pc] = l.id_counts[i - 1];
       if (c > pc || (c == pc && id <= pid))
-        return bad(where, rec + ": not hottest first (count " + std::to_string(c) + " id " + std::to_string(id) +
+        return bad(where, rec(i) + ": not hottest first (count " + std::to_string(c) + " id " + std::to_string(id) +
                               " after count " + std::to_string(pc) + " id " + std::to_string(pid) +
                               "; order is count descending, then id ascending)");
     }
-    if (c > std::numeric_limits<int64_t>::max() - sum) return bad(where, rec + ": counts overflow");
+    if (c > std::numeric_limits<int64_t>::max() - sum) return bad(where, rec(i) + ": counts overflow");
     sum += c;
   }
   if (sum > l.lookups)
     return bad(where, "records count " + std::to_string(sum) + " lookups but the header says " + std::to_string(l.lookups));
   // Equal counts are ordered by id, so a duplicate id would sit next to itself only within one count; across
-  // counts it needs a set check.
+  // counts it needs a set check: one bit per row of the table (ids are in [0, rows) by now) when that is at most
+  // 8 bytes per record, else a sorted copy of the ids.
+  const size_t n = l.id_counts.size();
+  const uint64_t rows = static_cast<uint64_t>(l.rows);
+  if (rows / 64 + 1 <= std::max<uint64_t>(n, 1 << 20)) {
+    std::vector<uint64_t> seen(static_cast<size_t>(rows / 64 + 1), 0);
+    for (const auto& p : l.id_counts) {
+      const uint64_t id = static_cast<uint64_t>(p.first), bit = uint64_t{1} << (id % 64);
+      uint64_t& word = seen[static_cast<size_t>(id / 64)];
+      if (word & bit) return bad(where, "id " + std::to_string(p.first) + " appears twice");
+      word |= bit;
+    }
+    return Status::ok();
+  }
   std::vector<int64_t> ids;
-  ids.reserve(l.id_counts.size());
+  ids.reserve(n);
   for (const auto& p : l.id_counts) ids.push_back(p.first);
   std::sort(ids.begin(), ids.end());
   const auto dup = std::adjacent_find(ids.begin(), ids.end());
@@ -110,15 +123,49 @@ Status check_hot_profile_layout(const HotProfile& p, const EngramLayout& layout)
                                             "' (" + std::to_string(layout.heads()) + " heads, layer:rows" + theirs + ")");
 }
 
+namespace {
+Result<HotProfile> parse_profile(const std::string& path, std::string_view header, const Body& body);
+}  // namespace
+
+// The file is read straight into the records (no copy of the whole file): the header line first, in growing
+// pieces, then the body in the order parse_profile asks for it.
 Result<HotProfile> read_hot_profile(const std::string& path) {
-  ENGRAM_ASSIGN_OR_RETURN(std::string bytes, read_whole(path));
-  return parse_hot_profile(path, bytes);
+  ENGRAM_ASSIGN_OR_RETURN(sys::File f, sys::open_read(path));
+  ENGRAM_ASSIGN_OR_RETURN(const int64_t size, sys::file_size_bytes(f));
+  std::string head;
+  size_t nl = std::string::npos;
+  for (int64_t at = 0; nl == std::string::npos && at < size;) {
+    const int64_t n = std::min<int64_t>(size - at, std::max<int64_t>(int64_t{64} << 10, at));
+    head.resize(static_cast<size_t>(at + n));
+    ENGRAM_RETURN_IF_ERROR(sys::pread_full(f, head.data() + at, static_cast<size_t>(n), at));
+    nl = head.find('\n', static_cast<size_t>(at));
+    at += n;
+  }
+  if (nl == std::string::npos) return bad(path, "no header line (not an engram-hot-profile file, or truncated)");
+  const int64_t body_at = static_cast<int64_t>(nl) + 1;
+  Body body;
+  body.size = size - body_at;
+  body.read = [&f, body_at](char* dst, size_t n, int64_t at) { return sys::pread_full(f, dst, n, body_at + at); };
+  return parse_profile(path, std::string_view(head).substr(0, nl), body);
 }
 
 Result<HotProfile> parse_hot_profile(const std::string& path, std::string_view bytes) {
   const size_t nl = bytes.find('\n');
   if (nl == std::string_view::npos) return bad(path, "no header line (not an engram-hot-profile file, or truncated)");
-  json h = json::parse(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(nl), nullptr, false);
+  const std::string_view rest = bytes.substr(nl + 1);
+  Body body;
+  body.size = static_cast<int64_t>(rest.size());
+  body.read = [rest](char* dst, size_t n, int64_t at) {
+    std::memcpy(dst, rest.data() + at, n);
+    return Status::ok();
+  };
+  return parse_profile(path, bytes.substr(0, nl), body);
+}
+
+namespace {
+
+Result<HotProfile> parse_profile(const std::string& path, std::string_view header, const Body& body) {
+  json h = json::parse(header.begin(), header.end(), nullptr, false);
   if (h.is_discarded() || !h.is_object()) return bad(path, "header line is not a JSON object");
   const auto fmt = h.find("format");
   if (fmt == h.end() || !fmt->is_string() || fmt->get<std::string>() != kHotProfileFormat)
@@ -161,14 +208,15 @@ Result<HotProfile> parse_hot_profile(const std::string& path, std::string_view b
     // Each layer adds at most 2^44 B: stopping past 2^62 keeps the sum in range for any number of layers.
     if (want > (int64_t{1} << 62)) return bad(path, "the header announces " + std::to_string(want) + " B of records or more");
   }
-  const int64_t have = static_cast<int64_t>(bytes.size() - nl - 1);
+  const int64_t have = body.size;
   if (have < want)
     return bad(path, "truncated: the header announces " + std::to_string(want) + " B of records, the file holds " +
                          std::to_string(have) + " B after it");
   if (have > want)
     return bad(path, std::to_string(have - want) + " B after the last record (the header announces " +
                          std::to_string(want) + " B)");
-  const char* body = bytes.data() + nl + 1;
+  std::vector<char> chunk;
+  int64_t at = 0;  // body offset of the next record
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string w = path + " layers[" + std::to_string(i) + "]";
     HotProfileLayer l;
@@ -179,16 +227,24 @@ Result<HotProfile> parse_hot_profile(const std::string& path, std::string_view b
     if (!layer_rows.is_ok()) return bad(path, layer_rows.status().message());
     l.rows = *layer_rows;
     l.id_counts.resize(static_cast<size_t>(entries[i]));
-    for (auto& [id, c] : l.id_counts) {
-      std::memcpy(&id, body, 8);
-      std::memcpy(&c, body + 8, 8);
-      body += 16;
+    constexpr size_t kChunkRecords = size_t{1} << 16;  // 1 MiB per read
+    for (size_t k = 0; k < l.id_counts.size(); k += kChunkRecords) {
+      const size_t m = std::min(kChunkRecords, l.id_counts.size() - k);
+      chunk.resize(16 * m);
+      ENGRAM_RETURN_IF_ERROR(body.read(chunk.data(), chunk.size(), at));
+      at += static_cast<int64_t>(chunk.size());
+      for (size_t r = 0; r < m; ++r) {
+        std::memcpy(&l.id_counts[k + r].first, chunk.data() + 16 * r, 8);
+        std::memcpy(&l.id_counts[k + r].second, chunk.data() + 16 * r + 8, 8);
+      }
     }
     ENGRAM_RETURN_IF_ERROR(check_layer(w + " (layer " + std::to_string(l.layer_id) + ")", l));
     p.layers.push_back(std::move(l));
   }
   return p;
 }
+
+}  // namespace
 
 Status write_hot_profile(const std::string& path, const HotProfile& p) {
   json rows = json::array(), layer_ids = json::array(), layers = json::array(), sources = json::array();

@@ -1,5 +1,6 @@
-// The Path lines of a CUDA backend's description: the served paths, then per path and batch-size range what the
-// learner measured against the planner's prediction (built from the JSON alone, so checked on the CPU).
+// The lines of a CUDA backend's description built from its JSON alone (so checked on the CPU): the Path lines (the
+// served paths, then per path and batch-size range what the learner measured against the planner's prediction) and
+// the Build line (where the backend's construction time went).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,29 @@ TEST(DescribeLines, LearnedPredictedAndMeasuredPerPathAndSizeRange) {
   const auto old_lines = describe_lines(old);
   ASSERT_FALSE(old_lines.empty());
   for (const auto& l : old_lines) EXPECT_EQ(l.find("learned"), std::string::npos) << l;
+}
+
+TEST(DescribeLines, BuildLineSaysWhereConstructionTimeWent) {
+  const nlohmann::json det = {
+      {"backend", "cuda"},
+      {"construction", {{"calibration_ms", 412.4}, {"cache_fill_ms", 2875.0}, {"total_ms", 3390.2}}},
+      {"assembly", {{"profile_read_s", 0.4567}}}};
+  std::string all;
+  for (const auto& l : describe_lines(det)) all += l + "\n";
+  EXPECT_NE(all.find("Build     backend 3390 ms: calibration 412 ms, cache fill from the profile 2875 ms; profile file "
+                     "read 0.457 s"),
+            std::string::npos)
+      << all;
+  // Steps that did not run (no planner, no profile) are n/a, not 0.
+  nlohmann::json none = det;
+  none["construction"]["calibration_ms"] = nullptr;
+  none["construction"]["cache_fill_ms"] = nullptr;
+  none["assembly"]["profile_read_s"] = nullptr;
+  all.clear();
+  for (const auto& l : describe_lines(none)) all += l + "\n";
+  EXPECT_NE(all.find("calibration n/a ms, cache fill from the profile n/a ms; profile file read n/a s"),
+            std::string::npos)
+      << all;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -185,6 +186,75 @@ TEST_F(HotProfileTest, RoundTrip) {
     EXPECT_EQ(q->layers[i].id_counts, p->layers[i].id_counts);
   }
   std::filesystem::remove(path);
+}
+
+// The reader takes the file in pieces: a header longer than its first read (many sources) and more records than one
+// read of the body (1 MiB) come back exactly; parse_hot_profile on the same bytes gives the same profile.
+TEST_F(HotProfileTest, LongHeaderAndManyRecordsRoundTrip) {
+  auto p = compute_hot_profile(*hasher_, {{&tokens_, {}}}, {});
+  ASSERT_TRUE(p.is_ok());
+  for (int i = 0; i < 3000; ++i) p->sources.push_back({"corpus/part-" + std::string(40, 'x') + std::to_string(i), 1, 1});
+  HotProfileLayer& l = p->layers[0];
+  const int64_t n = 150000;  // > 65,536 records per read
+  l.rows = std::max<int64_t>(l.rows, 4 * n);
+  l.id_counts.clear();
+  std::vector<int64_t> ids(static_cast<size_t>(l.rows));
+  for (int64_t i = 0; i < l.rows; ++i) ids[static_cast<size_t>(i)] = i;
+  std::shuffle(ids.begin(), ids.end(), rng_);
+  ids.resize(static_cast<size_t>(n));
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (auto& c : counts) c = 1 + static_cast<int64_t>(rng_() % 1000);
+  std::sort(counts.rbegin(), counts.rend());
+  for (int64_t i = 0; i < n; ++i) l.id_counts.emplace_back(ids[static_cast<size_t>(i)], counts[static_cast<size_t>(i)]);
+  std::stable_sort(l.id_counts.begin(), l.id_counts.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  l.lookups = 0;
+  for (const auto& [id, c] : l.id_counts) l.lookups += c;
+  l.distinct = n;
+  const std::string path = temp_path("long.profile");
+  ASSERT_TRUE(write_hot_profile(path, *p).is_ok());
+  const std::string bytes = read_bytes(path);
+  ASSERT_GT(bytes.find('\n'), size_t{64} << 10) << "the header must be longer than the reader's first piece";
+  auto q = read_hot_profile(path);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  auto m = parse_hot_profile(path, bytes);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  ASSERT_EQ(q->sources.size(), p->sources.size());
+  EXPECT_EQ(q->sources.back().path, p->sources.back().path);
+  ASSERT_EQ(q->layers.size(), p->layers.size());
+  for (size_t i = 0; i < p->layers.size(); ++i) {
+    EXPECT_EQ(q->layers[i].id_counts, p->layers[i].id_counts) << "layer " << i;
+    EXPECT_EQ(m->layers[i].id_counts, p->layers[i].id_counts) << "layer " << i;
+  }
+  std::filesystem::remove(path);
+}
+
+// A repeated id is refused whichever way it is found: a bit per row (rows few against the records) or a sorted copy
+// (rows far more than the records).
+TEST_F(HotProfileTest, RepeatedIdRefusedForSmallAndHugeTables) {
+  for (const int64_t rows : {int64_t{1000}, int64_t{1} << 40}) {
+    HotProfile p;
+    p.layout_name = "t";
+    p.heads = 1;
+    HotProfileLayer l;
+    l.layer_id = 1;
+    l.rows = rows;
+    l.id_counts = {{7, 9}, {500, 5}, {3, 2}, {7, 1}};
+    l.lookups = 17;
+    l.distinct = 4;
+    p.layers.push_back(l);
+    const std::string path = temp_path("dup.profile");
+    const Status s = write_hot_profile(path, p);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << "rows " << rows;
+    EXPECT_NE(s.message().find("id 7 appears twice"), std::string::npos) << s.message();
+    p.layers[0].id_counts.back().first = 8;  // unique again: accepted and read back
+    ASSERT_TRUE(write_hot_profile(path, p).is_ok()) << "rows " << rows;
+    auto q = read_hot_profile(path);
+    ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+    EXPECT_EQ(q->layers[0].id_counts, p.layers[0].id_counts);
+    std::filesystem::remove(path);
+  }
 }
 
 TEST_F(HotProfileTest, TruncatedAndCorruptFilesAreClearErrors) {
