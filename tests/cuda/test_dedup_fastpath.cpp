@@ -21,39 +21,6 @@ using testing::DeviceBuffer;
 using testing::make_registered_table;
 using testing::repeated_ids;
 
-struct Out {
-  std::vector<uint16_t> staging;
-  unsigned long long counters[2] = {0, 0};
-};
-
-Out run(cuda::FastLookup& fl, const cuda::UvaTable& t, const std::vector<int64_t>& ids, int heads,
-        const plan::Plan* p) {
-  Out o;
-  const int d = t.host_view().d;
-  DeviceBuffer<int64_t> dids(ids.size());
-  DeviceBuffer<uint16_t> dout(ids.size() * d);
-  DeviceBuffer<unsigned long long> dcnt(2);
-  EXPECT_EQ(cudaMemcpy(dids.get(), ids.data(), dids.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_EQ(cudaMemset(dout.get(), 0xA5, dout.bytes()), cudaSuccess);
-  EXPECT_EQ(cudaMemset(dcnt.get(), 0, dcnt.bytes()), cudaSuccess);
-  cuda::LookupArgs a;
-  a.table = &t;
-  a.ids = dids.get();
-  a.ids_host = ids.data();
-  a.tokens = static_cast<int64_t>(ids.size()) / heads;
-  a.heads = heads;
-  a.out = dout.get();
-  a.counters = dcnt.get();
-  // No plan given: the planner decides, as the prefetch queue's per-layer fast path does.
-  auto li = p ? fl.launch_plan(a, *p, nullptr) : fl.launch(a, nullptr);
-  EXPECT_TRUE(li.is_ok()) << li.status().to_string();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  o.staging.resize(ids.size() * d);
-  EXPECT_EQ(cudaMemcpy(o.staging.data(), dout.get(), dout.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(o.counters, dcnt.get(), dcnt.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  return o;
-}
-
 std::vector<int64_t> hot_ids(const std::vector<int64_t>& ids, size_t k) {
   std::vector<int64_t> h;
   std::set<int64_t> seen;
@@ -125,7 +92,7 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
     plans.push_back({"cache+hybrid-5%", split});
     for (const auto& [name, pl] : plans) {
       SCOPED_TRACE(std::string(name) + " cache " + cuda::cache_format_name(cf));
-      const Out o = run(**fl, x->table, ids, heads, &pl);
+      const testing::FastOut o = testing::fast_launch(**fl, x->table, ids, heads, &pl);
       EXPECT_EQ(testing::first_mismatch(o.staging, want), -1);
       EXPECT_EQ(o.counters[0], static_cast<unsigned long long>(ref_stats.dead_rows));
       EXPECT_EQ(o.counters[1], static_cast<unsigned long long>(ref_stats.invalid_ids));
@@ -170,7 +137,7 @@ TEST(FastPathPlanner, PlannerDrivenLaunchMatchesAndLearnsUniqueFraction) {
   for (int batch = 0; batch < 6; ++batch) {
     const auto ids = repeated_ids(x->layout, 2000, rng, 3);
     const auto want = testing::reference_staging(x->host->view(0), ids, 4);
-    const Out o = run(**fl, x->table, ids, 4, nullptr);
+    const testing::FastOut o = testing::fast_launch(**fl, x->table, ids, 4, nullptr);
     EXPECT_EQ(testing::first_mismatch(o.staging, want), -1) << "batch " << batch << ": " << (*fl)->last_plan().path_name();
     EXPECT_FALSE(plan::explain((*fl)->last_plan(), (*fl)->costs().source).empty());
   }
@@ -214,7 +181,7 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
   (*fl)->set_cache(std::move(*cache));
   const auto want = testing::reference_staging(x->host->view(0), ids, 4);
   for (int batch = 0; batch < 3; ++batch) {
-    const Out o = run(**fl, x->table, ids, 4, nullptr);
+    const testing::FastOut o = testing::fast_launch(**fl, x->table, ids, 4, nullptr);
     EXPECT_EQ(testing::first_mismatch(o.staging, want), -1) << "batch " << batch;
     const plan::Plan& p = (*fl)->last_plan();
     const std::vector<std::string> why = plan::explain(p, (*fl)->costs().source);
@@ -266,7 +233,7 @@ TEST(HotCache, OnlineUpdateAdmitsHotterRowsAndStaysExact) {
   plan::Plan p;
   p.cache = true;
   const auto want = testing::reference_staging(x->host->view(0), ids, 4);
-  const Out o = run(**fl, x->table, ids, 4, &p);
+  const testing::FastOut o = testing::fast_launch(**fl, x->table, ids, 4, &p);
   EXPECT_EQ(testing::first_mismatch(o.staging, want), -1);
   auto st = (*fl)->stats(nullptr);
   ASSERT_TRUE(st.is_ok());

@@ -21,27 +21,7 @@ using testing::repeated_ids;
 // One planner-driven launch (what the prefetch queue calls); returns the staging rows.
 std::vector<uint16_t> launch(cuda::FastLookup& fl, const cuda::UvaTable& t, const std::vector<int64_t>& ids,
                              int heads) {
-  const int d = t.host_view().d;
-  DeviceBuffer<int64_t> dids(ids.size());
-  DeviceBuffer<uint16_t> dout(ids.size() * d);
-  DeviceBuffer<unsigned long long> dcnt(2);
-  EXPECT_EQ(cudaMemcpy(dids.get(), ids.data(), dids.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_EQ(cudaMemset(dout.get(), 0xA5, dout.bytes()), cudaSuccess);
-  EXPECT_EQ(cudaMemset(dcnt.get(), 0, dcnt.bytes()), cudaSuccess);
-  cuda::LookupArgs a;
-  a.table = &t;
-  a.ids = dids.get();
-  a.ids_host = ids.data();
-  a.tokens = static_cast<int64_t>(ids.size()) / heads;
-  a.heads = heads;
-  a.out = dout.get();
-  a.counters = dcnt.get();
-  auto li = fl.launch(a, nullptr);
-  EXPECT_TRUE(li.is_ok()) << li.status().to_string();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint16_t> out(ids.size() * d);
-  EXPECT_EQ(cudaMemcpy(out.data(), dout.get(), dout.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  return out;
+  return testing::fast_launch(fl, t, ids, heads, nullptr).staging;
 }
 
 constexpr int kHeads = 4;
