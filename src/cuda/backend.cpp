@@ -79,7 +79,7 @@ bool TableRegistration::covers(const TableView& view) const {
   return true;
 }
 
-Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions& opt,
+Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions opt,
                                                        const std::vector<TableView>& views) {
   auto bad = [](const std::string& m) { return Status(Code::kInvalidArgument, "cuda backend: " + m); };
   if (views.empty() || views.size() != opt.layer_ids.size())
@@ -172,14 +172,17 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   }
 
   // Hot-row caches (engine side).
-  be->cache_opt_ = opt.cache;
+  // The options' profile (every layer's records, hundreds of MB for a large one) moves into the backend and is
+  // dropped once the caches are filled from it.
+  be->cache_opt_ = std::move(opt.cache);
+  const EngineCacheOptions& ko = be->cache_opt_;
   be->cache_.resize(views.size());
   bool any_budget = false;
   for (size_t li = 0; li < views.size(); ++li) {
-    const int64_t b = li < opt.cache.budget_bytes.size() ? opt.cache.budget_bytes[li] : 0;
+    const int64_t b = li < ko.budget_bytes.size() ? ko.budget_bytes[li] : 0;
     be->cache_[li].budget = std::max<int64_t>(0, b);
     be->cache_[li].rep.budget_bytes = be->cache_[li].budget;
-    be->cache_[li].rep.format = opt.cache.format;
+    be->cache_[li].rep.format = ko.format;
     any_budget = any_budget || b > 0;
   }
   if (!any_budget) {
@@ -190,26 +193,26 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
   } else if (!opt.planner) {
     for (auto& c : be->cache_) c.rep.note = "no cache: the planner is off (the fast path runs the plain gather)";
   } else {
-    if (!opt.cache.profile.empty() && opt.cache.profile.size() != views.size())
-      return bad("cache profile has " + std::to_string(opt.cache.profile.size()) + " layers, the table " +
+    if (!ko.profile.empty() && ko.profile.size() != views.size())
+      return bad("cache profile has " + std::to_string(ko.profile.size()) + " layers, the table " +
                  std::to_string(views.size()));
-    if (opt.cache.profile.empty() && opt.cache.warmup_steps < 1) return bad("cache warm-up window must be >= 1 step");
-    if (opt.cache.update_every < 0 || opt.cache.update_rows < 0) return bad("cache update every/rows must be >= 0");
+    if (ko.profile.empty() && ko.warmup_steps < 1) return bad("cache warm-up window must be >= 1 step");
+    if (ko.update_every < 0 || ko.update_rows < 0) return bad("cache update every/rows must be >= 0");
     be->cache_wanted_ = true;
-    const bool counting = opt.cache.profile.empty() || opt.cache.update_every > 0;
+    const bool counting = ko.profile.empty() || ko.update_every > 0;
     if (counting) {
-      plan::HotCountsOptions co = opt.cache.counts;
+      plan::HotCountsOptions co = ko.counts;
       co.id_limit = views[0].rows;
       for (const auto& v : views) co.id_limit = std::min(co.id_limit, v.rows);
       // Candidates kept: 4x the rows one update may swap (planning cost O(pool + window) on the serving thread).
       // (bursts included: plan::UpdateBudget::max_rows).
-      const plan::UpdateBudget budget(opt.cache.update_rows, opt.cache.update_slice_rows, opt.cache.update_burst);
+      const plan::UpdateBudget budget(ko.update_rows, ko.update_slice_rows, ko.update_burst);
       co.pool_size = std::max<int64_t>(256, 4 * budget.max_rows());
       for (auto& c : be->cache_) c.update_budget = budget;
-      be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, opt.cache.max_pending_ids);
+      be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, ko.max_pending_ids);
     }
-    if (opt.cache.update_every > 0) {
-      if (opt.cache.update_slice_rows < 1) return bad("cache update slice must be >= 1 row");
+    if (ko.update_every > 0) {
+      if (ko.update_slice_rows < 1) return bad("cache update slice must be >= 1 row");
       int least = 0, greatest = 0;
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cache maintenance: priorities");
       cudaStream_t ms = nullptr;
@@ -217,9 +220,10 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&
                                   "cache maintenance: create stream");
       be->maint_stream_ = ms;
     }
-    if (!opt.cache.profile.empty()) {
+    if (!ko.profile.empty()) {
       const auto t_fill = clock::now();
       ENGRAM_RETURN_IF_ERROR(be->create_caches(/*from_profile=*/true));
+      std::vector<std::vector<std::pair<int64_t, int64_t>>>().swap(be->cache_opt_.profile);
       be->cache_fill_ms_ = ms_since(t_fill);
     } else {
       for (auto& c : be->cache_)

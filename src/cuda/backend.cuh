@@ -216,7 +216,7 @@ class CudaBackend final : public engine::Backend, public engine::DeviceQueue, pr
   Result<EngineCacheReport> cache_report(int layer_index) const;
 
  private:
-  friend Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions&,
+  friend Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions,
                                                                 const std::vector<TableView>&);
   CudaBackend() = default;
   class NoCompute final : public LayerCompute {
@@ -299,7 +299,7 @@ class CudaBackend final : public engine::Backend, public engine::DeviceQueue, pr
 // registered once (or taken from opt.registered, which must cover every view and be for opt.device).
 // Errors: kUnsupported (no GPU / driver: the reason), kInvalidArgument (options, views, a registration that does
 // not cover them), registration's errors (naming the chunk), kOutOfMemory / kCuda.
-Result<std::unique_ptr<CudaBackend>> make_cuda_backend(const CudaBackendOptions& opt,
+Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions opt,
                                                        const std::vector<TableView>& tables);
 
 // The host ranges (page-aligned start, bytes, row boundary) that hold a table view's rows: one for fused or for a

@@ -199,7 +199,10 @@ Status CudaBackend::create_caches(bool from_profile) {
     st.rep.filled = (*c)->filled();
     st.rep.hbm_bytes = (*c)->hbm_bytes();
     st.rep.staging_rows = (*c)->staging_rows();
-    st.rep.update_slice_rows = cache_opt_.update_every > 0 ? st.update_budget.slice_for(cache_opt_.update_every) : 0;
+    // The slice an update applies per step: its share of the period, within the staging the budget left room for.
+    st.rep.update_slice_rows = cache_opt_.update_every > 0
+                                   ? std::min(st.update_budget.slice_for(cache_opt_.update_every), (*c)->staging_rows())
+                                   : 0;
     st.rep.profile_coverage = coverage;
     st.rep.created_after_step = from_profile ? -1 : step_;
     if (scale < 1.0)

@@ -20,7 +20,7 @@ __global__ void accumulate_kernel(const unsigned long long* count, unsigned long
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     stats[0] += *count;
     if (add_probes) stats[2] += *count;
-    stats[3 + bucket] += *count;
+    if (bucket >= 0) stats[3 + bucket] += *count;
   }
 }
 
@@ -205,12 +205,12 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
     read_snapshot();
     harvest_timings();
   }
+  if (forced_.use) return launch_plan(a, forced_.plan, stream);  // counted, neither timed nor learned from
   served_ = true;  // launch_plan() learns from this batch
   struct Unmark {
     bool& f;
     ~Unmark() { f = false; }
   } unmark{served_};
-  if (forced_.use) return launch_plan(a, forced_.plan, stream);
   const int64_t rows = a.tokens * a.heads;
   const plan::BatchStats b = batch_stats(rows);
   plan::PlannerOptions po = opt_.planner;
@@ -241,6 +241,8 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     p.host_share = 0;
     p.notes |= plan::kNoteHybridNoHost;
   }
+  // A share that gives the host no token is the device-only path (counted and learned as that).
+  if (p.host_share > 0 && std::llround(p.host_share * static_cast<double>(a.tokens)) == 0) p.host_share = 0;
   const bool cap = capturing(s);
   if (!cap) read_snapshot();  // forced plans' batches are observations too
   if (p.host_share > 0 && cap) {
@@ -281,6 +283,9 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     timed->pending = true;
     ++timed_batches_;
   }
+  // The device counters' copy for the next read_snapshot() (dedup and cache paths), after the end event: a
+  // timed batch's window holds its launches only, as a plain batch's does.
+  if (li.is_ok() && !cap && n > 0 && (p.dedup || p.cache)) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
   return li;
 }
 
@@ -328,11 +333,9 @@ Result<LaunchInfo> FastLookup::run_plan(const LookupArgs& a, const plan::Plan& p
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_join_), side), "fast lookup: join");
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ev_join_), 0), "fast lookup: join wait");
     li.rows = n;
-    if ((p.dedup || p.cache) && !cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
     return li;
   }
   ENGRAM_RETURN_IF_ERROR(launch_device_path(plain, p, li.cap, stream));
-  if (!cap) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
   return li;
 }
 
@@ -350,11 +353,14 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
     work_ids = dedup_->unique_ids();
     count_dev = dedup_->unique_count();
     work_out = compact_;
-    accumulate_kernel<<<1, 32, 0, s>>>(count_dev, dev_stats_, p.cache ? 1 : 0, cur_bucket_);
+    // The per-size unique counts pair device sums with host row counts: a captured launch (replayed any number of
+    // times, counted on the host once) adds to neither.
+    const bool cap = capturing(s);
+    accumulate_kernel<<<1, 32, 0, s>>>(count_dev, dev_stats_, p.cache ? 1 : 0, cap ? -1 : cur_bucket_);
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "fast lookup: accumulate");
     totals_.dedup_batches += 1;
     totals_.dedup_rows += n;
-    dedup_rows_b_[static_cast<size_t>(cur_bucket_)] += n;
+    if (!cap) dedup_rows_b_[static_cast<size_t>(cur_bucket_)] += n;
   } else {
     ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids, n, v.rows, sanitized_, a.counters, stream));
     work_ids = sanitized_;

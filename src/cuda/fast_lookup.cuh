@@ -101,6 +101,8 @@ class FastLookup final {
   // the unique-fraction and hit-rate statistics but is not timed for the learner: only launch()'s batches are
   // (a bench's forced variants would otherwise hand the planner measurements that serving would not have).
   Result<LaunchInfo> launch_plan(const LookupArgs& args, const plan::Plan& p, void* stream);
+  // Every later launch() runs this plan: counted in the statistics like launch_plan()'s batches, not timed for the
+  // learner (a forced plan is not the planner's choice).
   void force(const ForcedPlan& f) { forced_ = f; }
 
   // Measures the costs on this table (synchronous, ~0.1 s; not while capturing). Updates costs().

@@ -100,7 +100,7 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
   c.cache.update_slice_rows = k.update.slice;
   c.cache.update_burst = k.update.burst;
   c.cache.step_series = k.step_series;
-  ENGRAM_ASSIGN_OR_RETURN(auto be, cuda::make_cuda_backend(c, views));
+  ENGRAM_ASSIGN_OR_RETURN(auto be, cuda::make_cuda_backend(std::move(c), views));
   return std::unique_ptr<Backend>(std::move(be));
 }
 

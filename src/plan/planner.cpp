@@ -108,7 +108,9 @@ double curve_us(const std::vector<std::pair<double, double>>& c, double rows) {
 }
 
 uint32_t Plan::path_key() const {
-  const uint32_t pct = static_cast<uint32_t>(std::clamp(std::lround(100 * host_share), 0L, 100L));
+  // A host share rounds to whole percent, but never to 0: a hybrid stays apart from the device-only path.
+  const long whole = std::clamp(std::lround(100 * host_share), 0L, 100L);
+  const uint32_t pct = static_cast<uint32_t>(host_share > 0 ? std::max(1L, whole) : 0L);
   return (dedup ? 1u : 0u) | (sort ? 2u : 0u) | (cache ? 4u : 0u) | (background ? 8u : 0u) | (pct << 4);
 }
 

@@ -11,7 +11,9 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   Plan p = choose(b, k, po, learner);
   const bool learning = learner != nullptr && po.enabled && !capturing && rows > 0;
   int64_t& since_dedup = counters.since_dedup[static_cast<size_t>(size_bucket(rows))];
-  bool explored_plain = false;
+  // An exploration of plain or a retry of a barred path runs as chosen here: nothing below adds a technique to it
+  // (its measurement must reach that path's key).
+  bool explored_plain = false, retried = false;
   if (learning) {
     switch (learner->explore(rows, learn_key(p))) {
       case Explore::kPlain:
@@ -26,7 +28,8 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
         Plan q = choose(b, k, po, learner, /*allow_barred=*/true);
         if (!learner->barred(learn_key(q), rows)) {
           const Plan shape = plan_of_key(learner->retry_key(rows));
-          const bool runnable = (!shape.cache || po.cache_present) && (shape.host_share == 0 || po.allow_hybrid);
+          const bool runnable = (!shape.cache || (po.cache_present && po.allow_cache)) &&
+                                (!shape.dedup || po.allow_dedup) && (shape.host_share == 0 || po.allow_hybrid);
           if (runnable && learner->barred(learn_key(shape), rows)) {
             q.dedup = shape.dedup;
             q.sort = shape.sort;
@@ -38,6 +41,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
         if (learner->barred(learn_key(q), rows)) {
           p = q;
           p.notes |= kNoteRetryBarred;
+          retried = true;
         }
         break;
       }
@@ -46,7 +50,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   }
   // Unique fraction unknown for this batch size: measure it on this batch when hash dedup costs little beside it
   // (prefill-sized batches), rather than waiting for the periodic exploration.
-  if (learning && !explored_plain && !p.dedup && po.allow_dedup && !std::isfinite(b.unique_fraction) &&
+  if (learning && !explored_plain && !retried && !p.dedup && po.allow_dedup && !std::isfinite(b.unique_fraction) &&
       so.measure_unique_max_overhead > 0) {
     Plan m = p;
     m.dedup = true;
@@ -62,7 +66,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   // Exploration: re-measure a technique the planner keeps off, at a bounded rate (per size bucket for dedup). Not
   // into a path the learner barred in this bucket: its retries (one in LearnerOptions::retry_every) re-measure it.
   auto barred = [&](const Plan& q) { return learning && learner->barred(learn_key(q), rows); };
-  if (po.enabled && so.explore_every > 0 && !explored_plain) {
+  if (po.enabled && so.explore_every > 0 && !explored_plain && !retried) {
     Plan with_dedup = p;
     with_dedup.dedup = true;
     with_dedup.sort = false;

@@ -314,5 +314,16 @@ TEST(CostLearner, ChooseWithoutLearnerIsUnchanged) {
     }
 }
 
+// A hybrid with a host share under half a percent is still a hybrid to the learner: its times never land on the
+// device-only path's key, and its key names the host share.
+TEST(CostLearner, SmallHostShareKeepsItsOwnKey) {
+  const Plan tiny{.host_share = 0.003};
+  EXPECT_NE(learn_key(tiny), kPlainKey);
+  EXPECT_EQ(learn_key(tiny), learn_key(Plan{.host_share = 0.01}));
+  EXPECT_EQ(plan_of_key(learn_key(tiny)).host_share, 0.01);
+  EXPECT_EQ(learn_key(Plan{.host_share = 0}), kPlainKey);
+  EXPECT_EQ(learn_key(Plan{.host_share = 0.37}), learn_key(false, false, false, 0.37));
+}
+
 }  // namespace
 }  // namespace engram::plan

@@ -187,7 +187,69 @@ TEST(ServedBatch, CaptureAddsNoLearnerExploration) {
     const Plan p = plan_served_batch(b, s.k, s.po, &s.learner, s.counters, s.serve, /*capturing=*/true);
     EXPECT_FALSE(p.notes & (kNoteMeasureUnique | kNoteExplorePlain | kNoteRetryBarred)) << i;
   }
-  EXPECT_TRUE(s.learner.paths().empty());
+  // The captured batches advanced no learner schedule: the first served batch after them is still the bucket's
+  // first (it measures the unique fraction), the second its first plain exploration.
+  s.device_us = [&](const Plan& p, int64_t) { return prefill_us(p, s.k); };
+  s.u_true = [](int64_t) { return 0.5; };
+  EXPECT_TRUE(s.step(kPrefill).plan.notes & kNoteMeasureUnique);
+  EXPECT_TRUE(s.step(kPrefill).plan.notes & kNoteExplorePlain);
+}
+
+// A retry of a barred path runs that path as it is, also where the periodic explorations would add a technique to
+// it, so that its measurement reaches the barred path's key. Here the cache alone is barred (slower than plain)
+// while dedup + cache pays: with explore_every 1 the dedup exploration would turn every retry of the cache path into
+// dedup + cache.
+TEST(ServedBatch, RetryOfABarredPathRunsItAsIs) {
+  Sim s;
+  s.po.cache_present = true;
+  s.prior = 0.7;
+  s.h_true = 0.7;
+  s.device_us = [](const Plan& p, int64_t) {
+    if (p.dedup && p.cache) return 40.0;
+    return decode_us(p);
+  };
+  s.u_true = [](int64_t) { return 0.97; };
+  // The cache alone measured 20% slower than plain three times: barred.
+  const uint32_t cache_only = learn_key(false, false, true, 0);
+  const BatchStats st{kDecode, kUnknown, 0.7, 0.7};
+  const Plan cache_plan{.cache = true};
+  for (int i = 0; i < 3; ++i) {
+    const double plain_model = model_price(Plan{}, st, s.k, true), cache_model = model_price(cache_plan, st, s.k, true);
+    ASSERT_TRUE(s.learner.observe(kPlainKey, kDecode, plain_model, 55, plain_model));
+    ASSERT_TRUE(s.learner.observe(cache_only, kDecode, cache_model, 66, cache_model));
+  }
+  ASSERT_TRUE(s.learner.barred(cache_only, kDecode));
+  s.serve.explore_every = 1;
+  int retries = 0;
+  for (int k = 0; k < 600; ++k) {
+    const Batch b = s.step(kDecode);
+    if (!(b.plan.notes & kNoteRetryBarred)) continue;
+    ++retries;
+    EXPECT_FALSE(b.plan.notes & (kNoteExploreDedup | kNoteExploreCache | kNoteMeasureUnique))
+        << "batch " << k << ": " << b.plan.path_name();
+    EXPECT_EQ(learn_key(b.plan), cache_only) << "batch " << k << ": " << b.plan.path_name();
+  }
+  EXPECT_GE(retries, 3);
+}
+
+// A retry never runs a technique the options turned off after the path was barred.
+TEST(ServedBatch, RetryRespectsTechniquesTurnedOff) {
+  Sim s;
+  s.po.cache_present = true;
+  s.prior = 0.7;
+  s.h_true = 0.7;
+  s.device_us = [](const Plan& p, int64_t) { return decode_us(p); };
+  s.u_true = [](int64_t) { return 0.97; };
+  int i = 0;
+  for (; i < 1000 && !s.learner.barred(learn_key(false, false, true, 0), kDecode); ++i) s.step(kDecode);
+  ASSERT_TRUE(s.learner.barred(learn_key(false, false, true, 0), kDecode)) << "after " << i << " batches";
+  s.po.allow_cache = false;
+  s.po.allow_dedup = false;
+  for (int k = 0; k < 300; ++k) {
+    const Batch b = s.step(kDecode);
+    EXPECT_FALSE(b.plan.cache) << "batch " << k << ": " << b.plan.path_name();
+    EXPECT_FALSE(b.plan.dedup) << "batch " << k << ": " << b.plan.path_name();
+  }
 }
 
 TEST(ServedBatch, WithoutALearnerOnlyThePeriodicExplorationRuns) {
