@@ -443,7 +443,11 @@ TEST(HotRowCacheBudget, HbmWithinTheBudgetForEveryFormatAndSize) {
           for (int64_t k = 0; k <= (*c)->staging_rows() && k < want.slots; ++k) too_many.push_back({k, rows - 1 - k});
           if (static_cast<int64_t>(too_many.size()) > (*c)->staging_rows()) {
             auto st = (*c)->stage(too_many, nullptr);
-            EXPECT_FALSE(st.is_ok()) << "more rows than the staging holds";
+            ASSERT_FALSE(st.is_ok()) << "more rows than the staging holds";
+            EXPECT_EQ(st.status().code(), Code::kInvalidArgument);
+            EXPECT_NE(st.status().message().find("the staging holds " + std::to_string((*c)->staging_rows())),
+                      std::string::npos)
+                << st.status().message();
           }
         }
       }
