@@ -245,7 +245,10 @@ class Engine {
   // lookup. A batch of more than EngineOptions::max_tokens tokens is looked up in pieces of at most that many, in
   // order on the same stream (the backend's buffers are sized for max_tokens); the result sums their counts and
   // keeps the last piece's launch shape. kInvalidArgument for a bad layer index, sizes, or (checked) an id >= rows
-  // (CPU: checked over the whole batch before any piece is written).
+  // (CPU: checked over the whole batch before any piece is written). CUDA: a direct lookup uses the layer's
+  // fast-path buffers and hot-row cache, which the queue uses too; it must not overlap a queued step of the same
+  // engine still running on the GPU (an online cache update may replace rows it reads): order the two streams
+  // (events, or synchronize()) when both are used.
   Result<LookupResult> lookup(int layer_index, const int64_t* ids, int64_t tokens, uint16_t* out,
                               const LookupCall& call = {});
   // Waits for everything the engine enqueued on its own streams (CUDA: main, prefetch and maintenance streams; CPU:
