@@ -328,7 +328,9 @@ class Engine:
 
     def lookup(self, layer_index, ids, out=None, checked=False, return_stats=False, stream=None, grid_cap=None):
         """One lookup through the engine's lookup path (CUDA: the planner's fast path), outside the queue.
-        Host arrays on the cpu backend, CUDA arrays (torch or __dlpack__) on the cuda backend; see lookup()."""
+        Host arrays on the cpu backend, CUDA arrays (torch or __dlpack__) on the cuda backend; see lookup().
+        CUDA: it shares the layer's buffers and hot-row cache with this engine's Prefetcher, so it must not overlap
+        a prefetch step still running on the GPU (order the streams, or synchronize, when both are used)."""
         if _is_cuda_array(ids) or _is_cuda_array(out):
             return _lookup_cuda(self, layer_index, ids, out, checked, stream, grid_cap, return_stats)
         return _lookup_host(lambda i, o: self._e._host_lookup(layer_index, i, o, checked), ids, out, return_stats)
