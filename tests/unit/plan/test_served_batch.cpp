@@ -126,13 +126,19 @@ double decode_us(const Plan& p) {
   return 55;
 }
 
-TEST(ServedBatch, DecodeDropsTheCachePathMeasuredSlowerThanPlain) {
+// Decode with a cache whose profile coverage (the prior) and measured hit rate are 0.7, ids 97% unique.
+Sim decode_sim() {
   Sim s;
   s.po.cache_present = true;
   s.prior = 0.7;
   s.h_true = 0.7;
   s.device_us = [](const Plan& p, int64_t) { return decode_us(p); };
   s.u_true = [](int64_t) { return 0.97; };
+  return s;
+}
+
+TEST(ServedBatch, DecodeDropsTheCachePathMeasuredSlowerThanPlain) {
+  Sim s = decode_sim();
   const int n = 400, settle = 40;
   int extra = 0;
   double total = 0;
@@ -200,15 +206,11 @@ TEST(ServedBatch, CaptureAddsNoLearnerExploration) {
 // while dedup + cache pays: with explore_every 1 the dedup exploration would turn every retry of the cache path into
 // dedup + cache.
 TEST(ServedBatch, RetryOfABarredPathRunsItAsIs) {
-  Sim s;
-  s.po.cache_present = true;
-  s.prior = 0.7;
-  s.h_true = 0.7;
+  Sim s = decode_sim();
   s.device_us = [](const Plan& p, int64_t) {
     if (p.dedup && p.cache) return 40.0;
     return decode_us(p);
   };
-  s.u_true = [](int64_t) { return 0.97; };
   // The cache alone measured 20% slower than plain three times: barred.
   const uint32_t cache_only = learn_key(false, false, true, 0);
   const BatchStats st{kDecode, kUnknown, 0.7, 0.7};
@@ -234,12 +236,7 @@ TEST(ServedBatch, RetryOfABarredPathRunsItAsIs) {
 
 // A retry never runs a technique the options turned off after the path was barred.
 TEST(ServedBatch, RetryRespectsTechniquesTurnedOff) {
-  Sim s;
-  s.po.cache_present = true;
-  s.prior = 0.7;
-  s.h_true = 0.7;
-  s.device_us = [](const Plan& p, int64_t) { return decode_us(p); };
-  s.u_true = [](int64_t) { return 0.97; };
+  Sim s = decode_sim();
   int i = 0;
   for (; i < 1000 && !s.learner.barred(learn_key(false, false, true, 0), kDecode); ++i) s.step(kDecode);
   ASSERT_TRUE(s.learner.barred(learn_key(false, false, true, 0), kDecode)) << "after " << i << " batches";
