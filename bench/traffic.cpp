@@ -276,8 +276,7 @@ ENGRAM_BENCH(traffic,
                         ->check(CLI::IsMember({"same", "other"}));
                     s.add_option("--engine-grid-fraction", o.engine_grid_fraction,
                                  "Grid cap of the engine's prefetch queue as a fraction of the SMs (default 0.5, the "
-                                 "engine's; the planner takes every SM where a lookup cannot hide)")
-                        ->check(cli::range(1e-6, 1.0));
+                                 "engine's; the planner takes every SM where a lookup cannot hide)");
                     s.add_option("--hash-seed", o.hash_seed, "Hash seed of the text ids (the profile's; default 0)")
                         ->check(cli::range(int64_t{0}, int64_t{1} << 62));
                     s.add_option("--seq-len", o.seq_len, "Sequences cut every this many tokens in a document (default 2048, engram profile's)")

@@ -38,8 +38,8 @@ Status check_traffic_options(const TrafficOptions& o) {
   if (!cs.is_ok()) return bad("--cache-size: " + cs.status().message());
   if (!o.cache_profile.empty() && !o.train_tokens.empty())
     return bad("--cache-profile and --train-tokens: give one (a profile, or the training split to count here)");
-  if (!(o.engine_grid_fraction > 0 && o.engine_grid_fraction <= 1))
-    return bad("--engine-grid-fraction " + std::to_string(o.engine_grid_fraction) + " must be in (0, 1]");
+  if (auto g = GridCap::of_fraction(o.engine_grid_fraction); !g.is_ok())
+    return bad("--engine-grid-fraction: " + g.status().message());
   if (o.check_rows < 0) return bad("--check-rows must be >= 0");
   if (o.seq_len < 1) return bad("--seq-len must be >= 1");
   return Status::ok();
