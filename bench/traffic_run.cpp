@@ -20,6 +20,7 @@
 #include "bench/traffic_device.hpp"
 #include "bench/traffic_gpu.hpp"
 #include "core/json_num.hpp"
+#include "engine/backend.hpp"
 #include "engine/bare_table.hpp"
 #include "engram/engine.hpp"
 #include "engram/format.hpp"
@@ -414,6 +415,8 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
                         "reference-style kernel (about 1 when the reference arm stands for the serving engine's kernel)");
   rep.tables.push_back(std::move(sum_t));
   rep.tables.push_back(std::move(arms_t));
+  // The engine's description after every workload: the learned table, the setup and the notes read it.
+  const nlohmann::json final_desc = eng ? eng->describe() : nlohmann::json(nullptr);
   if (eng) {
     rep.tables.push_back(std::move(plan_t));
     // What the planner learned over every workload (layer 0): per size range and path, the model's prediction
@@ -426,7 +429,7 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
     learned_t.columns = {{"rows", 0}, {"path", 0}, {"batches", 0}, {"predicted [us]", 1}, {"measured [us]", 1},
                          {"barred", 0}};
     learned_t.label_columns = 2;
-    const nlohmann::json& learned = field(fast_layer0(eng->describe()), "learned");
+    const nlohmann::json& learned = field(fast_layer0(final_desc), "learned");
     if (learned.is_array())
       for (const auto& r : learned)
         learned_t.rows.push_back({Cell(fmt::format("{}-{}", json_int(field(r, "rows_min")), json_int(field(r, "rows_max")))),
@@ -447,8 +450,8 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
                           {"profile_lookups", run.profile_lookups}, {"engine_grid_fraction", o.engine_grid_fraction},
                           {"warmup", run.warmup}, {"reps", run.reps}, {"calls_per_workload", calls}};
   if (eng) {
-    setup["engine"] = eng->describe();
-    for (const auto& l : eng->describe_lines()) rep.notes.push_back("engine: " + l);
+    setup["engine"] = final_desc;
+    for (const auto& l : engine::describe_lines(final_desc)) rep.notes.push_back("engine: " + l);
   }
   rep.setup = setup;
   rep.method = {{"warmup", run.warmup}, {"reps", run.reps},
