@@ -13,14 +13,14 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   int64_t& since_dedup = counters.since_dedup[static_cast<size_t>(size_bucket(rows))];
   // An exploration of plain or a retry of a barred path runs as chosen here: nothing below adds a technique to it
   // (its measurement must reach that path's key).
-  bool explored_plain = false, retried = false;
+  bool as_is = false;
   if (learning) {
     switch (learner->explore(rows, learn_key(p))) {
       case Explore::kPlain:
         p.dedup = p.sort = p.cache = false;
         p.host_share = 0;
         p.notes |= kNoteExplorePlain;
-        explored_plain = true;
+        as_is = true;
         break;
       case Explore::kRetryBarred: {
         // The barred path the corrected prices would pick, else the one measured closest to plain: a path whose
@@ -41,7 +41,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
         if (learner->barred(learn_key(q), rows)) {
           p = q;
           p.notes |= kNoteRetryBarred;
-          retried = true;
+          as_is = true;
         }
         break;
       }
@@ -50,7 +50,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   }
   // Unique fraction unknown for this batch size: measure it on this batch when hash dedup costs little beside it
   // (prefill-sized batches), rather than waiting for the periodic exploration.
-  if (learning && !explored_plain && !retried && !p.dedup && po.allow_dedup && !std::isfinite(b.unique_fraction) &&
+  if (learning && !as_is && !p.dedup && po.allow_dedup && !std::isfinite(b.unique_fraction) &&
       so.measure_unique_max_overhead > 0) {
     Plan m = p;
     m.dedup = true;
@@ -66,7 +66,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   // Exploration: re-measure a technique the planner keeps off, at a bounded rate (per size bucket for dedup). Not
   // into a path the learner barred in this bucket: its retries (one in LearnerOptions::retry_every) re-measure it.
   auto barred = [&](const Plan& q) { return learning && learner->barred(learn_key(q), rows); };
-  if (po.enabled && so.explore_every > 0 && !explored_plain && !retried) {
+  if (po.enabled && so.explore_every > 0 && !as_is) {
     Plan with_dedup = p;
     with_dedup.dedup = true;
     with_dedup.sort = false;
