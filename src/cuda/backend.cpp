@@ -87,7 +87,6 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions opt,
                std::to_string(opt.layer_ids.size()) + " layer ids)");
   if (opt.heads <= 0) return bad("heads must be > 0");
   using clock = std::chrono::steady_clock;
-  const auto t_build = clock::now();
   auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
   ENGRAM_ASSIGN_OR_RETURN(DeviceInfo info, device_info(opt.device));
   if (!info.unified_addressing)
@@ -230,7 +229,6 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions opt,
         if (c.budget > 0) c.rep.state = "warming up";
     }
   }
-  be->build_ms_ = ms_since(t_build);
   return be;
 }
 

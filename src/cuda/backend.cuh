@@ -268,10 +268,9 @@ class CudaBackend final : public engine::Backend, public engine::DeviceQueue, pr
   std::vector<std::unique_ptr<FastLookup>> fast_;
   std::string fast_note_;
   // Where make_cuda_backend's time went (milliseconds; NaN: the step did not run): the start-up calibration of the
-  // planner, the hot-row caches' fill from a profile (every layer), and the whole construction.
+  // planner and the hot-row caches' fill from a profile (every layer). The whole is the engine's assembly.backend_s.
   double calibration_ms_ = std::numeric_limits<double>::quiet_NaN();
   double cache_fill_ms_ = std::numeric_limits<double>::quiet_NaN();
-  double build_ms_ = std::numeric_limits<double>::quiet_NaN();
   // hot-row cache (engine side)
   EngineCacheOptions cache_opt_;
   std::vector<CacheState> cache_;

@@ -120,8 +120,7 @@ nlohmann::json CudaBackend::describe() const {
   }
   j["fast_path"] = fp;
   j["fast_path_note"] = text_or_null(fast_note_);
-  j["construction"] = {{"calibration_ms", json_num(calibration_ms_)}, {"cache_fill_ms", json_num(cache_fill_ms_)},
-                       {"total_ms", json_num(build_ms_)}};
+  j["construction"] = {{"calibration_ms", json_num(calibration_ms_)}, {"cache_fill_ms", json_num(cache_fill_ms_)}};
   if (compute_)
     j["compute"] = {{"kind", "cublas bf16 gemm"}, {"n", compute_->gemm_n()}, {"gemms_per_layer", compute_->gemms_per_layer()},
                     {"layer_ns_calibrated", compute_->layer_ns()}};

@@ -120,9 +120,11 @@ std::vector<std::string> describe_lines(const nlohmann::json& det) {
   if (det.value("backend", "") != "cuda") return out;
   if (det.contains("construction") && det["construction"].is_object()) {
     const auto& c = det["construction"];
-    const nlohmann::json read_s = det.contains("assembly") ? det["assembly"].value("profile_read_s", nlohmann::json(nullptr))
-                                                           : nlohmann::json(nullptr);
-    out.push_back("Build     backend " + fmt_json_num(c["total_ms"], "%.0f") + " ms: calibration " +
+    const nlohmann::json none = nullptr;
+    const nlohmann::json& a = det.contains("assembly") ? det["assembly"] : none;
+    const nlohmann::json read_s = a.is_object() ? a.value("profile_read_s", none) : none;
+    const nlohmann::json backend_s = a.is_object() ? a.value("backend_s", none) : none;
+    out.push_back("Build     backend " + fmt_json_num(backend_s, "%.0f", 1e3) + " ms: calibration " +
                   fmt_json_num(c["calibration_ms"], "%.0f") + " ms, cache fill from the profile " +
                   fmt_json_num(c["cache_fill_ms"], "%.0f") + " ms; profile file read " + fmt_json_num(read_s, "%.3f") + " s");
   }
