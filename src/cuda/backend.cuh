@@ -98,6 +98,7 @@ struct EngineCacheReport {
   int64_t staging_rows = 0;           // rows one staged slice may hold (counted in hbm_bytes)
   int64_t created_after_step = -1;    // the cache serves lookups from step created_after_step + 1 on
   double create_ms = std::numeric_limits<double>::quiet_NaN();
+  std::string fill;                   // where the initial rows were read: "gpu" (from the registered table) | "host"
   double profile_coverage = std::numeric_limits<double>::quiet_NaN();  // in-sample share of the profile's ids
   int64_t probes = 0, hits = 0;
   double hit_rate = std::numeric_limits<double>::quiet_NaN();

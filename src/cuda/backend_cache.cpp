@@ -152,6 +152,7 @@ Status CudaBackend::create_caches(bool from_profile) {
     HotCacheOptions ho;
     ho.budget_bytes = budget;
     ho.format = cache_opt_.format;
+    ho.device_source = &tables_[li];  // the initial rows gathered on the GPU from the registered table
     // Staging for the largest slice an update applies per step (counted in the budget, as rows and map are).
     ho.staging_rows = cache_opt_.update_every > 0 ? st.update_budget.max_slice_for(cache_opt_.update_every) : 1;
     // Slots this budget holds (as HotRowCache::create computes them): ask the counts for that many ids.
@@ -194,6 +195,7 @@ Status CudaBackend::create_caches(bool from_profile) {
     if (from_profile) coverage = (*c)->coverage_of(cache_opt_.profile[li]);
     (*c)->set_profile_coverage(coverage);
     st.rep.state = "on";
+    st.rep.fill = (*c)->filled_on_device() ? "gpu" : "host";
     st.rep.budget_bytes = budget;
     st.rep.slots = (*c)->slots();
     st.rep.filled = (*c)->filled();

@@ -41,6 +41,7 @@ static void to_json(nlohmann::json& j, const EngineCacheReport& c) {
        {"staging_rows", c.staging_rows},
        {"created_after_step", c.created_after_step},
        {"create_ms", json_num(c.create_ms)},
+       {"fill", text_or_null(c.fill)},
        {"profile_coverage", json_num(c.profile_coverage)},
        {"probes", c.probes},
        {"hits", c.hits},

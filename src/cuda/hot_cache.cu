@@ -14,6 +14,7 @@
 #include "cuda/dedup.cuh"
 #include "cuda/dedup_decode.cuh"
 #include "cuda/hot_cache.cuh"
+#include "cuda/lookup_kernel.cuh"
 #include "plan/hot_cache_sizing.hpp"
 
 namespace engram::cuda {
@@ -129,8 +130,15 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
   c->staging_rows_ = size.staging_rows;
   c->h_keys_.assign(static_cast<size_t>(c->map_cap_), kEmptyKey);
   c->h_slots_.assign(static_cast<size_t>(c->map_cap_), -1);
+  // GPU fill: the table as the GPU reads it, the whole layer, and (FP8) records laid out as the cache's.
+  const UvaTable* src = o.device_source;
+  const bool on_device =
+      src && src->host_view().data == v.data && src->host_view().rows == v.rows && !v.slice.sliced() &&
+      (o.format == CacheFormat::kBf16 || plain_gather_out_stride(v, GatherBytes::kRowBytes) == c->row_bytes_);
   std::vector<uint8_t> rows;
-  rows.reserve(static_cast<size_t>(std::min<int64_t>(c->slots_, static_cast<int64_t>(hot_first.size())) * c->row_bytes_));
+  if (!on_device)
+    rows.reserve(static_cast<size_t>(std::min<int64_t>(c->slots_, static_cast<int64_t>(hot_first.size())) *
+                                     c->row_bytes_));
   const uint64_t mask = static_cast<uint64_t>(c->map_cap_ - 1);
   for (int64_t id : hot_first) {
     if (c->filled_ >= c->slots_) break;
@@ -141,10 +149,13 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
     c->h_keys_[h] = id;
     c->h_slots_[h] = static_cast<int32_t>(c->filled_);
     c->slot_ids_.push_back(id);
-    rows.resize(rows.size() + static_cast<size_t>(c->row_bytes_));
-    c->fill_row(id, rows.data() + rows.size() - c->row_bytes_);
+    if (!on_device) {
+      rows.resize(rows.size() + static_cast<size_t>(c->row_bytes_));
+      c->fill_row(id, rows.data() + rows.size() - c->row_bytes_);
+    }
     ++c->filled_;
   }
+  const std::vector<int64_t> fill_ids = on_device ? c->slot_ids_ : std::vector<int64_t>();
   c->slot_ids_.resize(static_cast<size_t>(c->slots_), -1);
   c->used_entries_ = c->filled_;
   auto alloc = [&](auto** p, int64_t bytes) -> Status {
@@ -167,6 +178,10 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
   ENGRAM_CUDA_RETURN_IF_ERROR(
       cudaMallocHost(&c->pin_edits_, static_cast<size_t>(c->staging_rows_ * plan::kHotCacheEditBytesPerRow)),
       "hot cache: edits");
+  if (on_device && c->filled_ > 0) {
+    ENGRAM_RETURN_IF_ERROR(c->gather_on_device(*src, fill_ids));
+    c->filled_on_device_ = true;
+  }
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_keys_, c->h_keys_.data(), 8 * c->map_cap_, cudaMemcpyHostToDevice),
                               "hot cache: map keys");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_slots_, c->h_slots_.data(), 4 * c->map_cap_, cudaMemcpyHostToDevice),
@@ -175,6 +190,43 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_rows_, rows.data(), rows.size(), cudaMemcpyHostToDevice),
                                 "hot cache: rows");
   return std::move(c);
+}
+
+// The slots' ids go to the device in the map's key array (map_cap_ >= 2 * slots entries, uploaded right after),
+// so the fill allocates nothing beyond the budget; the gather runs on a stream of its own and is waited for.
+Status HotRowCache::gather_on_device(const UvaTable& source, const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n > map_cap_) return Status(Code::kInternal, "hot cache: more rows than map entries");
+  cudaStream_t s = nullptr;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "hot cache: fill stream");
+  auto run = [&]() -> Status {
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_keys_, ids.data(), static_cast<size_t>(8 * n),
+                                                cudaMemcpyHostToDevice, s),
+                                "hot cache: fill ids");
+    if (format_ == CacheFormat::kBf16) {
+      LookupArgs a;
+      a.table = &source;
+      a.ids = d_keys_;
+      a.tokens = n;
+      a.heads = 1;
+      a.out = reinterpret_cast<uint16_t*>(d_rows_);
+      ENGRAM_RETURN_IF_ERROR(launch_lookup(a, s).status().with_context("hot cache: fill"));
+    } else {
+      GatherArgs a;
+      a.table = &source;
+      a.ids = d_keys_;
+      a.rows = n;
+      a.out = d_rows_;
+      a.what = GatherBytes::kRowBytes;
+      ENGRAM_RETURN_IF_ERROR(launch_plain_gather(a, s).status().with_context("hot cache: fill"));
+    }
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "hot cache: fill");
+    return Status::ok();
+  };
+  const Status st = run();
+  (void)cudaStreamSynchronize(s);
+  (void)cudaStreamDestroy(s);
+  return st;
 }
 
 void HotRowCache::fill_row(int64_t id, uint8_t* dst) const {

@@ -41,10 +41,18 @@ namespace engram::cuda {
 using engram::cache_format_name;
 using engram::CacheFormat;
 
+class UvaTable;  // lookup_kernel.cuh
+
 struct HotCacheOptions {
   int64_t budget_bytes = 0;          // HBM for rows + map + update staging (plan::hot_cache_sizing): all of it
   CacheFormat format = CacheFormat::kFp8;
   int64_t staging_rows = 16;         // rows one stage() may hold (capped at a quarter of the budget)
+  // The same table as the GPU reads it (registered): create() gathers the initial rows on the GPU from it, a
+  // batched read at the lookup's rate, instead of reading and decoding them one by one on the host. The bytes are
+  // the same: FP8 records are the table's own bytes, BF16 rows the lookup kernel's decode (bit-identical to the
+  // CPU's). Ignored (host fill) for a TP slice or a fused stride other than the record's. Online updates read
+  // their few rows on the host either way.
+  const UvaTable* device_source = nullptr;
 };
 
 class HotRowCache {
@@ -109,6 +117,7 @@ class HotRowCache {
   int64_t hbm_bytes() const { return hbm_bytes_; }  // every device allocation of the cache
   int64_t staging_rows() const { return staging_rows_; }
   int64_t row_bytes() const { return row_bytes_; }   // per slot in HBM (record or bf16 row)
+  bool filled_on_device() const { return filled_on_device_; }  // create() gathered its rows on the GPU
   int64_t source_bytes_per_row() const { return view_.d + view_.d / 32; }
   CacheFormat format() const { return format_; }
   const TableView& host_view() const { return view_; }
@@ -117,6 +126,7 @@ class HotRowCache {
   HotRowCache() = default;
   int64_t find_slot_index(int64_t id) const;  // map index or -1
   void fill_row(int64_t id, uint8_t* dst) const;
+  Status gather_on_device(const UvaTable& source, const std::vector<int64_t>& ids);  // create()'s GPU fill
   Status validate(const std::vector<std::pair<int64_t, int64_t>>& slot_id) const;  // replace()'s checks
   Status ensure_staging();                       // waits until the previous stage's copy has read the staging
   Status maybe_rebuild_map(void* stream);        // see map_rebuilds()
@@ -126,6 +136,7 @@ class HotRowCache {
   int64_t slots_ = 0, filled_ = 0, map_cap_ = 0, row_bytes_ = 0, hbm_bytes_ = 0;
   int64_t used_entries_ = 0;  // map entries that are not empty (keys + tombstones)
   int64_t swapped_rows_ = 0, map_rebuilds_ = 0;
+  bool filled_on_device_ = false;
   std::vector<int64_t> h_keys_;   // host mirror: -1 empty, -2 tombstone
   std::vector<int32_t> h_slots_;
   std::vector<int64_t> slot_ids_; // id held by each slot

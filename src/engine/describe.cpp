@@ -49,11 +49,13 @@ void cache_lines(const nlohmann::json& c, int layer_index, std::vector<std::stri
       created >= 0 ? ", serving from step " + std::to_string(created + 1) + " (created in " +
                          fmt_json_num(c["create_ms"], "%.1f") + " ms at the end of step " + std::to_string(created) + ")"
                    : ", serving from the start";
-  out.push_back(printf_line("Cache     layer %d: %s rows, %lld/%lld slots filled, %s HBM (budget %s), from %s%s",
+  const std::string fill = c.contains("fill") && c["fill"].is_string() ? c["fill"].get<std::string>() : "";
+  const std::string fill_note = fill.empty() ? "" : " (rows read on the " + std::string(fill == "gpu" ? "GPU" : "host") + ")";
+  out.push_back(printf_line("Cache     layer %d: %s rows, %lld/%lld slots filled, %s HBM (budget %s), from %s%s%s",
                             layer_index, c.value("format", "?").c_str(), static_cast<long long>(int_of(c, "rows_cached")),
                             static_cast<long long>(int_of(c, "slots")), format_bytes(int_of(c, "hbm_bytes")).c_str(),
                             format_bytes(int_of(c, "budget_bytes")).c_str(), c.value("source", std::string("?")).c_str(),
-                            from.c_str()));
+                            fill_note.c_str(), from.c_str()));
   const nlohmann::json per_tok = c.contains("link_bytes_avoided_per_token") ? c["link_bytes_avoided_per_token"] : nullptr;
   out.push_back(printf_line("          hit rate %s of %lld probed rows (profile coverage %s, in-sample); link bytes "
                             "avoided %s (%s per token)",

@@ -6,7 +6,8 @@
 // HotRowCache::replace rejects bad swaps without enqueueing anything. Online updates applied in small slices
 // (stage on the maintenance stream, commit at a later step) keep every step bit-identical and show in the
 // timeline's cache-maintenance lane; a probe between a slice's stage and its commit still sees the old cache,
-// exactly. Skips without a GPU.
+// exactly. A cache whose rows are gathered on the GPU from the registered table probes exactly as a host-filled one.
+// Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "cuda_test_support.hpp"
 #include "engram/timeline.hpp"
 #include "plan/hot_cache_sizing.hpp"
+#include "registered_table.hpp"
 
 namespace engram {
 namespace {
@@ -559,6 +561,81 @@ TEST(HotRowCacheStage, ProbesBetweenStageAndCommitSeeTheOldCacheExactly) {
     (void)cudaStreamDestroy(side);
     (void)cudaStreamDestroy(lookups);
   }
+}
+
+// A cache given the registered table as its device source gathers its initial rows on the GPU; it holds the same
+// ids in the same slots as a host-filled cache, and every probe gives the CPU reference's rows, for FP8 and BF16
+// caches over fused and split tables (whose record layouts differ), with more hot ids than slots, repeated and
+// out-of-range ids among them (skipped, as the host fill skips them).
+TEST(HotRowCacheFill, RowsGatheredOnTheGpuProbeLikeTheHostFill) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const RowFormat f : {RowFormat::kFused, RowFormat::kSplit})
+    for (const int d : {256, 1024}) {
+      SCOPED_TRACE(std::string(f == RowFormat::kFused ? "fused" : "split") + " d " + std::to_string(d));
+      auto x = testing::make_registered_table(f, d, rng);
+      ASSERT_TRUE(x);
+      const TableView v = x->host->view(0);
+      std::vector<int64_t> all(static_cast<size_t>(v.rows));
+      for (int64_t i = 0; i < v.rows; ++i) all[static_cast<size_t>(i)] = i;
+      std::shuffle(all.begin(), all.end(), rng);
+      std::vector<int64_t> hot(all.begin(), all.begin() + 3000);
+      hot.insert(hot.begin() + 5, hot[2]);   // repeated: skipped
+      hot.insert(hot.begin() + 9, v.rows);   // outside the table: skipped
+      hot.insert(hot.begin() + 11, -1);      // dead: skipped
+      constexpr int64_t kSlots = 2000;
+      for (const cuda::CacheFormat format : {cuda::CacheFormat::kFp8, cuda::CacheFormat::kBf16}) {
+        SCOPED_TRACE(cuda::cache_format_name(format));
+        cuda::HotCacheOptions o;
+        o.format = format;
+        o.staging_rows = 4;
+        o.budget_bytes = plan::hot_cache_bytes(kSlots, plan::hot_cache_row_bytes(d, format), o.staging_rows);
+        auto on_host = cuda::HotRowCache::create(v, hot, o);
+        ASSERT_TRUE(on_host.is_ok()) << on_host.status().to_string();
+        o.device_source = &x->table;
+        auto on_gpu = cuda::HotRowCache::create(v, hot, o);
+        ASSERT_TRUE(on_gpu.is_ok()) << on_gpu.status().to_string();
+        EXPECT_FALSE((*on_host)->filled_on_device());
+        EXPECT_TRUE((*on_gpu)->filled_on_device());
+        ASSERT_EQ((*on_gpu)->slots(), kSlots);
+        EXPECT_EQ((*on_gpu)->filled(), kSlots);
+        EXPECT_EQ((*on_gpu)->slot_ids(), (*on_host)->slot_ids());
+        EXPECT_EQ((*on_gpu)->hbm_bytes(), (*on_host)->hbm_bytes());
+        // 2,600 probes: the cached ids (hits) and 600 ids that missed the slots.
+        std::vector<int64_t> ids(all.begin(), all.begin() + kSlots + 600);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        const int64_t n = static_cast<int64_t>(ids.size());
+        const std::vector<uint16_t> ref = testing::reference_staging(v, ids, 1);
+        testing::DeviceBuffer<int64_t> d_ids(static_cast<size_t>(n)), d_miss(static_cast<size_t>(n));
+        testing::DeviceBuffer<uint16_t> d_out(static_cast<size_t>(n * d));
+        ASSERT_TRUE(d_ids.get() && d_miss.get() && d_out.get());
+        ASSERT_EQ(cudaMemcpy(d_ids.get(), ids.data(), n * 8, cudaMemcpyHostToDevice), cudaSuccess);
+        for (const auto* c : {&*on_host, &*on_gpu}) {
+          const bool gpu = c == &*on_gpu;
+          SCOPED_TRACE(gpu ? "filled on the GPU" : "filled on the host");
+          ASSERT_EQ(cudaMemset(d_out.get(), 0x7F, d_out.bytes()), cudaSuccess);  // poison
+          ASSERT_TRUE((*c)->launch_probe(d_ids.get(), n, nullptr, d_miss.get(), d_out.get(), nullptr, nullptr).is_ok());
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<int64_t> miss(static_cast<size_t>(n));
+          std::vector<uint16_t> out(static_cast<size_t>(n * d));
+          ASSERT_EQ(cudaMemcpy(miss.data(), d_miss.get(), n * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(out.data(), d_out.get(), n * d * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+          int64_t hits = 0;
+          for (int64_t k = 0; k < n; ++k) {
+            const bool cached = (*c)->contains(ids[static_cast<size_t>(k)]);
+            ASSERT_EQ(miss[static_cast<size_t>(k)], cached ? cuda::kSkipId : ids[static_cast<size_t>(k)]) << k;
+            if (!cached) continue;
+            ++hits;
+            const std::vector<uint16_t> got(out.begin() + k * d, out.begin() + (k + 1) * d);
+            const std::vector<uint16_t> want(ref.begin() + k * d, ref.begin() + (k + 1) * d);
+            ASSERT_EQ(testing::first_mismatch(got, want), -1) << "probe " << k << " id " << ids[static_cast<size_t>(k)];
+          }
+          EXPECT_EQ(hits, kSlots);
+        }
+      }
+    }
 }
 
 }  // namespace
