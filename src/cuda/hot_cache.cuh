@@ -4,8 +4,10 @@
 // N-gram frequencies of text are Zipfian, so a small cache (a few % of the table) holds a large share of the
 // lookups. The cache is filled from a frequency profile: ids hottest first (a warm-up window of real traffic, or
 // `engram profile` over a corpus). Rows are stored either as FP8 records (payload | scales, padded to 16 B; the
-// probe decodes them exactly as the UVA kernel does) or as BF16 rows (decoded once at fill time with the CPU's
-// bit-identical decoder; a hit is a 2d-byte copy): FP8 holds ~1.9x more rows per byte, BF16 needs no decode.
+// probe decodes them exactly as the UVA kernel does) or as BF16 rows (decoded once at fill time, bit-identical to
+// the CPU's decoder; a hit is a 2d-byte copy): FP8 holds ~1.9x more rows per byte, BF16 needs no decode. The
+// initial fill reads the rows on the GPU from the registered table when it is given (HotCacheOptions::
+// device_source: one batched gather), else on the host, row by row.
 // The id -> slot map is an open-addressing hash table sized for the cache (2x slots, power of two, linear
 // probing; deleted entries are tombstones), not for the table. HBM: the budget covers every device buffer of the
 // cache, rows + map + the update staging (rows and map edits of one stage, allocated at creation), sized by
