@@ -192,7 +192,9 @@ Status CudaBackend::create_caches(bool from_profile) {
       }
       return c.status().with_context("hot-row cache of Engram layer " + std::to_string(li));
     }
-    if (from_profile) coverage = (*c)->coverage_of(cache_opt_.profile[li]);
+    // The cache took its ids from the profile's first hot.size() records: only those can be cached (millions of
+    // host map probes fewer for a large profile).
+    if (from_profile) coverage = (*c)->coverage_of(cache_opt_.profile[li], static_cast<int64_t>(hot.size()));
     (*c)->set_profile_coverage(coverage);
     st.rep.state = "on";
     st.rep.fill = (*c)->filled_on_device() ? "gpu" : "host";

@@ -271,11 +271,13 @@ int64_t HotRowCache::find_slot_index(int64_t id) const {
 
 bool HotRowCache::contains(int64_t id) const { return id >= 0 && find_slot_index(id) >= 0; }
 
-double HotRowCache::coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts) const {
+double HotRowCache::coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts, int64_t probe_first) const {
+  const size_t probed = probe_first < 0 ? id_counts.size() : std::min(id_counts.size(), static_cast<size_t>(probe_first));
   double all = 0, held = 0;
-  for (const auto& [id, count] : id_counts) {
+  for (size_t k = 0; k < id_counts.size(); ++k) {
+    const auto& [id, count] = id_counts[k];
     all += static_cast<double>(count);
-    if (contains(id)) held += static_cast<double>(count);
+    if (k < probed && contains(id)) held += static_cast<double>(count);
   }
   return all > 0 ? held / all : std::numeric_limits<double>::quiet_NaN();
 }

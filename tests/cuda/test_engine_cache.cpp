@@ -603,6 +603,12 @@ TEST(HotRowCacheFill, RowsGatheredOnTheGpuProbeLikeTheHostFill) {
         EXPECT_EQ((*on_gpu)->filled(), kSlots);
         EXPECT_EQ((*on_gpu)->slot_ids(), (*on_host)->slot_ids());
         EXPECT_EQ((*on_gpu)->hbm_bytes(), (*on_host)->hbm_bytes());
+        // Coverage probing only the records the fill drew from equals probing them all (the rest are not cached).
+        std::vector<std::pair<int64_t, int64_t>> counts;
+        for (size_t k = 0; k < all.size(); ++k) counts.push_back({all[k], 1 + static_cast<int64_t>(rng() % 50)});
+        EXPECT_DOUBLE_EQ((*on_gpu)->coverage_of(counts, static_cast<int64_t>(hot.size())), (*on_gpu)->coverage_of(counts));
+        EXPECT_GT((*on_gpu)->coverage_of(counts), 0.0);
+        EXPECT_EQ((*on_gpu)->coverage_of(counts, 0), 0.0);
         // 2,600 probes: the cached ids (hits) and 600 ids that missed the slots.
         std::vector<int64_t> ids(all.begin(), all.begin() + kSlots + 600);
         std::shuffle(ids.begin(), ids.end(), rng);
