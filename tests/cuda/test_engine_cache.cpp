@@ -369,13 +369,22 @@ TEST_P(EngineCache, ProfileFillsAtStartUp) {
   const StepsRun plain = run_plain(f, GetParam());
   const StepsRun cached = run_steps(f.layout, *f.host, on, f.ids, GetParam());
   expect_identical(plain, cached, f, "profile cache");
-  for (const auto& r : cached.reports) {
+  ASSERT_EQ(cached.reports.size(), on.profile.size());
+  for (size_t li = 0; li < cached.reports.size(); ++li) {
+    const auto& r = cached.reports[li];
     EXPECT_EQ(r.state, "on") << r.note;
+    EXPECT_EQ(r.fill, "gpu") << "the backend passes its registered table: the rows are gathered on the GPU";
     EXPECT_EQ(r.created_after_step, -1);
     EXPECT_EQ(r.source, "test profile");
     EXPECT_GT(r.hits, 0);
-    EXPECT_TRUE(std::isfinite(r.profile_coverage));
     EXPECT_EQ(r.updates, 0);
+    // The profile's ids are valid and distinct: the cache holds its first rows_cached records, hottest first.
+    double all = 0, held = 0;
+    for (size_t k = 0; k < on.profile[li].size(); ++k) {
+      all += static_cast<double>(on.profile[li][k].second);
+      if (static_cast<int64_t>(k) < r.filled) held += static_cast<double>(on.profile[li][k].second);
+    }
+    EXPECT_NEAR(r.profile_coverage, held / all, 1e-12);
   }
 }
 
