@@ -90,13 +90,14 @@ void HotCounts::trim_pool() {
 void HotCounts::set_slots(const std::vector<int64_t>& slot_ids) {
   slot_ids_ = slot_ids;
   slot_of_.clear();
+  slot_of_.reserve(slot_ids_.size());
   free_.clear();
   for (int64_t s = static_cast<int64_t>(slot_ids_.size()) - 1; s >= 0; --s) {
     const int64_t id = slot_ids_[static_cast<size_t>(s)];
     if (id < 0) {
       free_.push_back(s);  // back = lowest slot
     } else {
-      slot_of_[id] = s;
+      slot_of_.insert_or_assign(id, s);
     }
   }
   pool_.clear();
@@ -153,7 +154,7 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
       free_.pop_back();  // free victims come first, taken from the back of free_ in order: this is `slot`
     }
     slot_ids_[static_cast<size_t>(slot)] = id;
-    slot_of_[id] = slot;
+    slot_of_.insert_or_assign(id, slot);
     pool_.erase(id);
     out.push_back(sw);
   }

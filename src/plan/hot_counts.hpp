@@ -44,6 +44,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/flat_id_map.hpp"
+
 namespace engram::plan {
 
 struct HotCountsOptions {
@@ -84,7 +86,7 @@ class HotCounts {
 
   // Mirror of the cache: slot_ids[s] = id held by slot s, -1 = free. Resets the candidate pool.
   void set_slots(const std::vector<int64_t>& slot_ids);
-  bool cached(int64_t id) const { return slot_of_.count(id) != 0; }
+  bool cached(int64_t id) const { return slot_of_.contains(id); }
   int64_t slots() const { return static_cast<int64_t>(slot_ids_.size()); }
   int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
   int64_t pool() const { return static_cast<int64_t>(pool_.size()); }
@@ -101,7 +103,7 @@ class HotCounts {
   int64_t batches_ = 0;
   std::unordered_map<int64_t, double> raw_;
   std::vector<int64_t> slot_ids_;
-  std::unordered_map<int64_t, int64_t> slot_of_;
+  FlatIdMap slot_of_;  // id -> slot of the cached ids (millions for a large cache)
   std::vector<int64_t> free_;  // free slots, taken from the back
   std::unordered_set<int64_t> pool_;
   int64_t cursor_ = 0;

@@ -165,9 +165,11 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
     if (!used.count(i)) cold.push_back(i);
   ASSERT_EQ(cold.size(), 10u);
   cuda::HotCacheOptions co;
+  co.staging_rows = 1;  // within a quarter of the budget, so the budget below holds exactly 10 rows
   co.budget_bytes = plan::hot_cache_bytes(10, 272, co.staging_rows);  // 10 rows of d = 256, staging included
   auto cache = cuda::HotRowCache::create(x->host->view(0), cold, co);
   ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  ASSERT_EQ((*cache)->slots(), 10);
   ASSERT_TRUE((*cache)->contains(cold[0]));
   ASSERT_FALSE((*cache)->contains(hot[0]));
   EXPECT_DOUBLE_EQ((*cache)->coverage_of({{cold[0], 3}, {hot[0], 1}}), 0.75);
@@ -175,7 +177,8 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
   (*cache)->set_profile_coverage(1.0);
   cuda::FastLookupOptions fo;
   fo.max_rows = static_cast<int64_t>(ids.size());
-  fo.explore_every = 0;  // decisions from the prior and the measurement only
+  fo.explore_every = 0;  // decisions from the prior and the measured hit rate only:
+  fo.learn = false;       // no timing corrections either (each path's first launch here is not representative)
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   (*fl)->set_cache(std::move(*cache));
@@ -211,6 +214,7 @@ TEST(HotCache, OnlineUpdateAdmitsHotterRowsAndStaysExact) {
   const auto hot = hot_ids(ids, 1000);
   ASSERT_GT(hot.size(), 20u);
   cuda::HotCacheOptions co;
+  co.staging_rows = 1;  // within a quarter of the budget, so the budget below holds exactly 10 rows
   co.budget_bytes = plan::hot_cache_bytes(10, 272, co.staging_rows);  // 10 rows of d = 256, staging included
   // Start with cold rows, then admit the hot ones online (bounded: 4 rows per update).
   std::vector<int64_t> cold;
