@@ -22,7 +22,7 @@ void HotCounts::observe(const int64_t* ids, int64_t n, double weight) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
     if (id < 0 || id >= opt_.id_limit) continue;
-    raw_[id] += add;
+    raw_.get_or_insert(id, 0.0) += add;
     if (!cached(id)) pool_.insert(id);
   }
   if (static_cast<int64_t>(pool_.size()) > 2 * opt_.pool_size) trim_pool();
@@ -32,27 +32,25 @@ void HotCounts::observe(const int64_t* ids, int64_t n, double weight) {
 }
 
 double HotCounts::count(int64_t id) const {
-  auto it = raw_.find(id);
-  return it == raw_.end() ? 0.0 : it->second / inc_;
+  const double* r = raw_.find(id);
+  return r ? *r / inc_ : 0.0;
 }
 
 double HotCounts::total() const {
   double s = 0;
-  for (const auto& [id, r] : raw_) s += r;
+  raw_.for_each([&](int64_t, double r) { s += r; });
   return s / inc_;
 }
 
 void HotCounts::rescale() {
-  for (auto it = raw_.begin(); it != raw_.end();) {
-    it->second /= inc_;
-    // Cached ids keep their counts (they are the victims' scores); others below the floor are forgotten.
-    if (it->second < opt_.prune_below && !cached(it->first)) {
-      pool_.erase(it->first);
-      it = raw_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  const double inc = inc_;
+  raw_.for_each([inc](int64_t, double& r) { r /= inc; });
+  // Cached ids keep their counts (they are the victims' scores); others below the floor are forgotten.
+  raw_.erase_if([this](int64_t id, double r) {
+    if (r >= opt_.prune_below || cached(id)) return false;
+    pool_.erase(id);
+    return true;
+  });
   inc_ = 1;
 }
 
@@ -68,7 +66,7 @@ struct Hotter {
 std::vector<std::pair<int64_t, double>> HotCounts::hottest(int64_t k) const {
   std::vector<std::pair<int64_t, double>> all;
   all.reserve(raw_.size());
-  for (const auto& [id, r] : raw_) all.emplace_back(id, r / inc_);
+  raw_.for_each([&](int64_t id, double r) { all.emplace_back(id, r / inc_); });
   const size_t kk = static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(all.size())));
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kk), all.end(), Hotter{});
   all.resize(kk);
@@ -101,8 +99,9 @@ void HotCounts::set_slots(const std::vector<int64_t>& slot_ids) {
     }
   }
   pool_.clear();
-  for (const auto& [id, r] : raw_)
+  raw_.for_each([&](int64_t id, double) {
     if (!cached(id)) pool_.insert(id);
+  });
   if (static_cast<int64_t>(pool_.size()) > opt_.pool_size) trim_pool();
   cursor_ = 0;
 }

@@ -39,7 +39,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -101,9 +100,9 @@ class HotCounts {
   double growth_ = 1;  // per-batch factor of the increment
   double inc_ = 1;     // weight of one observation now (raw counts are in units of the increment at their time)
   int64_t batches_ = 0;
-  std::unordered_map<int64_t, double> raw_;
+  FlatIdMap<double> raw_;  // id -> raw count (see count()); millions of ids at prefill
   std::vector<int64_t> slot_ids_;
-  FlatIdMap slot_of_;  // id -> slot of the cached ids (millions for a large cache)
+  FlatIdMap<int64_t> slot_of_;  // id -> slot of the cached ids (millions for a large cache)
   std::vector<int64_t> free_;  // free slots, taken from the back
   std::unordered_set<int64_t> pool_;
   int64_t cursor_ = 0;

@@ -1,5 +1,6 @@
 // Description: core/flat_id_map.hpp against std::unordered_map on random operation streams (inserts, re-assigns,
-// erases, lookups of present, erased and never-seen ids) dense enough in erases that tombstones force rebuilds in
+// adds through get_or_insert, erases one by one and by predicate, lookups of present, erased and never-seen ids,
+// a for_each that reads and changes every value) dense enough in erases that tombstones force rebuilds in
 // place and growth forces doubling; ids clustered (consecutive) and spread (random 63-bit), negative ids ignored;
 // a reserve holds its keys without a rebuild changing any answer; clear() empties a map that keeps working.
 #include <gtest/gtest.h>
@@ -16,7 +17,7 @@
 namespace engram {
 namespace {
 
-void expect_same(const FlatIdMap& m, const std::unordered_map<int64_t, int64_t>& ref, const std::vector<int64_t>& probe) {
+void expect_same(const FlatIdMap<int64_t>& m, const std::unordered_map<int64_t, int64_t>& ref, const std::vector<int64_t>& probe) {
   ASSERT_EQ(m.size(), ref.size());
   for (int64_t id : probe) {
     const int64_t* v = m.find(id);
@@ -38,7 +39,7 @@ TEST(FlatIdMap, RandomOperationsMatchTheStandardMap) {
     auto draw = [&]() -> int64_t {
       return spread ? static_cast<int64_t>(rng() >> 1) : static_cast<int64_t>(rng() % 5000);
     };
-    FlatIdMap m;
+    FlatIdMap<int64_t> m;
     std::unordered_map<int64_t, int64_t> ref;
     std::vector<int64_t> seen;
     for (int op = 0; op < 200'000; ++op) {
@@ -52,9 +53,28 @@ TEST(FlatIdMap, RandomOperationsMatchTheStandardMap) {
       } else if (kind < 9) {  // erase: present, already erased or never seen
         const int64_t id = kind < 8 ? seen[rng() % seen.size()] : draw();
         ASSERT_EQ(m.erase(id), ref.erase(id) == 1) << "id " << id;
+      } else if (op % 7 == 0) {  // add to a value, inserting it when absent
+        const int64_t id = rng() % 2 ? seen[rng() % seen.size()] : draw();
+        m.get_or_insert(id, 100) += 3;
+        auto [it, fresh] = ref.try_emplace(id, 100);
+        it->second += 3;
+        seen.push_back(id);
       } else {  // lookups
         const int64_t id = rng() % 2 ? seen[rng() % seen.size()] : draw();
         ASSERT_EQ(m.contains(id), ref.count(id) == 1) << "id " << id;
+      }
+      if (op % 50'000 == 49'999) {  // erase by predicate: odd values
+        const size_t n = m.erase_if([](int64_t, int64_t v) { return (v & 1) != 0; });
+        size_t want = 0;
+        for (auto it = ref.begin(); it != ref.end();) {
+          if (it->second & 1) {
+            it = ref.erase(it);
+            ++want;
+          } else {
+            ++it;
+          }
+        }
+        ASSERT_EQ(n, want);
       }
       if (op % 20'000 == 0) {
         std::vector<int64_t> probe(seen.end() - std::min<size_t>(seen.size(), 3000), seen.end());
@@ -63,11 +83,23 @@ TEST(FlatIdMap, RandomOperationsMatchTheStandardMap) {
       }
     }
     expect_same(m, ref, seen);
+    // for_each visits every key once with its value, and may change the values.
+    size_t visited = 0;
+    m.for_each([&](int64_t id, int64_t& v) {
+      ++visited;
+      auto it = ref.find(id);
+      ASSERT_NE(it, ref.end()) << "id " << id;
+      ASSERT_EQ(v, it->second);
+      v ^= 1;
+      it->second ^= 1;
+    });
+    EXPECT_EQ(visited, ref.size());
+    expect_same(m, ref, seen);
   }
 }
 
 TEST(FlatIdMap, ReserveNegativeIdsAndClear) {
-  FlatIdMap m;
+  FlatIdMap<int64_t> m;
   EXPECT_FALSE(m.contains(0));
   EXPECT_FALSE(m.erase(3));
   EXPECT_EQ(m.find(7), nullptr);
