@@ -229,7 +229,7 @@ Status CudaBackend::create_caches(bool from_profile) {
       st.rep.note = "budget capped to " + std::to_string(static_cast<int>(100 * cache_opt_.hbm_fraction)) +
                     "% of the free HBM (" + std::to_string(free_b >> 20) + " MiB free)";
     if (counts_) {
-      const std::vector<int64_t> slot_ids = (*c)->slot_ids();
+      const std::vector<int64_t>& slot_ids = (*c)->slot_ids();
       counts_->with(static_cast<int>(li), [&](plan::HotCounts& h) { h.set_slots(slot_ids); });
     }
     FastLookup* f = fast_[li].get();

@@ -155,7 +155,6 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
     }
     ++c->filled_;
   }
-  const std::vector<int64_t> fill_ids = on_device ? c->slot_ids_ : std::vector<int64_t>();
   c->slot_ids_.resize(static_cast<size_t>(c->slots_), -1);
   c->used_entries_ = c->filled_;
   auto alloc = [&](auto** p, int64_t bytes) -> Status {
@@ -179,7 +178,7 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
       cudaMallocHost(&c->pin_edits_, static_cast<size_t>(c->staging_rows_ * plan::kHotCacheEditBytesPerRow)),
       "hot cache: edits");
   if (on_device && c->filled_ > 0) {
-    ENGRAM_RETURN_IF_ERROR(c->gather_on_device(*src, fill_ids));
+    ENGRAM_RETURN_IF_ERROR(c->gather_on_device(*src, c->slot_ids_.data(), c->filled_));  // slots [0, filled_)
     c->filled_on_device_ = true;
   }
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(c->d_keys_, c->h_keys_.data(), 8 * c->map_cap_, cudaMemcpyHostToDevice),
@@ -194,13 +193,12 @@ Result<std::unique_ptr<HotRowCache>> HotRowCache::create(const TableView& v, con
 
 // The slots' ids go to the device in the map's key array (map_cap_ >= 2 * slots entries, uploaded right after),
 // so the fill allocates nothing beyond the budget; the gather runs on a stream of its own and is waited for.
-Status HotRowCache::gather_on_device(const UvaTable& source, const std::vector<int64_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size());
+Status HotRowCache::gather_on_device(const UvaTable& source, const int64_t* ids, int64_t n) {
   if (n > map_cap_) return Status(Code::kInternal, "hot cache: more rows than map entries");
   cudaStream_t s = nullptr;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "hot cache: fill stream");
   auto run = [&]() -> Status {
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_keys_, ids.data(), static_cast<size_t>(8 * n),
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_keys_, ids, static_cast<size_t>(8 * n),
                                                 cudaMemcpyHostToDevice, s),
                                 "hot cache: fill ids");
     if (format_ == CacheFormat::kBf16) {

@@ -130,7 +130,7 @@ class HotRowCache {
   HotRowCache() = default;
   int64_t find_slot_index(int64_t id) const;  // map index or -1
   void fill_row(int64_t id, uint8_t* dst) const;
-  Status gather_on_device(const UvaTable& source, const std::vector<int64_t>& ids);  // create()'s GPU fill
+  Status gather_on_device(const UvaTable& source, const int64_t* ids, int64_t n);  // create()'s GPU fill
   Status validate(const std::vector<std::pair<int64_t, int64_t>>& slot_id) const;  // replace()'s checks
   Status ensure_staging();                       // waits until the previous stage's copy has read the staging
   Status maybe_rebuild_map(void* stream);        // see map_rebuilds()
