@@ -3,8 +3,9 @@
 // ids and counts millions more: building one takes a pass over the keys with no allocation per key, and a lookup
 // touches one or two cache lines (a node-based std::unordered_map of 5.6 M ids took seconds to build and a pointer
 // chase per lookup). Iteration order is the table's, not insertion order.
-// The load (keys + tombstones) stays at most 3/4: past it the map is rebuilt, doubled when the keys alone pass
-// 3/8. Ids must be >= 0 (negative keys mark empty and erased entries). Not thread-safe.
+// The load (keys + tombstones) stays at most 3/4: past it the map is rebuilt at the size that puts its keys at
+// 3/8 (doubling a growing map, shrinking one that erases emptied). Keys are ids >= 0 (negative values mark empty
+// and erased entries; a negative id is never stored). Not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -40,8 +41,13 @@ class FlatIdMap {
   void insert_or_assign(int64_t id, V value) {
     if (id >= 0) slot(id, value) = value;
   }
-  // The value of id (>= 0), inserted as `init` when absent.
-  V& get_or_insert(int64_t id, V init) { return slot(id, init); }
+  // The value of id, inserted as `init` when absent. The reference holds until the next insertion of an absent id
+  // (which may rebuild the map). A negative id is not a key: the reference is to a scratch value set to `init`.
+  V& get_or_insert(int64_t id, V init) {
+    if (id < 0) return scratch_ = init;
+    if (const V* v = find(id)) return const_cast<V&>(*v);
+    return slot(id, init);
+  }
   // f(id, value&) for every key.
   template <typename F>
   void for_each(F&& f) {
@@ -84,7 +90,7 @@ class FlatIdMap {
   size_t index(int64_t id) const { return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift_); }
   // The entry of id (>= 0), inserted with `init` when absent.
   V& slot(int64_t id, const V& init) {
-    if ((used_ + 1) * 4 > keys_.size() * 3) rebuild((size_ + 1) * 8 > keys_.size() * 3 ? 2 * keys_.size() : keys_.size());
+    if ((used_ + 1) * 4 > keys_.size() * 3) rebuild(capacity_for(size_ + 1));
     size_t tomb = kNone;
     for (size_t h = index(id);; h = (h + 1) & mask_) {
       if (keys_[h] == id) return values_[h];
@@ -98,6 +104,13 @@ class FlatIdMap {
         return values_[at];
       }
     }
+  }
+  // Entries for n keys at a load of 3/8 (power of two, at least kMinCapacity): a rebuild's size, which doubles a
+  // growing map, keeps one whose erases left tombstones, and shrinks one that pruning emptied.
+  static size_t capacity_for(size_t n) {
+    size_t cap = kMinCapacity;
+    while (cap * 3 < n * 8) cap <<= 1;
+    return cap;
   }
   void rebuild(size_t cap) {
     if (cap < kMinCapacity) cap = kMinCapacity;
@@ -114,6 +127,7 @@ class FlatIdMap {
   }
   std::vector<int64_t> keys_;
   std::vector<V> values_;
+  V scratch_{};  // get_or_insert's answer for a negative id
   size_t mask_ = 0, size_ = 0, used_ = 0;  // used_: keys + tombstones
   int shift_ = 64;
 };

@@ -224,6 +224,9 @@ Status HotRowCache::gather_on_device(const UvaTable& source, const int64_t* ids,
   const Status st = run();
   (void)cudaStreamSynchronize(s);
   (void)cudaStreamDestroy(s);
+  // create() checked what the launch needs: a refusal here is this code's fault, not the caller's budget (the
+  // engine turns a cache off quietly on kInvalidArgument, which means "budget too small").
+  if (!st.is_ok() && st.code() == Code::kInvalidArgument) return Status(Code::kInternal, st.message());
   return st;
 }
 

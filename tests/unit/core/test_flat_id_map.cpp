@@ -116,9 +116,24 @@ TEST(FlatIdMap, ReserveNegativeIdsAndClear) {
   expect_same(m, ref, ids);
   m.insert_or_assign(-1, 5);  // negative ids are not keys
   m.insert_or_assign(-2, 5);
+  EXPECT_EQ(m.get_or_insert(-2, 9), 9);
+  m.get_or_insert(-1, 0) += 4;
   EXPECT_FALSE(m.contains(-1));
+  EXPECT_FALSE(m.contains(-2));
   EXPECT_FALSE(m.erase(-2));
   EXPECT_EQ(m.size(), ref.size());
+  expect_same(m, ref, ids);
+  // Erase all but a few, then insert again: the rebuilds that follow (tombstones, shrinking) keep every answer.
+  for (size_t k = 0; k + 10 < ids.size(); k += 2) {
+    EXPECT_TRUE(m.erase(ids[k]));
+    ref.erase(ids[k]);
+  }
+  for (int64_t i = 0; i < 1000; ++i) {
+    m.insert_or_assign(7 + 2 * i, i);
+    ref[7 + 2 * i] = i;
+    ids.push_back(7 + 2 * i);
+  }
+  expect_same(m, ref, ids);
   m.clear();
   EXPECT_EQ(m.size(), 0u);
   EXPECT_FALSE(m.contains(0));
