@@ -33,11 +33,14 @@ void check_header(const engram::host::SafetensorsHeader& h, uint64_t file_size, 
     }
     const int elem = engram::host::safetensors_dtype_bytes(t.dtype);
     check(elem > 0);
+    // Element bytes x every dimension, held at most one past the tensor's byte size (so it cannot overflow) and
+    // still multiplied by every later dimension: a zero dimension anywhere makes an empty tensor.
+    const unsigned __int128 cap = static_cast<unsigned __int128>(t.size_bytes()) + 1;
     unsigned __int128 n = static_cast<unsigned>(elem);
     for (int64_t dim : t.shape) {
       check(dim >= 0);
       n *= static_cast<uint64_t>(dim);
-      if (n > t.size_bytes()) break;
+      if (n > cap) n = cap;
     }
     check(n == t.size_bytes());
     check(h.find(t.name) != nullptr);
