@@ -192,25 +192,8 @@ Status CudaBackend::create_caches(bool from_profile) {
       }
       return c.status().with_context("hot-row cache of Engram layer " + std::to_string(li));
     }
-    if (from_profile) {
-      // The cache took its ids from the profile's first hot.size() records, in order. When it skipped none (the
-      // profile reader refuses repeated and out-of-range ids) it holds exactly the first filled() records and the
-      // coverage is a prefix sum; otherwise only those first records are probed (millions of random host map
-      // probes either way fewer for a large profile).
-      const auto& p = cache_opt_.profile[li];
-      const std::vector<int64_t>& held = (*c)->slot_ids();
-      const int64_t filled = (*c)->filled();
-      bool prefix = filled <= static_cast<int64_t>(hot.size());
-      for (int64_t k = 0; prefix && k < filled; ++k) prefix = held[static_cast<size_t>(k)] == hot[static_cast<size_t>(k)];
-      if (prefix) {
-        double all = 0, in = 0;
-        for (size_t k = 0; k < p.size(); ++k) (k < static_cast<size_t>(filled) ? in : all) += static_cast<double>(p[k].second);
-        all += in;
-        coverage = all > 0 ? in / all : std::numeric_limits<double>::quiet_NaN();
-      } else {
-        coverage = (*c)->coverage_of(p, static_cast<int64_t>(hot.size()));
-      }
-    }
+    // The cache took its ids from the profile's first hot.size() records: only those can be cached.
+    if (from_profile) coverage = (*c)->coverage_of(cache_opt_.profile[li], static_cast<int64_t>(hot.size()));
     (*c)->set_profile_coverage(coverage);
     st.rep.state = "on";
     st.rep.fill = (*c)->filled_on_device() ? "gpu" : "host";

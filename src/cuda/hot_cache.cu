@@ -274,11 +274,15 @@ bool HotRowCache::contains(int64_t id) const { return id >= 0 && find_slot_index
 
 double HotRowCache::coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts, int64_t probe_first) const {
   const size_t probed = probe_first < 0 ? id_counts.size() : std::min(id_counts.size(), static_cast<size_t>(probe_first));
+  // A cache filled from these records in order holds exactly the first filled_ of them (slot k = record k): a
+  // prefix sum, no map probes.
+  bool prefix = filled_ <= static_cast<int64_t>(probed);
+  for (int64_t k = 0; prefix && k < filled_; ++k) prefix = slot_ids_[static_cast<size_t>(k)] == id_counts[static_cast<size_t>(k)].first;
   double all = 0, held = 0;
   for (size_t k = 0; k < id_counts.size(); ++k) {
     const auto& [id, count] = id_counts[k];
     all += static_cast<double>(count);
-    if (k < probed && contains(id)) held += static_cast<double>(count);
+    if (prefix ? static_cast<int64_t>(k) < filled_ : k < probed && contains(id)) held += static_cast<double>(count);
   }
   return all > 0 ? held / all : std::numeric_limits<double>::quiet_NaN();
 }

@@ -114,7 +114,8 @@ class HotRowCache {
   void set_profile_coverage(double share) { profile_coverage_ = share; }
   // Coverage of a profile given as (id, count) pairs: sum of the counts of cached ids / sum of all counts. With
   // probe_first >= 0 only the first probe_first pairs are looked up (the caller knows the others are not cached,
-  // e.g. a profile whose first ids filled the cache): the rest only add to the total.
+  // e.g. a profile whose first ids filled the cache): the rest only add to the total. When the cache's slots hold
+  // the pairs' first ids in order (filled from them, none skipped), the coverage is a prefix sum of the counts.
   double coverage_of(const std::vector<std::pair<int64_t, int64_t>>& id_counts, int64_t probe_first = -1) const;
   int64_t slots() const { return slots_; }
   int64_t filled() const { return filled_; }
