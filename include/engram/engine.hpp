@@ -120,6 +120,9 @@ struct EngineOptions {
   TableOptions table;               // backing, placement, shards (leader / local; a peer maps the leader's)
   TableContent content;             // leader / local only
   FastPathMode fast_path = FastPathMode::kPlanner;
+  // CUDA planner: correct the calibrated path costs with the measured times of served batches, and bar a path
+  // measured slower than plain. false: the planner keeps its start-up costs (an A/B of the learner itself).
+  bool planner_learn = true;
   CacheOptions cache;               // off by default
   // CUDA: grid cap of the prefetch queue's lookups (they run in the background beside compute). Where the planner
   // finds that a lookup cannot hide behind compute it runs that one with every SM instead.

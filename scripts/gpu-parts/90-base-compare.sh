@@ -4,7 +4,9 @@
 # BASE_TGZ: a `git archive` tarball of the base revision (e.g. `git archive -o .carry/base.tgz REV`, carried);
 # without it the part skips. Both trees are built with the same flags (engram_cli only); then, alternating base and
 # this tree:
-#   engram run --backend cuda (batch 64 and 512, text ids of build/data, 48 steps), BASE_RUN_REPS times each;
+#   engram run --backend cuda (batch 64 and 512, text ids of build/data, 48 steps), BASE_RUN_REPS times each, for
+#   three arms: base, this, and this with --planner-learn false ("fixed": the planner on its start-up costs alone,
+#   which separates what the learner does from the rest of the change);
 #   engram bench lookup --sections fast (32 GiB V4.1-row table, text and Zipf ids), once each.
 # Writes base-compare.txt (a table of medians and this/base ratios) and every JSON under LOG_DIR.
 # Env: BUILD (this tree's build dir), LOG_DIR, PART_BUDGET_S (default 480), BASE_RUN_REPS (default 3),
@@ -30,16 +32,18 @@ for pair in ".:$BUILD" "$BASE_SRC:$BASE_BUILD"; do
 done
 echo "built both trees ($(($(date +%s) - START))s)"
 part_text_ids
-declare -A BIN=([this]="$BUILD/bin/engram" [base]="$BASE_BUILD/bin/engram")
+declare -A BIN=([this]="$BUILD/bin/engram" [fixed]="$BUILD/bin/engram" [base]="$BASE_BUILD/bin/engram")
+declare -A ARM_OPTS=([this]="" [fixed]="--planner-learn false" [base]="")
 # The bench's JSON file option: --json-out FILE here; a base from before that option took --json FILE.
 declare -A JSON_FILE_OPT=([this]="--json-out" [base]="--json-out")
 "${BIN[base]}" bench lookup --help 2>/dev/null | grep -q -- "--json-out" || JSON_FILE_OPT[base]="--json"
 REPS=${BASE_RUN_REPS:-3}
 for batch in 64 512; do
   for ((r = 1; r <= REPS; r++)); do
-    for arm in base this; do
+    for arm in base this fixed; do
       f="$LOG_DIR/run-b$batch-$arm-$r.json"
-      timeout 90 "${BIN[$arm]}" run --backend cuda --batch "$batch" --steps 48 "${IDS[@]}" --timeline none --json \
+      # shellcheck disable=SC2086  # ARM_OPTS holds whole flags
+      timeout 90 "${BIN[$arm]}" run --backend cuda --batch "$batch" --steps 48 "${IDS[@]}" --timeline none --json ${ARM_OPTS[$arm]} \
         >"$f" 2>"$LOG_DIR/run-b$batch-$arm-$r.err" || { echo "FAIL  run batch $batch $arm rep $r"; STATUS=1; }
     done
   done
@@ -56,11 +60,11 @@ PYTHONPATH="$root/scripts/gpu-parts" python3 - "$LOG_DIR" <<'EOF' | tee "$LOG_DI
 import glob, os, sys
 from part_json import fmt, load, med, pick
 d = sys.argv[1]
-print("engram run --backend cuda, 48 steps, medians over repetitions (this/base)")
-print(f"{'batch':>5} {'metric':<26} {'base':>12} {'this':>12} {'this/base':>9}")
+print("engram run --backend cuda, 48 steps, medians over repetitions (this/base; fixed = this with --planner-learn false)")
+print(f"{'batch':>5} {'metric':<26} {'base':>12} {'this':>12} {'fixed':>12} {'this/base':>9} {'fixed/base':>10}")
 for batch in (64, 512):
-    docs = {a: [load(p) for p in sorted(glob.glob(f"{d}/run-b{batch}-{a}-*.json"))] for a in ("base", "this")}
-    print(f"{batch:>5} {'runs (base/this)':<26} {len([x for x in docs['base'] if x]):>12} {len([x for x in docs['this'] if x]):>12}")
+    docs = {a: [load(p) for p in sorted(glob.glob(f"{d}/run-b{batch}-{a}-*.json"))] for a in ("base", "this", "fixed")}
+    print(f"{batch:>5} {'runs':<26} " + " ".join(f"{len([x for x in docs[a] if x]):>12}" for a in ("base", "this", "fixed")))
     for name, keys in (("step median [us]", ("steps.step_ns.median",)),
                        ("step p99 [us]", ("steps.step_ns.p99",)),
                        ("tokens/s", ("steps.tokens_per_s",)),
@@ -69,8 +73,9 @@ for batch in (64, 512):
         scale = 1e-3 if "[us]" in name else 1e-6 if "[M]" in name else 1.0
         v = {a: med([pick(x, *keys) for x in docs[a] if x]) for a in docs}
         v = {a: (None if x is None else x * scale) for a, x in v.items()}
-        r = v["this"] / v["base"] if v["this"] is not None and v["base"] else None
-        print(f"{batch:>5} {name:<26} {fmt(v['base'], 3):>12} {fmt(v['this'], 3):>12} {fmt(r, 3):>9}")
+        r = {a: (v[a] / v["base"] if v[a] is not None and v["base"] else None) for a in ("this", "fixed")}
+        print(f"{batch:>5} {name:<26} {fmt(v['base'], 3):>12} {fmt(v['this'], 3):>12} {fmt(v['fixed'], 3):>12} "
+              f"{fmt(r['this'], 3):>9} {fmt(r['fixed'], 3):>10}")
 for a in ("base", "this"):
     p = f"{d}/fast-{a}.txt"
     if os.path.exists(p):

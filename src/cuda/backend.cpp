@@ -135,6 +135,7 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions opt,
       FastLookupOptions fo;
       fo.max_rows = opt.queue.max_tokens * opt.heads;
       fo.planner.enabled = opt.planner;
+      fo.learn = opt.learn;
       auto f = FastLookup::create(&t, fo);
       if (!f.is_ok()) {
         if (f.status().code() != Code::kUnsupported) return f.status().with_context("fast path");

@@ -172,6 +172,7 @@ struct CudaBackendOptions {
   // Fast path (fast_lookup.cuh): each layer's queue slot runs a FastLookup driven by the planner.
   bool fast_path = true;
   bool planner = true;             // false: the FastLookup runs the plain gather (experiments)
+  bool learn = true;               // the planner corrects its costs with measured batch times
   EngineCacheOptions cache;        // hot-row caches (need fast_path)
 };
 

@@ -112,7 +112,7 @@ nlohmann::json CudaBackend::describe() const {
         learned.push_back({{"rows_min", r.rows_min}, {"rows_max", r.rows_max}, {"path", r.name},
                            {"batches", r.samples}, {"predicted_us", json_num(r.predicted_us)},
                            {"measured_us", json_num(r.measured_us)}, {"barred", r.barred}});
-    fp.push_back({{"layer_index", li}, {"paths", paths}, {"learned", learned},
+    fp.push_back({{"layer_index", li}, {"paths", paths}, {"learning", f->learns()}, {"learned", learned},
                   {"unique_fraction", u}, {"cache_hit_rate", h},
                   {"last_plan", f->last_plan().path_name()},
                   {"last_predicted_us", predicted}, {"last_plain_us", plain},

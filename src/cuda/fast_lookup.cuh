@@ -112,6 +112,7 @@ class FastLookup final {
   const plan::Plan& last_plan() const { return last_plan_; }
   plan::Costs& costs() { return opt_.costs; }
   plan::PlannerOptions& planner_options() { return opt_.planner; }
+  bool learns() const { return opt_.learn; }
   // The learner the planner's prices are corrected with (tests feed it measurements).
   plan::CostLearner& learner() { return learner_; }
   int64_t device_bytes() const;

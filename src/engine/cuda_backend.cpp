@@ -86,6 +86,7 @@ Result<std::unique_ptr<Backend>> cuda_create(const EngramLayout& layout, const s
   c.main_stream = o.main_stream;
   c.fast_path = o.fast_path != FastPathMode::kOff;
   c.planner = o.fast_path == FastPathMode::kPlanner;
+  c.learn = o.planner_learn;
   c.registered = std::dynamic_pointer_cast<cuda::TableRegistration>(registration);
   // Hot-row cache: one budget per layer (a share is of that layer's table).
   const CacheOptions& k = o.cache;

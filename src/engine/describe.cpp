@@ -142,6 +142,8 @@ std::vector<std::string> describe_lines(const nlohmann::json& det) {
                                 pct(f["cache_hit_rate"]).c_str()));
       if (f.contains("last_why"))
         for (const auto& w : f["last_why"]) out.push_back("          why: " + w.get<std::string>());
+      if (!f.value("learning", true))
+        out.push_back("          learning off: the planner keeps its calibrated costs");
       if (f.contains("learned") && f["learned"].is_array())
         for (const auto& r : f["learned"])
           out.push_back(printf_line("          learned rows %lld-%lld, %s: predicted %s us, measured %s us (%lld batches)%s",

@@ -192,6 +192,8 @@ const std::vector<Row>& rows() {
          }),
         row("fast_path", "planner, plain, off",
          [](O& o, S v) { return assign(parse_fast_path_mode(v), [&](FastPathMode m) { o.fast_path = m; }); }),
+        row("planner_learn", "CUDA planner: correct its costs with measured batch times (true/false, default true)",
+         [](O& o, S v) { return assign(parse_bool(v), [&](bool b) { o.planner_learn = b; }); }),
         row("cache_size", "GPU hot-row cache per layer: bytes (256MiB), a share of the layer's table (5%), or off",
          [](O& o, S v) { return assign(parse_cache_size(v), [&](CacheSize c) { o.cache.size = c; }); }),
         row("cache_format", "fp8 or bf16",

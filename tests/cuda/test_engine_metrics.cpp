@@ -70,5 +70,49 @@ TEST(CudaEngineMetrics, CacheAndPlannerFiguresMatchDescribe) {
   EXPECT_NE(prometheus_text(m).find("# TYPE engram_cache_hits_total counter"), std::string::npos);
 }
 
+// planner_learn = false reaches every layer's fast path: describe() says so, the learner holds no measurement,
+// and the batches are still served bit-identical to the scalar reference.
+TEST(CudaEngineMetrics, PlannerLearningOffLearnsNothing) {
+  ENGRAM_REQUIRE_GPU();
+  test::ConformanceCase c{BackendKind::kCuda, RowFormat::kFused, FastPathMode::kPlanner, /*cache=*/false};
+  std::mt19937_64 rng(test::conformance_seed());
+  const EngramLayout layout = test::conformance_layout(c.format);
+  const int64_t tokens = 64;
+  EngineOptions o = test::conformance_options(c, tokens);
+  o.device = 0;
+  o.planner_learn = false;
+  auto e = Engine::create_local(layout, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  Engine& engine = **e;
+  test::randomize_table(engine.table(), rng);
+  PrefetchQueue& q = engine.queue();
+  const size_t per_token = static_cast<size_t>(layout.heads() * layout.d);
+  const int steps = 12;
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<std::vector<int64_t>> ids;
+    for (int li = 0; li < layout.n_layers(); ++li) ids.push_back(test::conformance_ids(layout, li, tokens, rng));
+    q.begin_step(step);
+    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.prepare(li, ids[li].data(), tokens).is_ok());
+    std::vector<const uint16_t*> staging;
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      auto st = q.consume(li);
+      ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+      staging.push_back(st->data);
+    }
+    ASSERT_TRUE(q.end_step().is_ok());
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      const auto got = testing::to_host(staging[static_cast<size_t>(li)], static_cast<size_t>(tokens) * per_token);
+      EXPECT_EQ(test::first_reference_mismatch(engine.table().view(li), ids[li], got.data()), -1)
+          << "step " << step << " layer " << li;
+    }
+  }
+  const nlohmann::json d = engine.describe();
+  ASSERT_EQ(d["fast_path"].size(), static_cast<size_t>(layout.n_layers())) << d.dump();
+  for (const auto& f : d["fast_path"]) {
+    EXPECT_EQ(f["learning"], false) << f.dump();
+    EXPECT_TRUE(f["learned"].empty()) << f.dump();
+  }
+}
+
 }  // namespace
 }  // namespace engram

@@ -107,6 +107,7 @@ int replay(const ReplayArgs& a) {
                  {"backend_note", s.backend_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.backend_note)},
                  {"backend_details", details},
                  {"fast_path", a.s.engine.fast_path},
+                 {"planner_learn", s.engine.planner_learn},
                  {"cache_requested", cache_requested_json(a.s.engine.cache, s.engine)},
                  {"cache_note", details.contains("cache_note") ? details["cache_note"] : nlohmann::json(nullptr)},
                  {"table", {{"layout", s.layout.name}, {"bytes", s.layout.total_bytes()},

@@ -292,6 +292,7 @@ int run(const RunArgs& a) {
                    {"ids_note", ids_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(ids_note)},
                    {"layer_us", a.layer_us},
                    {"fast_path", a.engine.fast_path},
+                   {"planner_learn", eo.planner_learn},
                    {"cache_requested", cache_requested_json(a.engine.cache, eo)},
                    {"cache_note", details.contains("cache_note") ? details["cache_note"] : nlohmann::json(nullptr)}};
   add_replay_json(r, j);

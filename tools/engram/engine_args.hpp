@@ -77,6 +77,7 @@ struct EngineArgs {
   std::string shm_dir = "/dev/shm";  // --backing shm: directory of the named files
   std::string placement = "none";
   std::string fast_path = "planner";
+  std::string planner_learn = "true";  // --planner-learn as typed: EngineOptions::planner_learn
   std::string grid_fraction = "0.5";  // --grid-fraction as typed: EngineOptions::grid_cap
   std::string lookup_threads = "0";   // --threads as typed: EngineOptions::lookup_threads
   bool checked = false;
@@ -108,6 +109,10 @@ inline void add_backend_options(CLI::App& sub, EngineArgs& a) {
                  "costs, printed with its reasons), plain (the fast-path machinery runs the plain gather), off (the "
                  "plain kernel, no cache)")
       ->check(CLI::IsMember({"planner", "plain", "off"}));
+  sub.add_option("--planner-learn", a.planner_learn,
+                 "CUDA planner: correct its calibrated costs with the measured times of served batches and bar a "
+                 "path measured slower than plain: true (default) or false (the start-up costs alone)")
+      ->check(engine_option_text("planner_learn"));
 }
 
 inline void add_table_memory_options(CLI::App& sub, EngineArgs& a) {
@@ -146,6 +151,7 @@ inline Status apply_tp_args(const TpArgs& t, TableOptions& o) {
 inline std::vector<std::pair<std::string, std::string>> lookup_option_text(const EngineArgs& a, int default_warmup) {
   std::vector<std::pair<std::string, std::string>> v = {
       {"--backend", a.backend},           {"--fast-path", a.fast_path},
+      {"--planner-learn", a.planner_learn},
       {"--cache-size", a.cache.size},     {"--cache-format", a.cache.format},
       {"--cache-update", a.cache.update}, {"--grid-fraction", a.grid_fraction},
       {"--lookup-threads", a.lookup_threads},

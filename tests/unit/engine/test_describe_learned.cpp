@@ -43,6 +43,19 @@ TEST(DescribeLines, LearnedPredictedAndMeasuredPerPathAndSizeRange) {
   for (const auto& l : old_lines) EXPECT_EQ(l.find("learned"), std::string::npos) << l;
 }
 
+TEST(DescribeLines, LearningOffIsSaidOnlyWhenOff) {
+  nlohmann::json det = {{"backend", "cuda"},
+                        {"fast_path_mode", "planner"},
+                        {"fast_path", {{{"layer_index", 0}, {"paths", {{"plain-uva, background", 4}}}, {"learning", false}}}}};
+  std::string all;
+  for (const auto& l : describe_lines(det)) all += l + "\n";
+  EXPECT_NE(all.find("learning off: the planner keeps its calibrated costs"), std::string::npos) << all;
+  det["fast_path"][0]["learning"] = true;
+  all.clear();
+  for (const auto& l : describe_lines(det)) all += l + "\n";
+  EXPECT_EQ(all.find("learning off"), std::string::npos) << all;
+}
+
 TEST(DescribeLines, BuildLineSaysWhereConstructionTimeWent) {
   const nlohmann::json det = {
       {"backend", "cuda"},

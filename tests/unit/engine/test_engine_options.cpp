@@ -41,6 +41,19 @@ TEST(EngineOptionTable, EveryKeyIsListedOnceAndTableKeysReachTheTable) {
   EXPECT_EQ(t.head_shards.size(), 2u);
 }
 
+TEST(EngineOptionTable, PlannerLearningIsOnByDefaultAndTakesABoolean) {
+  EngineOptions o;
+  EXPECT_TRUE(o.planner_learn);
+  ASSERT_TRUE(set_engine_option(o, "--planner-learn", "false").is_ok());
+  EXPECT_FALSE(o.planner_learn);
+  ASSERT_TRUE(set_engine_option(o, "planner_learn", "true").is_ok());
+  EXPECT_TRUE(o.planner_learn);
+  const Status s = set_engine_option(o, "planner_learn", "sometimes");
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("planner"), std::string::npos) << s.message();
+  EXPECT_TRUE(o.planner_learn);  // a refused value leaves the field as it was
+}
+
 TEST(EngineOptionTable, GridCapHasOneFieldWhateverSpellingSetsIt) {
   EngineOptions o;
   EXPECT_EQ(o.grid_cap, GridCap::background_default());
