@@ -167,7 +167,7 @@ int grid_for(int64_t n, int threads) {
 
 // ---- fast gather ----------------------------------------------------------------------------------
 
-template <int G, int U, bool kFused>
+template <int G, int U, bool kFused, bool kProbe>
 __global__ void __launch_bounds__(kThreads)
     fast_gather_kernel(const FastGatherArgs a, int64_t n_host) {
   static_assert(G >= 1 && G <= 32 && 32 % G == 0, "a warp holds whole lane groups");
@@ -180,11 +180,12 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5;
   const int gl = lane % G;
   const int n_chunks = a.d / 16;
+  unsigned dead = 0, invalid = 0, hits = 0;  // counted by each group's first lane
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     const int64_t k0 = tile * kTileRows + warp * kRowsPerWarp + lane / G;
     const uint8_t* pay[U];
     const uint8_t* sca[U];
-    int state[U];  // 0: nothing, 1: read, 2: zero row
+    int state[U];  // 0: nothing, 1: decode a record, 2: zero row, 3: copy a BF16 row (cache)
     int64_t dst[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -192,15 +193,35 @@ __global__ void __launch_bounds__(kThreads)
       state[u] = 0;
       pay[u] = sca[u] = nullptr;
       dst[u] = 0;
+      int64_t id = kSkipId;
       if (k < n) {
-        const int64_t id = a.ids ? __ldg(a.ids + k) : k;
+        id = a.ids ? __ldg(a.ids + k) : k;
         dst[u] = a.dst ? static_cast<int64_t>(__ldg(a.dst + k)) : k;
+        if (a.id_limit > 0) {
+          if (gl == 0) {
+            dead += id < 0;
+            invalid += id >= a.id_limit;
+          }
+          if (id < 0 || id >= a.id_limit) id = -1;
+        }
         if (id >= 0) {
           state[u] = 1;
           pay[u] = a.rows_base + id * a.stride;
           sca[u] = kFused ? pay[u] + a.d : a.scales_base + id * (a.d / kScaleBlock);
         } else if (id != kSkipId) {
           state[u] = 2;
+        }
+      }
+      if constexpr (kProbe) {
+        // The group's first lane walks the map; the slot goes to the group's other lanes.
+        int32_t slot = -1;
+        if (gl == 0 && state[u] == 1) slot = cache_slot_of(a.cache.keys, a.cache.slots, a.cache.mask, id);
+        slot = __shfl_sync(0xFFFFFFFFu, slot, 0, G);
+        if (slot >= 0) {
+          hits += gl == 0;
+          pay[u] = a.cache.rows + static_cast<int64_t>(slot) * a.cache.row_bytes;
+          sca[u] = pay[u] + a.d;  // FP8 records: the scales follow the payload
+          if (!a.cache.fp8) state[u] = 3;
         }
       }
     }
@@ -218,7 +239,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < U; ++u) {
         if (state[u] != 0) {
           uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
-          if (state[u] == 1) decode16(v[u], s[u], lo, hi);
+          if (state[u] == 1) {
+            decode16(v[u], s[u], lo, hi);
+          } else if (kProbe && state[u] == 3) {
+            lo = __ldg(reinterpret_cast<const uint4*>(pay[u]) + 2 * c);
+            hi = __ldg(reinterpret_cast<const uint4*>(pay[u]) + 2 * c + 1);
+          }
           uint4* o = reinterpret_cast<uint4*>(a.out + dst[u] * a.d + c * 16);
           o[0] = lo;
           o[1] = hi;
@@ -226,6 +252,11 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  if (a.counters) {
+    warp_count(&a.counters[0], dead);
+    warp_count(&a.counters[1], invalid);
+  }
+  if (kProbe && a.cache.hits) warp_count(a.cache.hits, hits);
 }
 
 int lanes_per_row(int d) {
@@ -235,17 +266,23 @@ int lanes_per_row(int d) {
   return g;
 }
 
-template <int U, bool kFused>
+template <int U, bool kFused, bool kProbe>
 cudaError_t launch_g(int g, int grid, const FastGatherArgs& a, cudaStream_t s) {
   switch (g) {
-    case 2: fast_gather_kernel<2, U, kFused><<<grid, kThreads, 0, s>>>(a, a.n); break;
-    case 4: fast_gather_kernel<4, U, kFused><<<grid, kThreads, 0, s>>>(a, a.n); break;
-    case 8: fast_gather_kernel<8, U, kFused><<<grid, kThreads, 0, s>>>(a, a.n); break;
-    case 16: fast_gather_kernel<16, U, kFused><<<grid, kThreads, 0, s>>>(a, a.n); break;
-    case 32: fast_gather_kernel<32, U, kFused><<<grid, kThreads, 0, s>>>(a, a.n); break;
+    case 2: fast_gather_kernel<2, U, kFused, kProbe><<<grid, kThreads, 0, s>>>(a, a.n); break;
+    case 4: fast_gather_kernel<4, U, kFused, kProbe><<<grid, kThreads, 0, s>>>(a, a.n); break;
+    case 8: fast_gather_kernel<8, U, kFused, kProbe><<<grid, kThreads, 0, s>>>(a, a.n); break;
+    case 16: fast_gather_kernel<16, U, kFused, kProbe><<<grid, kThreads, 0, s>>>(a, a.n); break;
+    case 32: fast_gather_kernel<32, U, kFused, kProbe><<<grid, kThreads, 0, s>>>(a, a.n); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+template <bool kProbe>
+cudaError_t launch_shape(int g, int grid, bool one_wave, const FastGatherArgs& a, cudaStream_t s) {
+  if (a.fused) return one_wave ? launch_g<1, true, kProbe>(g, grid, a, s) : launch_g<4, true, kProbe>(g, grid, a, s);
+  return one_wave ? launch_g<1, false, kProbe>(g, grid, a, s) : launch_g<4, false, kProbe>(g, grid, a, s);
 }
 
 }  // namespace
@@ -345,6 +382,8 @@ Status launch_fast_gather(const FastGatherArgs& a, void* stream) {
   if (!a.rows_base || !a.out || a.d <= 0 || a.d % 32 != 0 || (!a.fused && !a.scales_base))
     return Status(Code::kInvalidArgument, "fast gather: bad arguments (rows, out, d, scales)");
   if (a.cap < 1) return Status(Code::kInvalidArgument, "fast gather: grid cap of " + std::to_string(a.cap) + " blocks");
+  if (a.cache.keys && (!a.cache.slots || !a.cache.rows || a.cache.row_bytes < (a.cache.fp8 ? a.d + a.d / 32 : 2 * a.d)))
+    return Status(Code::kInvalidArgument, "fast gather: bad cache map (slots, rows, row bytes)");
   const int g = lanes_per_row(a.d);
   const int cap = a.cap;
   const int64_t small_tile = kWarps * (32 / g);
@@ -352,11 +391,7 @@ Status launch_fast_gather(const FastGatherArgs& a, void* stream) {
   const int64_t tile = one_wave ? small_tile : small_tile * 4;
   const int grid = static_cast<int>(std::min<int64_t>((a.n + tile - 1) / tile, cap));
   const auto s = static_cast<cudaStream_t>(stream);
-  cudaError_t e;
-  if (a.fused)
-    e = one_wave ? launch_g<1, true>(g, grid, a, s) : launch_g<4, true>(g, grid, a, s);
-  else
-    e = one_wave ? launch_g<1, false>(g, grid, a, s) : launch_g<4, false>(g, grid, a, s);
+  const cudaError_t e = a.cache.keys ? launch_shape<true>(g, grid, one_wave, a, s) : launch_shape<false>(g, grid, one_wave, a, s);
   ENGRAM_CUDA_RETURN_IF_ERROR(e, "fast gather launch (grid " + std::to_string(grid) + ")");
   return Status::ok();
 }

@@ -75,9 +75,25 @@ class DeviceDedup {
 //   id >= 0: decode row id of `rows_base` into out[dst ? dst[k] : k]; id == -1: write a zero row;
 //   id == kSkipId: write nothing (the row comes from elsewhere, e.g. the cache).
 // rows_base is a device-accessible address (UVA-translated host table, device cache, or staged records); rows are
-// fused records of `stride` bytes or split (payload stride = d, scales at `scales_base`). Ids are trusted: the
-// caller has already mapped dead/out-of-range ids to -1. Grid: min(ceil(n / tile), cap).
+// fused records of `stride` bytes or split (payload stride = d, scales at `scales_base`). Ids are trusted unless
+// id_limit > 0: the caller has mapped dead/out-of-range ids to -1. Grid: min(ceil(n / tile), cap).
+// With id_limit > 0 the gather sanitizes as launch_sanitize_ids would, in the same pass: an id < 0 (kSkipId
+// included) or >= id_limit writes a zero row and counts into counters[0] (dead) / counters[1] (out of range).
+// With cache.keys set, every valid id is first looked up in the hot-row cache's map (one lane per row group walks
+// the chain in HBM): a cached row is read from the cache (FP8 records decoded as table rows are, BF16 rows copied),
+// the others over UVA; cache.hits counts the rows served from the cache. One launch replaces sanitize, probe and
+// gather, with outputs bit-identical to theirs.
 inline constexpr int64_t kSkipId = INT64_MIN;
+// A hot-row cache as the gather reads it (HotRowCache::map_view).
+struct CacheMapView {
+  const int64_t* keys = nullptr;         // null: no cache
+  const int32_t* slots = nullptr;
+  unsigned long long mask = 0;
+  const uint8_t* rows = nullptr;         // [slots][row_bytes]: FP8 records (payload d, then d/32 scales) or BF16 rows
+  int64_t row_bytes = 0;
+  bool fp8 = true;
+  unsigned long long* hits = nullptr;    // device counter, may be null
+};
 struct FastGatherArgs {
   const uint8_t* rows_base = nullptr;
   const uint8_t* scales_base = nullptr;  // split only
@@ -90,6 +106,9 @@ struct FastGatherArgs {
   const unsigned long long* n_device = nullptr;
   uint16_t* out = nullptr;
   int cap = 1;                           // grid cap in blocks (GridCap::blocks_for), >= 1
+  int64_t id_limit = 0;                  // > 0: sanitize in the gather (ids >= id_limit or < 0 are zero rows)
+  unsigned long long* counters = nullptr;  // with id_limit: [0] dead, [1] out of range (may be null)
+  CacheMapView cache;
 };
 Status launch_fast_gather(const FastGatherArgs& a, void* stream);
 

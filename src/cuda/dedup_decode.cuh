@@ -14,5 +14,24 @@ ENGRAM_HD unsigned long long hash_slot(unsigned long long id, unsigned long long
   return (id * 0x9E3779B97F4A7C15ull >> 20) & mask;
 }
 
+// The hot-row cache's device map (hot_cache.cuh): open addressing over `keys` (kCacheEmptyKey: free; tombstones are
+// other negative keys, which no id matches), linear probing from hash_slot; slots[h] is the cache slot of keys[h].
+inline constexpr int64_t kCacheEmptyKey = -1;
+
+// The cache slot holding row `id` (>= 0), or -1. A probe chain always ends: the map is rebuilt before keys and
+// tombstones fill it.
+#ifdef __CUDACC__
+__device__ __forceinline__ int32_t cache_slot_of(const int64_t* keys, const int32_t* slots, unsigned long long mask,
+                                                 int64_t id) {
+  unsigned long long h = hash_slot(static_cast<unsigned long long>(id), mask);
+  while (true) {
+    const int64_t key = keys[h];
+    if (key == id) return slots[h];
+    if (key == kCacheEmptyKey) return -1;
+    h = (h + 1) & mask;
+  }
+}
+#endif
+
 
 }  // namespace engram::cuda

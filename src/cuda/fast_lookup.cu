@@ -60,7 +60,6 @@ Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, co
   const int d = table->host_view().d;
   ENGRAM_ASSIGN_OR_RETURN(f->dedup_, DeviceDedup::create(o.max_rows));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->sanitized_, 8 * o.max_rows), "fast lookup: ids buffer");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->miss_, 8 * o.max_rows), "fast lookup: miss buffer");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->compact_, 2 * static_cast<size_t>(d) * o.max_rows), "fast lookup: compact rows");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->dev_stats_, kStatWords * sizeof(unsigned long long)), "fast lookup: stats");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(f->dev_stats_, 0, kStatWords * sizeof(unsigned long long)), "fast lookup: stats");
@@ -99,7 +98,7 @@ FastLookup::~FastLookup() {
       if (ev) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }
   if (side_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(side_stream_));
-  for (void* p : {static_cast<void*>(sanitized_), static_cast<void*>(miss_), static_cast<void*>(compact_),
+  for (void* p : {static_cast<void*>(sanitized_), static_cast<void*>(compact_),
                   static_cast<void*>(dev_stats_)})
     if (p) (void)cudaFree(p);
   if (pin_stats_) (void)cudaFreeHost(pin_stats_);
@@ -107,7 +106,7 @@ FastLookup::~FastLookup() {
 }
 
 int64_t FastLookup::device_bytes() const {
-  return dedup_->device_bytes() + 16 * opt_.max_rows + 2 * int64_t{table_->host_view().d} * opt_.max_rows +
+  return dedup_->device_bytes() + 8 * opt_.max_rows + 2 * int64_t{table_->host_view().d} * opt_.max_rows +
          (cache_ ? cache_->hbm_bytes() : 0);
 }
 
@@ -344,44 +343,40 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
   const int64_t n = a.tokens * a.heads;
   const TableView& v = table_->host_view();
   const int d = v.d;
-  const int64_t* work_ids = nullptr;
-  const unsigned long long* count_dev = nullptr;
-  uint16_t* work_out = a.out;
-  if (p.dedup) {
-    ENGRAM_RETURN_IF_ERROR(dedup_->run(a.ids, n, v.rows, p.sort ? DedupMethod::kSort : DedupMethod::kHash, a.counters,
-                                       stream));
-    work_ids = dedup_->unique_ids();
-    count_dev = dedup_->unique_count();
-    work_out = compact_;
-    // The per-size unique counts pair device sums with host row counts: a captured launch (replayed any number of
-    // times, counted on the host once) adds to neither.
-    const bool cap = capturing(s);
-    accumulate_kernel<<<1, 32, 0, s>>>(count_dev, dev_stats_, p.cache ? 1 : 0, cap ? -1 : cur_bucket_);
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "fast lookup: accumulate");
-    totals_.dedup_batches += 1;
-    totals_.dedup_rows += n;
-    if (!cap) dedup_rows_b_[static_cast<size_t>(cur_bucket_)] += n;
-  } else {
-    ENGRAM_RETURN_IF_ERROR(launch_sanitize_ids(a.ids, n, v.rows, sanitized_, a.counters, stream));
-    work_ids = sanitized_;
-    if (p.cache) host_probes_ += n;
-  }
-  const int64_t* gather_ids = work_ids;
-  if (p.cache) {
-    ENGRAM_RETURN_IF_ERROR(cache_->launch_probe(work_ids, n, count_dev, miss_, work_out, dev_stats_ + 1, stream));
-    gather_ids = miss_;
-  }
   FastGatherArgs g;
   g.rows_base = v.data + table_->uniform_delta();
   g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
   g.stride = v.stride_bytes;
   g.d = d;
   g.fused = v.format == RowFormat::kFused;
-  g.ids = gather_ids;
   g.n = n;
-  g.n_device = count_dev;
-  g.out = work_out;
+  g.out = a.out;
   g.cap = cap_blocks;
+  if (p.dedup) {
+    // The gather reads each distinct valid id once (dedup dropped dead and out-of-range ids and counted them) into
+    // the compact buffer; the scatter writes the batch's rows from it.
+    ENGRAM_RETURN_IF_ERROR(dedup_->run(a.ids, n, v.rows, p.sort ? DedupMethod::kSort : DedupMethod::kHash, a.counters,
+                                       stream));
+    g.ids = dedup_->unique_ids();
+    g.n_device = dedup_->unique_count();
+    g.out = compact_;
+    // The per-size unique counts pair device sums with host row counts: a captured launch (replayed any number of
+    // times, counted on the host once) adds to neither.
+    const bool cap = capturing(s);
+    accumulate_kernel<<<1, 32, 0, s>>>(g.n_device, dev_stats_, p.cache ? 1 : 0, cap ? -1 : cur_bucket_);
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "fast lookup: accumulate");
+    totals_.dedup_batches += 1;
+    totals_.dedup_rows += n;
+    if (!cap) dedup_rows_b_[static_cast<size_t>(cur_bucket_)] += n;
+  } else {
+    // Sanitized in the gather's own pass.
+    g.ids = a.ids;
+    g.id_limit = v.rows;
+    g.counters = a.counters;
+    if (p.cache) host_probes_ += n;
+  }
+  // The cache is probed inside the gather: a cached row is read from HBM, the others over UVA, in one launch.
+  if (p.cache) g.cache = cache_->map_view(dev_stats_ + 1);
   ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
   if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
   return Status::ok();

@@ -136,7 +136,6 @@ class FastLookup final {
   ForcedPlan forced_;
   plan::Plan last_plan_;
   int64_t* sanitized_ = nullptr;        // [max_rows]
-  int64_t* miss_ = nullptr;             // [max_rows]
   uint16_t* compact_ = nullptr;         // [max_rows][d]
   unsigned long long* dev_stats_ = nullptr;  // [0] unique rows, [1] cache hits, [2] cache probes,
                                              // [3 + b] unique rows of size bucket b (device-counted)

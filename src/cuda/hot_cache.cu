@@ -21,7 +21,7 @@ namespace engram::cuda {
 
 namespace {
 
-constexpr int64_t kEmptyKey = -1;
+constexpr int64_t kEmptyKey = kCacheEmptyKey;
 constexpr int64_t kTombstone = -2;
 
 struct ProbeArgs {
@@ -49,18 +49,7 @@ __global__ void probe_kernel(const ProbeArgs a) {
   for (int64_t k = warp; k < n; k += n_warps) {
     const int64_t id = a.ids[k];
     int32_t slot = -1;
-    if (lane == 0 && id >= 0) {
-      unsigned long long h = hash_slot(static_cast<unsigned long long>(id), a.mask);
-      while (true) {
-        const int64_t key = a.keys[h];
-        if (key == id) {
-          slot = a.slots[h];
-          break;
-        }
-        if (key == kEmptyKey) break;
-        h = (h + 1) & a.mask;
-      }
-    }
+    if (lane == 0 && id >= 0) slot = cache_slot_of(a.keys, a.slots, a.mask, id);
     slot = __shfl_sync(0xFFFFFFFFu, slot, 0);
     if (slot < 0) {
       if (lane == 0) a.miss_ids[k] = id < 0 ? -1 : id;
@@ -298,6 +287,18 @@ Status HotRowCache::launch_probe(const int64_t* ids, int64_t n, const unsigned l
   probe_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "hot cache probe launch");
   return Status::ok();
+}
+
+CacheMapView HotRowCache::map_view(unsigned long long* hits_counter) const {
+  CacheMapView m;
+  m.keys = d_keys_;
+  m.slots = d_slots_;
+  m.mask = static_cast<unsigned long long>(map_cap_ - 1);
+  m.rows = d_rows_;
+  m.row_bytes = row_bytes_;
+  m.fp8 = format_ == CacheFormat::kFp8;
+  m.hits = hits_counter;
+  return m;
 }
 
 Result<int64_t> HotRowCache::update(const std::vector<int64_t>& candidates,

@@ -71,6 +71,9 @@ class HotRowCache {
   // miss_ids[k] = kSkipId; a miss sets miss_ids[k] = id (id < 0: -1). hits_counter (device, may be null) += hits.
   Status launch_probe(const int64_t* ids, int64_t n, const unsigned long long* n_device, int64_t* miss_ids,
                       uint16_t* out, unsigned long long* hits_counter, void* stream) const;
+  // The device map and rows as the fast gather probes them in its own pass (FastGatherArgs::cache), counting hits
+  // into hits_counter (device, may be null). Valid until the next commit() (a map rebuild may move it).
+  CacheMapView map_view(unsigned long long* hits_counter) const;
 
   // Bounded online update: admits up to max_rows ids of `candidates` (hottest first) that are not cached, evicting
   // the cached ids with the lowest `score` (the caller's LFU counts or LRU times; missing ids score 0). Enqueued

@@ -90,12 +90,25 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
     split.cache = true;
     split.host_share = 0.05;
     plans.push_back({"cache+hybrid-5%", split});
+    // The cache path without dedup probes every valid position inside the gather: its hits are exactly the
+    // positions whose id the cache holds.
+    int64_t cached_positions = 0;
+    for (int64_t id : ids) cached_positions += id >= 0 && id < x->layout.rows(0) && (*fl)->cache()->contains(id);
+    ASSERT_GT(cached_positions, 0);
+    ASSERT_LT(cached_positions, static_cast<int64_t>(ids.size()));
     for (const auto& [name, pl] : plans) {
       SCOPED_TRACE(std::string(name) + " cache " + cuda::cache_format_name(cf));
+      auto before = (*fl)->stats(nullptr);
+      ASSERT_TRUE(before.is_ok());
       const testing::FastOut o = testing::fast_launch(**fl, x->table, ids, heads, &pl);
       EXPECT_EQ(testing::first_mismatch(o.staging, want), -1);
       EXPECT_EQ(o.counters[0], static_cast<unsigned long long>(ref_stats.dead_rows));
       EXPECT_EQ(o.counters[1], static_cast<unsigned long long>(ref_stats.invalid_ids));
+      if (pl.cache && !pl.dedup && pl.host_share == 0) {
+        auto after = (*fl)->stats(nullptr);
+        ASSERT_TRUE(after.is_ok());
+        EXPECT_EQ(after->cache_hits - before->cache_hits, cached_positions);
+      }
     }
   }
   auto st = (*fl)->stats(nullptr);
