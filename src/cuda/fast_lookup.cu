@@ -172,10 +172,14 @@ plan::BatchStats FastLookup::batch_stats(int64_t rows) const {
 }
 
 void FastLookup::harvest_timings() {
-  for (TimedBatch& t : ring_) {
+  // Oldest first (the ring fills in launch order from ring_next_); the first pair not complete ends the pass: the
+  // batches after it were launched later, normally on the same stream, so one query usually says all (this runs on
+  // the serving thread before every served batch).
+  for (int i = 0; i < kTimingRing; ++i) {
+    TimedBatch& t = ring_[static_cast<size_t>((ring_next_ + i) % kTimingRing)];
     if (!t.pending) continue;
     const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(t.end));
-    if (q == cudaErrorNotReady) continue;
+    if (q == cudaErrorNotReady) break;
     t.pending = false;
     float ms = 0;
     if (q != cudaSuccess || cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(t.start),
@@ -258,8 +262,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   // back before the end event), read later by harvest_timings(). Not while capturing or calibrating, nor when the
   // ring slot's previous batch has not completed yet (no waiting).
   TimedBatch* timed = nullptr;
-  if (!cap && served_ && !calibrating_ && opt_.learn && n > 0) {
-    harvest_timings();
+  if (!cap && served_ && !calibrating_ && opt_.learn && n > 0) {  // launch() harvested the completed pairs
     TimedBatch& t = ring_[static_cast<size_t>(ring_next_)];
     if (!t.pending) {
       timed = &t;
