@@ -262,7 +262,12 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   // back before the end event), read later by harvest_timings(). Not while capturing or calibrating, nor when the
   // ring slot's previous batch has not completed yet (no waiting).
   TimedBatch* timed = nullptr;
-  if (!cap && served_ && !calibrating_ && opt_.learn && n > 0) {  // launch() harvested the completed pairs
+  // launch() harvested the completed pairs. A batch run to measure something (exploration, retry) is always timed;
+  // another of a path measured steadily, on a share of its batches (LearnerOptions::time_every).
+  constexpr auto kMeasuring = plan::kNoteExploreDedup | plan::kNoteExploreCache | plan::kNoteMeasureUnique |
+                              plan::kNoteExplorePlain | plan::kNoteRetryBarred;
+  if (!cap && served_ && !calibrating_ && opt_.learn && n > 0 &&
+      ((p.notes & kMeasuring) != 0 || learner_.wants_timing(plan::learn_key(p), n))) {
     TimedBatch& t = ring_[static_cast<size_t>(ring_next_)];
     if (!t.pending) {
       timed = &t;

@@ -121,6 +121,17 @@ Correction CostLearner::correction(uint32_t key, int64_t rows) const {
   return c;
 }
 
+bool CostLearner::wants_timing(uint32_t key, int64_t rows) {
+  key &= ~8u;
+  Bucket& b = b_[static_cast<size_t>(size_bucket(rows))];
+  const auto it = b.paths.find(key);
+  if (o_.time_every <= 1 || it == b.paths.end() || it->second.samples < o_.steady_samples) return true;
+  Entry& e = it->second;
+  if (++e.untimed < o_.time_every) return false;
+  e.untimed = 0;
+  return true;
+}
+
 Explore CostLearner::explore(int64_t rows, uint32_t chosen_key) {
   chosen_key &= ~8u;
   Bucket& b = b_[static_cast<size_t>(size_bucket(rows))];

@@ -57,6 +57,11 @@ struct LearnerOptions {
   int plain_warm_every = 4;    // ... while plain has fewer than min_samples measurements in the bucket
   int retry_every = 64;        // a barred path is retried once per this many batches of its bucket; 0 = never
   double max_factor = 16;      // corrections are clamped to [1/max_factor, max_factor]
+  // Timing a batch puts two events and an event query into its window on the serving thread (a few us on a
+  // decode batch of tens of us): a path with steady_samples measurements in a bucket is timed on one batch in
+  // time_every; before that, on every batch. time_every 1: every batch.
+  int steady_samples = 8;
+  int time_every = 4;
 };
 
 // Where a path's correction came from.
@@ -107,6 +112,8 @@ class CostLearner {
   // Counts one served batch of `rows` rows whose planner choice is `chosen_key`, and says what to run instead, if
   // anything (plain exploration, barred-path retry).
   Explore explore(int64_t rows, uint32_t chosen_key);
+  // Whether to time this batch of path `key` (LearnerOptions::steady_samples, time_every); counts the batch.
+  bool wants_timing(uint32_t key, int64_t rows);
 
   // Unique fraction of `dedup_rows` rows of batches in the bucket of `rows` (device-counted distinct ids).
   void observe_unique(int64_t rows, int64_t dedup_rows, int64_t unique_rows);
@@ -124,6 +131,7 @@ class CostLearner {
     double log_ratio = 0;    // log(measured / predicted), running average
     double log_us_row = 0;   // log(measured us / rows), running average
     double predicted_us = 0, measured_us = 0;  // running averages (reports)
+    int64_t untimed = 0;     // batches since the last timed one (wants_timing)
   };
   struct Bucket {
     std::map<uint32_t, Entry> paths;

@@ -212,6 +212,41 @@ TEST(CostLearner, ExplorationIsBounded) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(never.explore(rows, kDedup), Explore::kNone);
 }
 
+TEST(CostLearner, SteadyPathsAreTimedOnAShareOfTheirBatches) {
+  LearnerOptions o;
+  o.steady_samples = 8;
+  o.time_every = 4;
+  CostLearner l(o);
+  const int64_t rows = 1536;
+  int timed = 0;
+  std::vector<int> at;
+  for (int i = 1; i <= 40; ++i) {
+    if (!l.wants_timing(kDedup, rows)) continue;
+    ++timed;
+    at.push_back(i);
+    ASSERT_TRUE(l.observe(kDedup, rows, 30, 28));
+  }
+  // Every batch until 8 measurements, then one in 4.
+  ASSERT_GE(at.size(), 10u);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(at[static_cast<size_t>(i)], i + 1);
+  EXPECT_EQ(at[8], 12);
+  EXPECT_EQ(at[9], 16);
+  EXPECT_EQ(timed, 8 + 32 / 4);
+  // Another path and another bucket count apart: both are timed from their first batch.
+  EXPECT_TRUE(l.wants_timing(kPlainKey, rows));
+  EXPECT_TRUE(l.wants_timing(kDedup, rows * 64));
+  // The grid bit does not make another path.
+  int background_timed = 0;
+  for (int i = 0; i < 8; ++i) background_timed += l.wants_timing(kDedup | 8u, rows);
+  EXPECT_EQ(background_timed, 2);
+  // time_every 1: every batch.
+  CostLearner every(LearnerOptions{.time_every = 1});
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(every.wants_timing(kDedup, rows));
+    ASSERT_TRUE(every.observe(kDedup, rows, 30, 28));
+  }
+}
+
 TEST(CostLearner, BarredPathsAreRetriedPeriodically) {
   LearnerOptions o;
   o.retry_every = 10;
