@@ -217,6 +217,7 @@ Status CudaBackend::create_caches(bool from_profile) {
     }
     FastLookup* f = fast_[li].get();
     f->set_cache(std::move(*c));
+    ENGRAM_RETURN_IF_ERROR(f->warm_cache_kernels(queue_->prefetch_stream()));
     ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
     st.rows_at_create = fs.rows;
     st.hits_at_create = fs.cache_hits;

@@ -119,6 +119,31 @@ void FastLookup::set_cache(std::unique_ptr<HotRowCache> cache) {
   explore_.since_cache = 0;
 }
 
+Status FastLookup::warm_cache_kernels(void* stream) {
+  if (!cache_) return Status::ok();
+  const auto s = static_cast<cudaStream_t>(stream);
+  const TableView& v = table_->host_view();
+  ENGRAM_ASSIGN_OR_RETURN(const int sm, resolve_sm_count(0));
+  const int64_t big = std::min<int64_t>(opt_.max_rows, 8192);  // past one wave of every SM: the unrolled variant
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0, 8 * static_cast<size_t>(big), s), "fast lookup: warm ids");
+  for (const int64_t n : {std::min<int64_t>(big, 16), big}) {
+    FastGatherArgs g;
+    g.rows_base = v.data + table_->uniform_delta();
+    g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
+    g.stride = v.stride_bytes;
+    g.d = v.d;
+    g.fused = v.format == RowFormat::kFused;
+    g.ids = sanitized_;
+    g.n = n;
+    g.out = compact_;
+    g.cap = GridCap::all_sms().blocks_for(sm);
+    g.id_limit = v.rows;
+    g.cache = cache_->map_view(nullptr);
+    ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream).with_context("fast lookup: warm the cache kernels"));
+  }
+  return Status::ok();
+}
+
 void FastLookup::read_snapshot() {
   if (!snapshot_pending_) return;
   if (cudaEventQuery(static_cast<cudaEvent_t>(ev_snapshot_)) != cudaSuccess) {

@@ -20,7 +20,8 @@
 // than the plain gather there, and asks for a plain batch now and then while another path is chosen (one in
 // LearnerOptions::plain_every of a bucket, one in plain_warm_every until plain has 3 measurements there). The
 // unique fraction is estimated per bucket from device counts; when a batch's bucket has none and hash dedup costs
-// at most `measure_unique_max_overhead` of the batch's price (prefill-sized batches: ~1%), that batch measures it.
+// at most `measure_unique_max_overhead` of the batch's price (prefill-sized batches: a few %), that batch measures
+// it: once per bucket, after which the measured fraction prices dedup for every batch of that size.
 // Start-up calibration (calibrate()) measures on this table: plain UVA rows/s, the same rows sorted by address,
 // the fixed and per-row costs of hash and sort dedup, the scatter, the host-gather rate, and the unique-row count
 // above which the sorted gather beats the hashed one (the sort threshold); costs().source says where they came from.
@@ -54,8 +55,8 @@ struct FastLookupOptions {
   bool learn = true;              // time served batches and correct the planner with them (cost_learner.hpp)
   plan::LearnerOptions learner;
   // A batch whose size bucket has no unique-fraction estimate measures it with hash dedup when that costs at most
-  // this fraction of the batch's price (0 = wait for the periodic exploration).
-  double measure_unique_max_overhead = 0.03;
+  // this fraction of the batch's price (0 = wait for the periodic exploration). A one-time cost per bucket.
+  double measure_unique_max_overhead = 0.15;
 };
 
 struct FastLookupStats {
@@ -91,6 +92,12 @@ class FastLookup final {
   // Attaches (or detaches, nullptr) the cache. The measured hit rate restarts: until a batch has probed the new
   // cache, the planner prices it with cache->profile_coverage() (NaN there = worst case, 0 hits).
   void set_cache(std::unique_ptr<HotRowCache> cache);
+  // Launches the gather variants that probe the attached cache (small and large batches) once on `stream`, on
+  // scratch buffers, counting nothing. CUDA loads a kernel on its first launch (lazy module loading: milliseconds);
+  // the start-up calibration runs before a cache exists, so without this the first served cache batch would carry
+  // that load and the learner would take it as the cache path's measured time. Enqueued after whatever `stream`
+  // holds (the fast path's scratch buffers are reused in stream order).
+  Status warm_cache_kernels(void* stream);
   HotRowCache* cache() const { return cache_.get(); }
   HostGather* host_gather() const { return host_.get(); }
 

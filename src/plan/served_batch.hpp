@@ -14,7 +14,7 @@ namespace engram::plan {
 
 struct ServeOptions {
   int explore_every = 32;                     // batches between measurements of an unused technique; 0 = never
-  double measure_unique_max_overhead = 0.03;  // see plan_served_batch; 0 = wait for the periodic exploration
+  double measure_unique_max_overhead = 0.15;  // see plan_served_batch (once per bucket); 0 = wait for the periodic exploration
 };
 
 // Exploration counters, kept by the caller between batches.

@@ -59,6 +59,15 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
     auto cache = cuda::HotRowCache::create(x->host->view(0), hot_ids(ids, 1000), co);
     ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
     (*fl)->set_cache(std::move(*cache));
+    // Loading the cache kernels counts nothing.
+    auto before_warm = (*fl)->stats(nullptr);
+    ASSERT_TRUE(before_warm.is_ok());
+    ASSERT_TRUE((*fl)->warm_cache_kernels(nullptr).is_ok());
+    auto after_warm = (*fl)->stats(nullptr);
+    ASSERT_TRUE(after_warm.is_ok());
+    EXPECT_EQ(after_warm->batches, before_warm->batches);
+    EXPECT_EQ(after_warm->cache_probes, before_warm->cache_probes);
+    EXPECT_EQ(after_warm->cache_hits, before_warm->cache_hits);
     std::vector<std::pair<const char*, plan::Plan>> plans;
     plan::Plan p;
     plans.push_back({"plain", p});
