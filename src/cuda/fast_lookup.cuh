@@ -13,9 +13,11 @@
 // pass), so the planner notices when ids start repeating. Every path is bit-identical to the plain kernel.
 // Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
 //
-// Learning (plan/cost_learner.hpp): every served batch (not the calibration's) is timed on its stream with a pair of
-// events from a small ring, read later with cudaEventQuery (never a wait; a batch whose ring slot is still busy,
-// or one launched while the stream is being captured, is not timed); the measured time and the model's price feed
+// Learning (plan/cost_learner.hpp; off with FastLookupOptions::learn): served batches (not the calibration's) are
+// timed on their stream with a pair of events from a small ring, read later with cudaEventQuery (never a wait; a
+// batch whose ring slot is still busy, or one launched while the stream is being captured, is not timed): every
+// batch of a path until it has a few measurements in its bucket, then a share of them (exploration and retry
+// batches always; LearnerOptions::steady_samples, time_every); the measured time and the model's price feed
 // the learner, which corrects the planner's prices per path and batch-size bucket, bars a path measured slower
 // than the plain gather there, and asks for a plain batch now and then while another path is chosen (one in
 // LearnerOptions::plain_every of a bucket, one in plain_warm_every until plain has 3 measurements there). The
