@@ -18,6 +18,31 @@ double value_of(const MetricsSnapshot& m, const std::string& name, const std::st
   return s ? s->value : -1;
 }
 
+// Serves `steps` steps of fresh conformance ids through the engine's queue (every layer prepared, then consumed);
+// every staging is compared with the scalar reference.
+void serve_steps(Engine& engine, const EngramLayout& layout, int64_t tokens, int steps, std::mt19937_64& rng) {
+  PrefetchQueue& q = engine.queue();
+  const size_t per_token = static_cast<size_t>(layout.heads() * layout.d);
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<std::vector<int64_t>> ids;
+    for (int li = 0; li < layout.n_layers(); ++li) ids.push_back(test::conformance_ids(layout, li, tokens, rng));
+    q.begin_step(step);
+    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.prepare(li, ids[li].data(), tokens).is_ok());
+    std::vector<const uint16_t*> staging;
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      auto st = q.consume(li);
+      ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+      staging.push_back(st->data);
+    }
+    ASSERT_TRUE(q.end_step().is_ok());
+    for (int li = 0; li < layout.n_layers(); ++li) {
+      const auto got = testing::to_host(staging[static_cast<size_t>(li)], static_cast<size_t>(tokens) * per_token);
+      EXPECT_EQ(test::first_reference_mismatch(engine.table().view(li), ids[li], got.data()), -1)
+          << "step " << step << " layer " << li;
+    }
+  }
+}
+
 TEST(CudaEngineMetrics, CacheAndPlannerFiguresMatchDescribe) {
   ENGRAM_REQUIRE_GPU();
   test::ConformanceCase c{BackendKind::kCuda, RowFormat::kFused, FastPathMode::kPlanner, /*cache=*/true};
@@ -27,16 +52,8 @@ TEST(CudaEngineMetrics, CacheAndPlannerFiguresMatchDescribe) {
   auto e = test::conformance_engine(c, layout, tokens, rng, /*device=*/0);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   Engine& engine = **e;
-  PrefetchQueue& q = engine.queue();
   const int steps = 8;
-  for (int64_t step = 0; step < steps; ++step) {
-    std::vector<std::vector<int64_t>> ids;
-    for (int li = 0; li < layout.n_layers(); ++li) ids.push_back(test::conformance_ids(layout, li, tokens, rng));
-    q.begin_step(step);
-    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.prepare(li, ids[li].data(), tokens).is_ok());
-    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.consume(li).is_ok());
-    ASSERT_TRUE(q.end_step().is_ok());
-  }
+  serve_steps(engine, layout, tokens, steps, rng);
   // Before describe() the device counters are not read: the cache families are absent, the timeline ones live.
   const MetricsSnapshot before = engine.metrics();
   EXPECT_EQ(before.find("engram_cache_hits_total", {}), nullptr);
@@ -85,27 +102,7 @@ TEST(CudaEngineMetrics, PlannerLearningOffLearnsNothing) {
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   Engine& engine = **e;
   test::randomize_table(engine.table(), rng);
-  PrefetchQueue& q = engine.queue();
-  const size_t per_token = static_cast<size_t>(layout.heads() * layout.d);
-  const int steps = 12;
-  for (int64_t step = 0; step < steps; ++step) {
-    std::vector<std::vector<int64_t>> ids;
-    for (int li = 0; li < layout.n_layers(); ++li) ids.push_back(test::conformance_ids(layout, li, tokens, rng));
-    q.begin_step(step);
-    for (int li = 0; li < layout.n_layers(); ++li) ASSERT_TRUE(q.prepare(li, ids[li].data(), tokens).is_ok());
-    std::vector<const uint16_t*> staging;
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      auto st = q.consume(li);
-      ASSERT_TRUE(st.is_ok()) << st.status().to_string();
-      staging.push_back(st->data);
-    }
-    ASSERT_TRUE(q.end_step().is_ok());
-    for (int li = 0; li < layout.n_layers(); ++li) {
-      const auto got = testing::to_host(staging[static_cast<size_t>(li)], static_cast<size_t>(tokens) * per_token);
-      EXPECT_EQ(test::first_reference_mismatch(engine.table().view(li), ids[li], got.data()), -1)
-          << "step " << step << " layer " << li;
-    }
-  }
+  serve_steps(engine, layout, tokens, 12, rng);
   const nlohmann::json d = engine.describe();
   ASSERT_EQ(d["fast_path"].size(), static_cast<size_t>(layout.n_layers())) << d.dump();
   for (const auto& f : d["fast_path"]) {

@@ -213,10 +213,7 @@ TEST(CostLearner, ExplorationIsBounded) {
 }
 
 TEST(CostLearner, SteadyPathsAreTimedOnAShareOfTheirBatches) {
-  LearnerOptions o;
-  o.steady_samples = 8;
-  o.time_every = 4;
-  CostLearner l(o);
+  CostLearner l(LearnerOptions{.steady_samples = 8, .time_every = 4});
   const int64_t rows = 1536;
   int timed = 0;
   std::vector<int> at;
