@@ -132,6 +132,7 @@ class FastLookup final {
   // The launches of plan `p` (already adjusted to what this batch can take) on `stream`.
   Result<LaunchInfo> run_plan(const LookupArgs& a, const plan::Plan& p, bool cap, void* stream);
   void harvest_timings();  // reads the completed timing events (cudaEventQuery only) into the learner
+  static bool capturing(void* stream);  // the stream is being captured into a graph (false when unknown)
   plan::BatchStats batch_stats(int64_t rows) const;
   Status snapshot(void* stream);
   // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part

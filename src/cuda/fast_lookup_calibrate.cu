@@ -1,0 +1,187 @@
+// The fast path's start-up measurements (see fast_lookup.cuh): the calibration of the planner's costs on this
+// table, and the first launch of the cache-probing gather once a cache is attached.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_status.cuh"
+#include "cuda/fast_lookup.cuh"
+
+namespace engram::cuda {
+
+Status FastLookup::warm_cache_kernels(void* stream) {
+  if (!cache_) return Status::ok();
+  const auto s = static_cast<cudaStream_t>(stream);
+  const TableView& v = table_->host_view();
+  ENGRAM_ASSIGN_OR_RETURN(const int sm, resolve_sm_count(0));
+  const int64_t big = std::min<int64_t>(opt_.max_rows, 8192);  // past one wave of every SM: the unrolled variant
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0, 8 * static_cast<size_t>(big), s), "fast lookup: warm ids");
+  for (const int64_t n : {std::min<int64_t>(big, 16), big}) {
+    FastGatherArgs g;
+    g.rows_base = v.data + table_->uniform_delta();
+    g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
+    g.stride = v.stride_bytes;
+    g.d = v.d;
+    g.fused = v.format == RowFormat::kFused;
+    g.ids = sanitized_;
+    g.n = n;
+    g.out = compact_;
+    g.cap = GridCap::all_sms().blocks_for(sm);
+    g.id_limit = v.rows;
+    g.cache = cache_->map_view(nullptr);
+    ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream).with_context("fast lookup: warm the cache kernels"));
+  }
+  return Status::ok();
+}
+
+Status FastLookup::calibrate(void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (capturing(s)) return Status(Code::kInvalidArgument, "fast lookup: calibration cannot run while capturing");
+  const TableView& v = table_->host_view();
+  const int64_t n_big = std::min<int64_t>(opt_.max_rows, 65536);
+  const int64_t n_small = std::min<int64_t>(opt_.max_rows, 2048);
+  std::mt19937_64 rng(12345);
+  std::vector<int64_t> ids(static_cast<size_t>(n_big));
+  for (auto& x : ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
+  std::vector<int64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  int64_t* d_ids = nullptr;
+  uint16_t* d_out = nullptr;
+  // Curve sizes: decode-sized to prefill-sized batches (the rate is not constant across them).
+  std::vector<int64_t> curve_rows;
+  for (int64_t r : {int64_t{512}, int64_t{2048}, int64_t{8192}, int64_t{32768}, int64_t{131072}, opt_.max_rows})
+    if (r <= opt_.max_rows && r <= 196608 && (curve_rows.empty() || r > curve_rows.back())) curve_rows.push_back(r);
+  const int64_t n_alloc = std::max(n_big, curve_rows.empty() ? int64_t{0} : curve_rows.back());
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_ids, 8 * n_alloc), "calibrate: ids");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_out, 2 * static_cast<size_t>(v.d) * n_alloc), "calibrate: out");
+  // One synchronised call on `n` ids uploaded from host_ids, timed on the host clock (us).
+  auto call_us = [&](const std::vector<int64_t>& host_ids, int64_t n, const plan::Plan& p) -> Result<double> {
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s), "calibrate: copy");
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+    LookupArgs a;
+    a.table = table_;
+    a.ids = d_ids;
+    a.ids_host = host_ids.data();
+    a.tokens = n;
+    a.heads = 1;
+    a.out = d_out;
+    a.grid_cap = GridCap::all_sms();
+    const auto t0 = std::chrono::steady_clock::now();
+    ENGRAM_ASSIGN_OR_RETURN(LaunchInfo li, launch_plan(a, p, stream));
+    (void)li;
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // Best of 3 calls on the same ids (the scalar costs).
+  auto time_us = [&](const std::vector<int64_t>& host_ids, int64_t n, const plan::Plan& p) -> Result<double> {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      ENGRAM_ASSIGN_OR_RETURN(double us, call_us(host_ids, n, p));
+      best = std::min(best, us);
+    }
+    return best;
+  };
+  // Median of 3 calls, each on fresh random ids (a repeated id set could be served from the GPU's L2): the curves.
+  auto time_fresh_us = [&](int64_t n, const plan::Plan& p) -> Result<double> {
+    std::vector<double> t;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<int64_t> fresh(static_cast<size_t>(n));
+      for (auto& x : fresh) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
+      ENGRAM_ASSIGN_OR_RETURN(double us, call_us(fresh, n, p));
+      t.push_back(us);
+    }
+    std::sort(t.begin(), t.end());
+    return t[1];
+  };
+  plan::Plan plain, hash, sort, host;
+  hash.dedup = true;
+  sort.dedup = sort.sort = true;
+  host.host_share = 1.0;
+  auto run = [&]() -> Status {
+    ENGRAM_ASSIGN_OR_RETURN(double plain_big, time_us(ids, n_big, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double plain_small, time_us(ids, n_small, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double sorted_big, time_us(sorted, n_big, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double hash_big, time_us(ids, n_big, hash));
+    ENGRAM_ASSIGN_OR_RETURN(double hash_small, time_us(ids, n_small, hash));
+    ENGRAM_ASSIGN_OR_RETURN(double sort_big, time_us(ids, n_big, sort));
+    ENGRAM_ASSIGN_OR_RETURN(double sort_small, time_us(ids, n_small, sort));
+    plan::Costs& k = opt_.costs;
+    const double dn = static_cast<double>(n_big - n_small);
+    k.uva_rows_per_s = dn / std::max(1e-3, plain_big - plain_small) * 1e6;
+    k.uva_fixed_us = std::max(0.0, plain_small - n_small / k.uva_rows_per_s * 1e6);
+    k.uva_sorted_rows_per_s = n_big / std::max(1e-3, sorted_big - k.uva_fixed_us) * 1e6;
+    // Dedup overheads: measured time minus the gather of the (all-unique) rows it still does.
+    const double hash_row = std::max(0.0, (hash_big - plain_big) - (hash_small - plain_small)) / dn * 1e3;
+    k.dedup_hash_ns_per_row = hash_row;
+    k.dedup_hash_fixed_us = std::max(0.0, (hash_small - plain_small) - n_small * hash_row * 1e-3);
+    k.scatter_ns_per_row = 0;  // inside the dedup figures above
+    const double sort_row = std::max(0.0, (sort_big - sorted_big) - (sort_small - plain_small)) / dn * 1e3;
+    k.dedup_sort_ns_per_row = sort_row;
+    k.dedup_sort_fixed_us = std::max(0.0, (sort_small - plain_small) - n_small * sort_row * 1e-3);
+    // Sort threshold: the unique-row count above which sort dedup beats hash dedup (linear in both).
+    const double a_h = k.dedup_hash_fixed_us, b_h = hash_row * 1e-3 + 1e6 / k.uva_rows_per_s;
+    const double a_s = k.dedup_sort_fixed_us, b_s = sort_row * 1e-3 + 1e6 / k.uva_sorted_rows_per_s;
+    k.sort_min_unique_rows = b_s < b_h ? static_cast<int64_t>(std::ceil(std::max(0.0, (a_s - a_h) / (b_h - b_s)))) + 1 : 0;
+    if (cache_) {
+      // Cache path on mostly-missing random ids: its launches (sanitize + probe) over the plain gather.
+      plan::Plan cached;
+      cached.cache = true;
+      ENGRAM_ASSIGN_OR_RETURN(double cache_small, time_us(ids, n_small, cached));
+      k.cache_fixed_us = std::max(0.0, cache_small - plain_small);
+    }
+    if (host_) {
+      ENGRAM_ASSIGN_OR_RETURN(double host_big, time_us(ids, n_big, host));
+      ENGRAM_ASSIGN_OR_RETURN(double host_small, time_us(ids, n_small, host));
+      k.host_rows_per_s = dn / std::max(1e-3, host_big - host_small) * 1e6;
+      k.host_fixed_us = std::max(0.0, host_small - n_small / k.host_rows_per_s * 1e6);
+    }
+    k.uva_curve.clear();
+    k.host_curve.clear();
+    k.hybrid_curve.clear();
+    k.hybrid_share = host_ ? plan::balanced_host_share(k.uva_rows_per_s, k.host_rows_per_s) : 0;
+    plan::Plan hybrid;
+    hybrid.host_share = k.hybrid_share;
+    for (int64_t r : curve_rows) {
+      ENGRAM_ASSIGN_OR_RETURN(double t_uva, time_fresh_us(r, plain));
+      k.uva_curve.emplace_back(static_cast<double>(r), t_uva);
+      if (host_) {
+        ENGRAM_ASSIGN_OR_RETURN(double t_host, time_fresh_us(r, host));
+        k.host_curve.emplace_back(static_cast<double>(r), t_host);
+        if (k.hybrid_share > 0) {
+          ENGRAM_ASSIGN_OR_RETURN(double t_hyb, time_fresh_us(r, hybrid));
+          k.hybrid_curve.emplace_back(static_cast<double>(r), t_hyb);
+        }
+      }
+    }
+    k.source = "start-up calibration on this table (" + std::to_string(n_big) + " and " + std::to_string(n_small) +
+               " random rows, best of 3; plain and host-gather times at " + std::to_string(curve_rows.size()) +
+               " batch sizes, median of 3 on fresh ids)";
+    return Status::ok();
+  };
+  // Calibration batches are not traffic: they are not counted as served paths, not timed, not learned from, and
+  // the statistics they moved are restored.
+  const FastLookupStats saved = totals_;
+  calibrating_ = true;
+  const Status st = run();
+  calibrating_ = false;
+  totals_ = saved;
+  (void)cudaStreamSynchronize(s);
+  (void)cudaMemset(dev_stats_, 0, kStatWords * sizeof(unsigned long long));
+  snapshot_pending_ = false;
+  discard_snapshot_hits_ = false;
+  for (TimedBatch& t : ring_) t.pending = false;  // timed against the old costs
+  snap_dedup_rows_ = snap_probes_host_ = used_dedup_rows_ = used_unique_ = used_probes_ = used_hits_ = host_probes_ = 0;
+  dedup_rows_b_ = snap_dedup_rows_b_ = used_dedup_rows_b_ = used_unique_b_ = {};
+  ema_hit_ = plan::kUnknown;
+  // New costs: what was learned against the old ones no longer applies.
+  learner_.reset();
+  (void)cudaFree(d_ids);
+  (void)cudaFree(d_out);
+  return st;
+}
+
+}  // namespace engram::cuda
