@@ -105,6 +105,14 @@ def test_engine_options_are_checked_by_the_library():
         eo.Engine(layout, backend="cpu", no_such_option=1)
     keys = dict(eo.engine_option_keys())
     assert "cache_size" in keys and "placement" in keys
+    # The planner's learning switch takes a boolean (Python's or text) and nothing else.
+    assert "planner_learn" in keys
+    with pytest.raises(eo.EngramError) as e:
+        eo.Engine(layout, backend="cpu", planner_learn="sometimes")
+    assert e.value.code == "invalid_argument" and "planner_learn" in e.value.message
+    for value in (False, "false"):
+        engine = eo.Engine(layout, backend="cpu", content="zero", max_tokens=8, lookup_threads=1, planner_learn=value)
+        assert engine.describe()["backend"] == "cpu"
 
 
 def test_engine_backend_auto_says_why():
