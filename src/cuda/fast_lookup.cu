@@ -33,6 +33,17 @@ bool FastLookup::capturing(void* stream) {
   return st != cudaStreamCaptureStatusNone;
 }
 
+FastGatherArgs FastLookup::table_gather() const {
+  const TableView& v = table_->host_view();
+  FastGatherArgs g;
+  g.rows_base = v.data + table_->uniform_delta();
+  g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
+  g.stride = v.stride_bytes;
+  g.d = v.d;
+  g.fused = v.format == RowFormat::kFused;
+  return g;
+}
+
 double FastLookupStats::unique_fraction() const {
   return dedup_rows > 0 ? static_cast<double>(unique_rows) / static_cast<double>(dedup_rows) : plan::kUnknown;
 }
@@ -220,10 +231,8 @@ Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
   if (!host_ || !a.ids_host) po.allow_hybrid = false;
   // Learned corrections and explorations (plan/served_batch.hpp); while capturing nothing is measured and no
   // learner exploration is baked into the graph.
-  plan::ServeOptions so;
-  so.explore_every = opt_.explore_every;
-  so.measure_unique_max_overhead = opt_.measure_unique_max_overhead;
-  const plan::Plan p = plan::plan_served_batch(b, opt_.costs, po, opt_.learn ? &learner_ : nullptr, explore_, so, cap);
+  const plan::Plan p =
+      plan::plan_served_batch(b, opt_.costs, po, opt_.learn ? &learner_ : nullptr, explore_, opt_.serve, cap);
   return launch_plan(a, p, stream);
 }
 
@@ -262,10 +271,8 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   TimedBatch* timed = nullptr;
   // launch() harvested the completed pairs. A batch run to measure something (exploration, retry) is always timed;
   // another of a path measured steadily, on a share of its batches (LearnerOptions::time_every).
-  constexpr auto kMeasuring = plan::kNoteExploreDedup | plan::kNoteExploreCache | plan::kNoteMeasureUnique |
-                              plan::kNoteExplorePlain | plan::kNoteRetryBarred;
   if (!cap && served_ && !calibrating_ && opt_.learn && n > 0 &&
-      ((p.notes & kMeasuring) != 0 || learner_.wants_timing(plan::learn_key(p), n))) {
+      ((p.notes & plan::kMeasuringNotes) != 0 || learner_.wants_timing(plan::learn_key(p), n))) {
     TimedBatch& t = ring_[static_cast<size_t>(ring_next_)];
     if (!t.pending) {
       timed = &t;
@@ -349,12 +356,7 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
   const int64_t n = a.tokens * a.heads;
   const TableView& v = table_->host_view();
   const int d = v.d;
-  FastGatherArgs g;
-  g.rows_base = v.data + table_->uniform_delta();
-  g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
-  g.stride = v.stride_bytes;
-  g.d = d;
-  g.fused = v.format == RowFormat::kFused;
+  FastGatherArgs g = table_gather();
   g.n = n;
   g.out = a.out;
   g.cap = cap_blocks;

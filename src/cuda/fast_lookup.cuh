@@ -9,7 +9,7 @@
 // the device totals are copied to pinned memory after each batch and read by a later batch once that copy's event
 // has completed; every batch run through launch_plan (forced plans included) feeds them. When a cache is attached
 // and no hit rate has been measured yet, the planner prices the cache with its profile coverage (a prior) and
-// re-plans as soon as the first probe's hit rate arrives. When a technique is off, the engine re-measures it every `explore_every` batches (one dedup/cache
+// re-plans as soon as the first probe's hit rate arrives. When a technique is off, the engine re-measures it every `serve.explore_every` batches (one dedup/cache
 // pass), so the planner notices when ids start repeating. Every path is bit-identical to the plain kernel.
 // Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
 //
@@ -22,7 +22,7 @@
 // than the plain gather there, and asks for a plain batch now and then while another path is chosen (one in
 // LearnerOptions::plain_every of a bucket, one in plain_warm_every until plain has 3 measurements there). The
 // unique fraction is estimated per bucket from device counts; when a batch's bucket has none and hash dedup costs
-// at most `measure_unique_max_overhead` of the batch's price (prefill-sized batches: a few %), that batch measures
+// at most `serve.measure_unique_max_overhead` of the batch's price (prefill-sized batches: a few %), that batch measures
 // it: once per bucket, after which the measured fraction prices dedup for every batch of that size.
 // Start-up calibration (calibrate()) measures on this table: plain UVA rows/s, the same rows sorted by address,
 // the fixed and per-row costs of hash and sort dedup, the scatter, the host-gather rate, and the unique-row count
@@ -53,12 +53,10 @@ struct FastLookupOptions {
   plan::PlannerOptions planner;
   plan::Costs costs;
   int host_threads = 0;           // > 0: create the host-gather path with this many threads
-  int explore_every = 32;         // batches between measurements of an unused technique; 0 = never
   bool learn = true;              // time served batches and correct the planner with them (cost_learner.hpp)
   plan::LearnerOptions learner;
-  // A batch whose size bucket has no unique-fraction estimate measures it with hash dedup when that costs at most
-  // this fraction of the batch's price (0 = wait for the periodic exploration). A one-time cost per bucket.
-  double measure_unique_max_overhead = 0.15;
+  // Explorations of unused techniques and the one-time unique-fraction measurement (plan/served_batch.hpp).
+  plan::ServeOptions serve;
 };
 
 struct FastLookupStats {
@@ -132,7 +130,9 @@ class FastLookup final {
   // The launches of plan `p` (already adjusted to what this batch can take) on `stream`.
   Result<LaunchInfo> run_plan(const LookupArgs& a, const plan::Plan& p, bool cap, void* stream);
   void harvest_timings();  // reads the completed timing events (cudaEventQuery only) into the learner
-  static bool capturing(void* stream);  // the stream is being captured into a graph (false when unknown)
+  static bool capturing(void* stream);
+  // A gather of this table's rows (their device addresses and layout); ids, n, out and cap are the caller's.
+  FastGatherArgs table_gather() const;  // the stream is being captured into a graph (false when unknown)
   plan::BatchStats batch_stats(int64_t rows) const;
   Status snapshot(void* stream);
   // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part

@@ -21,12 +21,7 @@ Status FastLookup::warm_cache_kernels(void* stream) {
   const int64_t big = std::min<int64_t>(opt_.max_rows, 8192);  // past one wave of every SM: the unrolled variant
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0, 8 * static_cast<size_t>(big), s), "fast lookup: warm ids");
   for (const int64_t n : {std::min<int64_t>(big, 16), big}) {
-    FastGatherArgs g;
-    g.rows_base = v.data + table_->uniform_delta();
-    g.scales_base = v.scales ? v.scales + table_->uniform_delta() : nullptr;
-    g.stride = v.stride_bytes;
-    g.d = v.d;
-    g.fused = v.format == RowFormat::kFused;
+    FastGatherArgs g = table_gather();
     g.ids = sanitized_;
     g.n = n;
     g.out = compact_;
@@ -127,7 +122,7 @@ Status FastLookup::calibrate(void* stream) {
     const double a_s = k.dedup_sort_fixed_us, b_s = sort_row * 1e-3 + 1e6 / k.uva_sorted_rows_per_s;
     k.sort_min_unique_rows = b_s < b_h ? static_cast<int64_t>(std::ceil(std::max(0.0, (a_s - a_h) / (b_h - b_s)))) + 1 : 0;
     if (cache_) {
-      // Cache path on mostly-missing random ids: its launches (sanitize + probe) over the plain gather.
+      // Cache path on mostly-missing random ids: its map walks and launch over the plain gather.
       plan::Plan cached;
       cached.cache = true;
       ENGRAM_ASSIGN_OR_RETURN(double cache_small, time_us(ids, n_small, cached));

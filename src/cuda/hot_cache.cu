@@ -1,6 +1,7 @@
-// Hot-row cache (see hot_cache.cuh). The probe kernel gives each row to one warp: lane 0 probes the map (a few
-// 8-byte loads from HBM), the slot is broadcast, and the warp copies (BF16) or decodes (FP8, 16 values per lane
-// and round) the row; misses write their id to miss_ids for the UVA gather that follows in stream order.
+// Hot-row cache (see hot_cache.cuh). The fast path probes the map inside its gather (dedup.cu, map_view()); the
+// standalone probe (launch_probe) gives each row to one warp: lane 0 walks the map (cache_slot_of: a few 8-byte
+// loads from HBM), the slot is broadcast, and the warp copies (BF16) or decodes (FP8, 16 values per lane and
+// round) the row; misses write their id to miss_ids.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -107,6 +107,9 @@ enum PlanNote : uint8_t {
   kNoteExplorePlain = 1 << 6,    // the plain gather, run to keep its measured time in this size range current
   kNoteRetryBarred = 1 << 7,     // a path barred in this size range (measured slower than plain), re-measured
 };
+// The notes of a batch run to measure something (its time must reach the learner).
+inline constexpr uint8_t kMeasuringNotes =
+    kNoteExploreDedup | kNoteExploreCache | kNoteMeasureUnique | kNoteExplorePlain | kNoteRetryBarred;
 
 // Where the hit rate the planner used came from.
 enum class HitSource : uint8_t { kNoCache, kMeasured, kPrior, kAssumedZero };

@@ -14,7 +14,10 @@ namespace engram::plan {
 
 struct ServeOptions {
   int explore_every = 32;                     // batches between measurements of an unused technique; 0 = never
-  double measure_unique_max_overhead = 0.15;  // see plan_served_batch (once per bucket); 0 = wait for the periodic exploration
+  // A batch whose size bucket has no unique-fraction estimate measures it with hash dedup when that costs at most
+  // this fraction of the batch's price (plan_served_batch; a one-time cost per bucket); 0 = wait for the periodic
+  // exploration.
+  double measure_unique_max_overhead = 0.15;
 };
 
 // Exploration counters, kept by the caller between batches.

@@ -153,7 +153,7 @@ TEST(FastPathPlanner, PlannerDrivenLaunchMatchesAndLearnsUniqueFraction) {
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = 2000 * 4;
-  fo.explore_every = 1;
+  fo.serve.explore_every = 1;
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   for (int batch = 0; batch < 6; ++batch) {
@@ -199,7 +199,7 @@ TEST(FastPathPlanner, CacheHitPriorIsReplacedByTheMeasuredRate) {
   (*cache)->set_profile_coverage(1.0);
   cuda::FastLookupOptions fo;
   fo.max_rows = static_cast<int64_t>(ids.size());
-  fo.explore_every = 0;  // decisions from the prior and the measured hit rate only:
+  fo.serve.explore_every = 0;  // decisions from the prior and the measured hit rate only:
   fo.learn = false;       // no timing corrections either (each path's first launch here is not representative)
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());

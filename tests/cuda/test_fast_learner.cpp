@@ -69,7 +69,7 @@ TEST(FastLookupLearner, ServedBatchesAreTimedAndReachTheLearner) {
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
-  fo.measure_unique_max_overhead = 1;  // the first batch of the size range measures its unique fraction
+  fo.serve.measure_unique_max_overhead = 1;  // the first batch of the size range measures its unique fraction
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   const int served = 12;
@@ -120,10 +120,10 @@ TEST(FastLookupLearner, PathMeasuredSlowerThanPlainIsNotChosenAgain) {
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
-  fo.explore_every = 0;               // decisions from the planner and the learner only
+  fo.serve.explore_every = 0;               // decisions from the planner and the learner only
   fo.learner.plain_every = 0;
   fo.learner.retry_every = 0;
-  fo.measure_unique_max_overhead = 1;
+  fo.serve.measure_unique_max_overhead = 1;
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   // Batch 0 measures the unique fraction (heavily repeated ids: the model then prices hash dedup far below plain).
@@ -176,12 +176,12 @@ TEST(FastLookupLearner, ExplorationBatchesStayBitIdentical) {
   ASSERT_TRUE(x);
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
-  fo.explore_every = 2;
+  fo.serve.explore_every = 2;
   fo.learner.plain_every = 2;
   fo.learner.plain_warm_every = 1;
   fo.learner.retry_every = 3;
   fo.learner.min_samples = 1;
-  fo.measure_unique_max_overhead = 1;
+  fo.serve.measure_unique_max_overhead = 1;
   auto fl = cuda::FastLookup::create(&x->table, fo);
   ASSERT_TRUE(fl.is_ok());
   uint8_t seen = 0;
