@@ -187,12 +187,14 @@ __global__ void __launch_bounds__(kThreads)
     const uint8_t* sca[U];
     int state[U];  // 0: nothing, 1: decode a record, 2: zero row, 3: copy a BF16 row (cache)
     int64_t dst[U];
+    int64_t row[U];  // the valid id of a state-1 row
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = k0 + u * kGroups;
       state[u] = 0;
       pay[u] = sca[u] = nullptr;
       dst[u] = 0;
+      row[u] = -1;
       int64_t id = kSkipId;
       if (k < n) {
         id = a.ids ? __ldg(a.ids + k) : k;
@@ -206,20 +208,43 @@ __global__ void __launch_bounds__(kThreads)
         }
         if (id >= 0) {
           state[u] = 1;
+          row[u] = id;
           pay[u] = a.rows_base + id * a.stride;
           sca[u] = kFused ? pay[u] + a.d : a.scales_base + id * (a.d / kScaleBlock);
         } else if (id != kSkipId) {
           state[u] = 2;
         }
       }
-      if constexpr (kProbe) {
-        // The group's first lane walks the map; the slot goes to the group's other lanes.
-        int32_t slot = -1;
-        if (gl == 0 && state[u] == 1) slot = cache_slot_of(a.cache.keys, a.cache.slots, a.cache.mask, id);
-        slot = __shfl_sync(0xFFFFFFFFu, slot, 0, G);
-        if (slot >= 0) {
+    }
+    if constexpr (kProbe) {
+      // The group's first lane looks its U rows up in the map: every row's first map read is issued before any
+      // is used, so the U lookups overlap (one HBM round trip for all, not U); a chain longer than one entry is
+      // followed after. The slot goes to the group's other lanes.
+      unsigned long long h[U];
+      int64_t key[U];
+      int32_t slot[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        h[u] = hash_slot(static_cast<unsigned long long>(row[u]), a.cache.mask);
+        key[u] = gl == 0 && state[u] == 1 ? a.cache.keys[h[u]] : kCacheEmptyKey;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        slot[u] = -1;
+        if (gl == 0 && state[u] == 1) {
+          if (key[u] == row[u]) {
+            slot[u] = a.cache.slots[h[u]];
+          } else if (key[u] != kCacheEmptyKey) {
+            slot[u] = cache_slot_from(a.cache.keys, a.cache.slots, a.cache.mask, row[u], (h[u] + 1) & a.cache.mask);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int32_t sl = __shfl_sync(0xFFFFFFFFu, slot[u], 0, G);
+        if (sl >= 0) {
           hits += gl == 0;
-          pay[u] = a.cache.rows + static_cast<int64_t>(slot) * a.cache.row_bytes;
+          pay[u] = a.cache.rows + static_cast<int64_t>(sl) * a.cache.row_bytes;
           sca[u] = pay[u] + a.d;  // FP8 records: the scales follow the payload
           if (!a.cache.fp8) state[u] = 3;
         }

@@ -18,18 +18,21 @@ ENGRAM_HD unsigned long long hash_slot(unsigned long long id, unsigned long long
 // other negative keys, which no id matches), linear probing from hash_slot; slots[h] is the cache slot of keys[h].
 inline constexpr int64_t kCacheEmptyKey = -1;
 
-// The cache slot holding row `id` (>= 0), or -1. A probe chain always ends: the map is rebuilt before keys and
-// tombstones fill it.
+// The cache slot holding row `id` (>= 0), or -1, walking the chain from map position h (hash_slot(id, mask) for a
+// whole lookup). A probe chain always ends: the map is rebuilt before keys and tombstones fill it.
 #ifdef __CUDACC__
-__device__ __forceinline__ int32_t cache_slot_of(const int64_t* keys, const int32_t* slots, unsigned long long mask,
-                                                 int64_t id) {
-  unsigned long long h = hash_slot(static_cast<unsigned long long>(id), mask);
+__device__ __forceinline__ int32_t cache_slot_from(const int64_t* keys, const int32_t* slots, unsigned long long mask,
+                                                   int64_t id, unsigned long long h) {
   while (true) {
     const int64_t key = keys[h];
     if (key == id) return slots[h];
     if (key == kCacheEmptyKey) return -1;
     h = (h + 1) & mask;
   }
+}
+__device__ __forceinline__ int32_t cache_slot_of(const int64_t* keys, const int32_t* slots, unsigned long long mask,
+                                                 int64_t id) {
+  return cache_slot_from(keys, slots, mask, id, hash_slot(static_cast<unsigned long long>(id), mask));
 }
 #endif
 
