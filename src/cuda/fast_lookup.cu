@@ -183,7 +183,7 @@ plan::BatchStats FastLookup::batch_stats(int64_t rows) const {
 void FastLookup::harvest_timings() {
   // Oldest first (the ring fills in launch order from ring_next_); the first pair not complete ends the pass: the
   // batches after it were launched later, normally on the same stream, so one query usually says all (this runs on
-  // the serving thread before every served batch).
+  // the serving thread after every served batch is enqueued).
   for (int i = 0; i < kTimingRing; ++i) {
     TimedBatch& t = ring_[static_cast<size_t>((ring_next_ + i) % kTimingRing)];
     if (!t.pending) continue;
@@ -211,22 +211,27 @@ void FastLookup::harvest_timings() {
 
 Result<LaunchInfo> FastLookup::launch(const LookupArgs& a, void* stream) {
   if (a.checked) return launch_lookup(a, stream);  // validation needs the plain kernel's pre-pass
-  const auto s = static_cast<cudaStream_t>(stream);
-  const bool cap = capturing(s);
-  if (!cap) {
-    read_snapshot();
-    harvest_timings();
-  }
-  if (forced_.use) return launch_plan(a, forced_.plan, stream);  // counted, neither timed nor learned from
+  const bool cap = capturing(static_cast<cudaStream_t>(stream));
+  auto li = forced_.use ? launch_plan(a, forced_.plan, stream)  // counted, neither timed nor learned from
+                        : serve(a, cap, stream);
+  // The timings of completed batches are read once this batch is enqueued, while the GPU runs it, so their event
+  // queries stay out of its window; its plan used what was learned up to the batch before.
+  if (!cap) harvest_timings();
+  return li;
+}
+
+Result<LaunchInfo> FastLookup::serve(const LookupArgs& a, bool cap, void* stream) {
   served_ = true;  // launch_plan() learns from this batch
   struct Unmark {
     bool& f;
     ~Unmark() { f = false; }
   } unmark{served_};
   const int64_t rows = a.tokens * a.heads;
+  if (!cap) read_snapshot();  // the statistics of the batches completed so far price this one
   const plan::BatchStats b = batch_stats(rows);
   plan::PlannerOptions po = opt_.planner;
   po.background_grid_cap = a.grid_cap;
+  po.overlap_budget_us = a.overlap_budget_us;
   po.cache_present = cache_ != nullptr;
   if (!host_ || !a.ids_host) po.allow_hybrid = false;
   // Learned corrections and explorations (plan/served_batch.hpp); while capturing nothing is measured and no
@@ -254,7 +259,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   // A share that gives the host no token is the device-only path (counted and learned as that).
   if (p.host_share > 0 && std::llround(p.host_share * static_cast<double>(a.tokens)) == 0) p.host_share = 0;
   const bool cap = capturing(s);
-  if (!cap) read_snapshot();  // forced plans' batches are observations too
+  if (!cap && !served_) read_snapshot();  // forced plans' and direct calls' batches are observations too
   if (p.host_share > 0 && cap) {
     p.host_share = 0;
     p.notes |= plan::kNoteHybridCaptured;
@@ -277,14 +282,6 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     if (!t.pending) {
       timed = &t;
       ring_next_ = (ring_next_ + 1) % kTimingRing;
-      t.key = plan::learn_key(p);
-      t.rows = n;
-      t.dedup = p.dedup;
-      t.sort = p.sort;
-      t.cache = p.cache;
-      t.host_share = p.host_share;
-      t.predicted_us = plan::model_price(p, batch_stats(n), opt_.costs, cache_ != nullptr) *
-                       learner_.correction(t.key, n).factor;
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(t.start), s), "fast lookup: timing start");
     }
   }
@@ -292,7 +289,17 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   auto li = run_plan(a, p, cap, stream);
   if (timed && li.is_ok()) {
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(timed->end), s), "fast lookup: timing end");
-    timed->pending = true;
+    // The batch's record, written once its launches are enqueued (the GPU runs them meanwhile).
+    TimedBatch& t = *timed;
+    t.key = plan::learn_key(p);
+    t.rows = n;
+    t.dedup = p.dedup;
+    t.sort = p.sort;
+    t.cache = p.cache;
+    t.host_share = p.host_share;
+    t.predicted_us = plan::model_price(p, batch_stats(n), opt_.costs, cache_ != nullptr) *
+                     learner_.correction(t.key, n).factor;
+    t.pending = true;
     ++timed_batches_;
   }
   // The device counters' copy for the next read_snapshot() (dedup and cache paths), after the end event: a

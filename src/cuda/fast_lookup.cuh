@@ -14,8 +14,8 @@
 // Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
 //
 // Learning (plan/cost_learner.hpp; off with FastLookupOptions::learn): served batches (not the calibration's) are
-// timed on their stream with a pair of events from a small ring, read later with cudaEventQuery (never a wait; a
-// batch whose ring slot is still busy, or one launched while the stream is being captured, is not timed): every
+// timed on their stream with a pair of events from a small ring, read with cudaEventQuery after the next batch is
+// enqueued (never a wait, never inside a batch's window; a batch whose ring slot is still busy, or one launched while the stream is being captured, is not timed): every
 // batch of a path until it has a few measurements in its bucket, then a share of them (exploration and retry
 // batches always; LearnerOptions::steady_samples, time_every); the measured time and the model's price feed
 // the learner, which corrects the planner's prices per path and batch-size bucket, bars a path measured slower
@@ -24,9 +24,10 @@
 // unique fraction is estimated per bucket from device counts; when a batch's bucket has none and hash dedup costs
 // at most `serve.measure_unique_max_overhead` of the batch's price (prefill-sized batches: a few %), that batch measures
 // it: once per bucket, after which the measured fraction prices dedup for every batch of that size.
-// Start-up calibration (calibrate()) measures on this table: plain UVA rows/s, the same rows sorted by address,
-// the fixed and per-row costs of hash and sort dedup, the scatter, the host-gather rate, and the unique-row count
-// above which the sorted gather beats the hashed one (the sort threshold); costs().source says where they came from.
+// Start-up calibration (calibrate()) measures on this table, every call on rows no call read before (a repeated
+// row set comes back warm): plain UVA rows/s, the same rows sorted by address, the fixed and per-row costs of hash
+// and sort dedup with the scatter (timed alone), the host-gather rate, and the unique-row count above which the
+// sorted gather beats the hashed one (the sort threshold); costs().source says where they came from.
 // Thread safety: one stream at a time (the prefetch queue's). No CUDA types in this header.
 #pragma once
 
@@ -129,10 +130,12 @@ class FastLookup final {
   void read_snapshot();
   // The launches of plan `p` (already adjusted to what this batch can take) on `stream`.
   Result<LaunchInfo> run_plan(const LookupArgs& a, const plan::Plan& p, bool cap, void* stream);
+  // A served batch: the planner's choice with the learner's corrections and measurements, then launch_plan().
+  Result<LaunchInfo> serve(const LookupArgs& a, bool cap, void* stream);
   void harvest_timings();  // reads the completed timing events (cudaEventQuery only) into the learner
-  static bool capturing(void* stream);
+  static bool capturing(void* stream);  // the stream is being captured into a graph (false when unknown)
   // A gather of this table's rows (their device addresses and layout); ids, n, out and cap are the caller's.
-  FastGatherArgs table_gather() const;  // the stream is being captured into a graph (false when unknown)
+  FastGatherArgs table_gather() const;
   plan::BatchStats batch_stats(int64_t rows) const;
   Status snapshot(void* stream);
   // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -40,10 +41,6 @@ Status FastLookup::calibrate(void* stream) {
   const int64_t n_big = std::min<int64_t>(opt_.max_rows, 65536);
   const int64_t n_small = std::min<int64_t>(opt_.max_rows, 2048);
   std::mt19937_64 rng(12345);
-  std::vector<int64_t> ids(static_cast<size_t>(n_big));
-  for (auto& x : ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
-  std::vector<int64_t> sorted = ids;
-  std::sort(sorted.begin(), sorted.end());
   int64_t* d_ids = nullptr;
   uint16_t* d_out = nullptr;
   // Curve sizes: decode-sized to prefill-sized batches (the rate is not constant across them).
@@ -53,84 +50,96 @@ Status FastLookup::calibrate(void* stream) {
   const int64_t n_alloc = std::max(n_big, curve_rows.empty() ? int64_t{0} : curve_rows.back());
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_ids, 8 * n_alloc), "calibrate: ids");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_out, 2 * static_cast<size_t>(v.d) * n_alloc), "calibrate: out");
-  // One synchronised call on `n` ids uploaded from host_ids, timed on the host clock (us).
-  auto call_us = [&](const std::vector<int64_t>& host_ids, int64_t n, const plan::Plan& p) -> Result<double> {
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s), "calibrate: copy");
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
-    LookupArgs a;
-    a.table = table_;
-    a.ids = d_ids;
-    a.ids_host = host_ids.data();
-    a.tokens = n;
-    a.heads = 1;
-    a.out = d_out;
-    a.grid_cap = GridCap::all_sms();
-    const auto t0 = std::chrono::steady_clock::now();
-    ENGRAM_ASSIGN_OR_RETURN(LaunchInfo li, launch_plan(a, p, stream));
-    (void)li;
-    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  // Every timed call reads rows no call of the calibration read before (uniform over the table, so a repeat is
+  // rare): a repeated id set comes back several times faster (GPU L2, translation caches), and a price taken on
+  // warm rows would be wrong for every path whose own rows are cold.
+  std::vector<int64_t> host_ids;
+  auto fresh = [&](int64_t n, bool sorted) {
+    host_ids.resize(static_cast<size_t>(n));
+    for (auto& x : host_ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
+    if (sorted) std::sort(host_ids.begin(), host_ids.end());
   };
-  // Best of 3 calls on the same ids (the scalar costs).
-  auto time_us = [&](const std::vector<int64_t>& host_ids, int64_t n, const plan::Plan& p) -> Result<double> {
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      ENGRAM_ASSIGN_OR_RETURN(double us, call_us(host_ids, n, p));
-      best = std::min(best, us);
+  // Median of 3 synchronised calls of `work`, each on n fresh ids uploaded first, timed on the host clock (us).
+  auto median_us = [&](int64_t n, bool sorted, const std::function<Status()>& work) -> Result<double> {
+    double t[3];
+    for (double& us : t) {
+      fresh(n, sorted);
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s),
+                                  "calibrate: copy");
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+      const auto t0 = std::chrono::steady_clock::now();
+      ENGRAM_RETURN_IF_ERROR(work());
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+      us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
-    return best;
-  };
-  // Median of 3 calls, each on fresh random ids (a repeated id set could be served from the GPU's L2): the curves.
-  auto time_fresh_us = [&](int64_t n, const plan::Plan& p) -> Result<double> {
-    std::vector<double> t;
-    for (int rep = 0; rep < 3; ++rep) {
-      std::vector<int64_t> fresh(static_cast<size_t>(n));
-      for (auto& x : fresh) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
-      ENGRAM_ASSIGN_OR_RETURN(double us, call_us(fresh, n, p));
-      t.push_back(us);
-    }
-    std::sort(t.begin(), t.end());
+    std::sort(t, t + 3);
     return t[1];
   };
-  plan::Plan plain, hash, sort, host;
+  // A whole lookup of plan p.
+  auto lookup_us = [&](int64_t n, const plan::Plan& p, bool sorted = false) -> Result<double> {
+    return median_us(n, sorted, [&]() -> Status {
+      LookupArgs a;
+      a.table = table_;
+      a.ids = d_ids;
+      a.ids_host = host_ids.data();
+      a.tokens = n;
+      a.heads = 1;
+      a.out = d_out;
+      a.grid_cap = GridCap::all_sms();
+      return launch_plan(a, p, stream).status();
+    });
+  };
+  // What dedup adds to the gather of the unique rows, timed alone: the dedup kernels and the scatter of the
+  // batch's rows from the compact buffer (all ids distinct: every row is scattered).
+  auto dedup_us = [&](int64_t n, DedupMethod m) -> Result<double> {
+    return median_us(n, false, [&]() -> Status {
+      ENGRAM_RETURN_IF_ERROR(dedup_->run(d_ids, n, v.rows, m, nullptr, stream));
+      return launch_scatter_rows(compact_, dedup_->inverse(), n, v.d, d_out, stream);
+    });
+  };
+  plan::Plan plain, host, hash, sort;
+  host.host_share = 1.0;
   hash.dedup = true;
   sort.dedup = sort.sort = true;
-  host.host_share = 1.0;
   auto run = [&]() -> Status {
-    ENGRAM_ASSIGN_OR_RETURN(double plain_big, time_us(ids, n_big, plain));
-    ENGRAM_ASSIGN_OR_RETURN(double plain_small, time_us(ids, n_small, plain));
-    ENGRAM_ASSIGN_OR_RETURN(double sorted_big, time_us(sorted, n_big, plain));
-    ENGRAM_ASSIGN_OR_RETURN(double hash_big, time_us(ids, n_big, hash));
-    ENGRAM_ASSIGN_OR_RETURN(double hash_small, time_us(ids, n_small, hash));
-    ENGRAM_ASSIGN_OR_RETURN(double sort_big, time_us(ids, n_big, sort));
-    ENGRAM_ASSIGN_OR_RETURN(double sort_small, time_us(ids, n_small, sort));
+    // The dedup paths' gather (both launch shapes: one wave at n_small, unrolled at n_big) is timed nowhere below:
+    // launch it once here, so that its first launch in the process (CUDA loads a kernel then) is not a served batch.
+    for (const plan::Plan* p : {&hash, &sort})
+      for (const int64_t n : {n_small, n_big}) ENGRAM_RETURN_IF_ERROR(lookup_us(n, *p).status());
+    ENGRAM_ASSIGN_OR_RETURN(double plain_big, lookup_us(n_big, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double plain_small, lookup_us(n_small, plain));
+    ENGRAM_ASSIGN_OR_RETURN(double sorted_big, lookup_us(n_big, plain, /*sorted=*/true));
+    ENGRAM_ASSIGN_OR_RETURN(double hash_big, dedup_us(n_big, DedupMethod::kHash));
+    ENGRAM_ASSIGN_OR_RETURN(double hash_small, dedup_us(n_small, DedupMethod::kHash));
+    ENGRAM_ASSIGN_OR_RETURN(double sort_big, dedup_us(n_big, DedupMethod::kSort));
+    ENGRAM_ASSIGN_OR_RETURN(double sort_small, dedup_us(n_small, DedupMethod::kSort));
     plan::Costs& k = opt_.costs;
     const double dn = static_cast<double>(n_big - n_small);
     k.uva_rows_per_s = dn / std::max(1e-3, plain_big - plain_small) * 1e6;
     k.uva_fixed_us = std::max(0.0, plain_small - n_small / k.uva_rows_per_s * 1e6);
     k.uva_sorted_rows_per_s = n_big / std::max(1e-3, sorted_big - k.uva_fixed_us) * 1e6;
-    // Dedup overheads: measured time minus the gather of the (all-unique) rows it still does.
-    const double hash_row = std::max(0.0, (hash_big - plain_big) - (hash_small - plain_small)) / dn * 1e3;
+    // Dedup overheads per input row and per batch, linear between the two sizes (the scatter included).
+    const double hash_row = std::max(0.0, hash_big - hash_small) / dn * 1e3;
     k.dedup_hash_ns_per_row = hash_row;
-    k.dedup_hash_fixed_us = std::max(0.0, (hash_small - plain_small) - n_small * hash_row * 1e-3);
+    k.dedup_hash_fixed_us = std::max(0.0, hash_small - n_small * hash_row * 1e-3);
     k.scatter_ns_per_row = 0;  // inside the dedup figures above
-    const double sort_row = std::max(0.0, (sort_big - sorted_big) - (sort_small - plain_small)) / dn * 1e3;
+    const double sort_row = std::max(0.0, sort_big - sort_small) / dn * 1e3;
     k.dedup_sort_ns_per_row = sort_row;
-    k.dedup_sort_fixed_us = std::max(0.0, (sort_small - plain_small) - n_small * sort_row * 1e-3);
+    k.dedup_sort_fixed_us = std::max(0.0, sort_small - n_small * sort_row * 1e-3);
     // Sort threshold: the unique-row count above which sort dedup beats hash dedup (linear in both).
     const double a_h = k.dedup_hash_fixed_us, b_h = hash_row * 1e-3 + 1e6 / k.uva_rows_per_s;
     const double a_s = k.dedup_sort_fixed_us, b_s = sort_row * 1e-3 + 1e6 / k.uva_sorted_rows_per_s;
     k.sort_min_unique_rows = b_s < b_h ? static_cast<int64_t>(std::ceil(std::max(0.0, (a_s - a_h) / (b_h - b_s)))) + 1 : 0;
     if (cache_) {
-      // Cache path on mostly-missing random ids: its map walks and launch over the plain gather.
+      // Cache path on mostly-missing random ids: its map walks over the plain gather.
       plan::Plan cached;
       cached.cache = true;
-      ENGRAM_ASSIGN_OR_RETURN(double cache_small, time_us(ids, n_small, cached));
+      ENGRAM_ASSIGN_OR_RETURN(double cache_small, lookup_us(n_small, cached));
       k.cache_fixed_us = std::max(0.0, cache_small - plain_small);
     }
     if (host_) {
-      ENGRAM_ASSIGN_OR_RETURN(double host_big, time_us(ids, n_big, host));
-      ENGRAM_ASSIGN_OR_RETURN(double host_small, time_us(ids, n_small, host));
+      ENGRAM_ASSIGN_OR_RETURN(double host_big, lookup_us(n_big, host));
+      ENGRAM_ASSIGN_OR_RETURN(double host_small, lookup_us(n_small, host));
       k.host_rows_per_s = dn / std::max(1e-3, host_big - host_small) * 1e6;
       k.host_fixed_us = std::max(0.0, host_small - n_small / k.host_rows_per_s * 1e6);
     }
@@ -141,20 +150,20 @@ Status FastLookup::calibrate(void* stream) {
     plan::Plan hybrid;
     hybrid.host_share = k.hybrid_share;
     for (int64_t r : curve_rows) {
-      ENGRAM_ASSIGN_OR_RETURN(double t_uva, time_fresh_us(r, plain));
+      ENGRAM_ASSIGN_OR_RETURN(double t_uva, lookup_us(r, plain));
       k.uva_curve.emplace_back(static_cast<double>(r), t_uva);
       if (host_) {
-        ENGRAM_ASSIGN_OR_RETURN(double t_host, time_fresh_us(r, host));
+        ENGRAM_ASSIGN_OR_RETURN(double t_host, lookup_us(r, host));
         k.host_curve.emplace_back(static_cast<double>(r), t_host);
         if (k.hybrid_share > 0) {
-          ENGRAM_ASSIGN_OR_RETURN(double t_hyb, time_fresh_us(r, hybrid));
+          ENGRAM_ASSIGN_OR_RETURN(double t_hyb, lookup_us(r, hybrid));
           k.hybrid_curve.emplace_back(static_cast<double>(r), t_hyb);
         }
       }
     }
-    k.source = "start-up calibration on this table (" + std::to_string(n_big) + " and " + std::to_string(n_small) +
-               " random rows, best of 3; plain and host-gather times at " + std::to_string(curve_rows.size()) +
-               " batch sizes, median of 3 on fresh ids)";
+    k.source = "start-up calibration on this table (median of 3 calls on fresh random rows: lookups of " +
+               std::to_string(n_big) + " and " + std::to_string(n_small) + " rows, dedup and its scatter alone, " +
+               "plain and host-gather times at " + std::to_string(curve_rows.size()) + " batch sizes)";
     return Status::ok();
   };
   // Calibration batches are not traffic: they are not counted as served paths, not timed, not learned from, and

@@ -57,11 +57,12 @@ struct LearnerOptions {
   int plain_warm_every = 4;    // ... while plain has fewer than min_samples measurements in the bucket
   int retry_every = 64;        // a barred path is retried once per this many batches of its bucket; 0 = never
   double max_factor = 16;      // corrections are clamped to [1/max_factor, max_factor]
-  // Timing a batch puts two events and an event query into its window on the serving thread (a few us on a
-  // decode batch of tens of us): a path with steady_samples measurements in a bucket is timed on one batch in
-  // time_every; before that, on every batch. time_every 1: every batch.
-  int steady_samples = 8;
-  int time_every = 4;
+  // Timing a batch puts an event record before its launches on the serving thread (several us on a decode batch
+  // of tens of us; the end event and the query come after the launches): a path with steady_samples measurements
+  // in a bucket (>= min_samples, so the guard sees them) is timed on one batch in time_every; before that, on every
+  // batch. time_every 1: every batch.
+  int steady_samples = 4;
+  int time_every = 8;
 };
 
 // Where a path's correction came from.

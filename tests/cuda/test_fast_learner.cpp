@@ -1,5 +1,5 @@
 // FastLookup with the cost learner: calibration batches are not served calls; served batches are timed and reach
-// the learner (by event query, read at the next launch or at stats()); a path the learner measured slower than the
+// the learner (by event query, read after the next launch or at stats()); a path the learner measured slower than the
 // plain gather is not chosen again in that size range; a batch whose size range has no unique-fraction estimate
 // measures it; every batch, exploration ones included, stays bit-identical to the reference. No timing assertion:
 // the measurements that decide are fed to the learner by the test. Skips without a GPU.
