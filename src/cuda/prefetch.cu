@@ -10,12 +10,9 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <string>
 
 #include "cuda/cuda_status.cuh"
@@ -40,9 +37,6 @@ struct CudaPrefetchQueue::Slot {
   int64_t tokens = 0;
   LaunchInfo launch;
   LayerTiming timing;
-  // c - s of the layer's last step with both recorded (us, >= 0): how long the consumer's stream ran from the
-  // lookup's start until it needed the rows, the next lookup's overlap budget. NaN: not measured.
-  double overlap_us = std::numeric_limits<double>::quiet_NaN();
 };
 
 namespace {
@@ -305,7 +299,6 @@ Status CudaPrefetchQueue::submit(int layer_index, int64_t tokens, bool capturing
   a.grid_cap = opt_.grid_cap;
   a.sm_count = sm_count_;
   a.checked = false;  // checked mode was done on the host in prepare(); device-side checking would synchronise
-  a.overlap_budget_us = slot.overlap_us;
   FastLookup* path = opt_.fast_paths.empty() ? nullptr : opt_.fast_paths[static_cast<size_t>(layer_index)];
   if (path) {
     ENGRAM_ASSIGN_OR_RETURN(slot.launch, path->launch(a, ps));
@@ -384,7 +377,6 @@ Status CudaPrefetchQueue::end_step_sync() {
   totals_.dead_rows = static_cast<int64_t>(counters_host_[0]);
   totals_.invalid_ids = static_cast<int64_t>(counters_host_[1]);
 
-  for (int li : step_order_) slots_[static_cast<size_t>(li)]->overlap_us = std::numeric_limits<double>::quiet_NaN();
   if (record_timeline_) {
     const cudaEvent_t origin = as_event(ev_step_origin_);
     const double base = step_origin_recorded_ ? elapsed_ns(as_event(ev_first_origin_), origin) : kNotRecorded;
@@ -398,7 +390,6 @@ Status CudaPrefetchQueue::end_step_sync() {
         if (slot.consume_timed) {
           t.c_ns = base + elapsed_ns(origin, slot.ev_c);
           t.wait_end_ns = base + elapsed_ns(origin, slot.ev_w);
-          if (std::isfinite(t.c_ns) && std::isfinite(t.s_ns)) slot.overlap_us = std::max(0.0, (t.c_ns - t.s_ns) * 1e-3);
         }
       }
       timeline_.add(t);

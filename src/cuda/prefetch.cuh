@@ -22,10 +22,6 @@
 // steps (set_record_timeline), so its overhead is measured in one run. Steps captured into a
 // graph add rows whose times are NaN (not recorded): captured event records are graph dependencies, not times.
 // `submit` (a host time) is never on the events' time base and stays NaN.
-// Overlap budget: a layer's c - s of its last step (both recorded, i.e. with the timeline on) is the time the
-// consumer's stream gave that lookup; the next lookup of the layer takes it as LookupArgs::overlap_budget_us, and a
-// fast path runs a lookup predicted longer than it with every SM instead of grid_cap (exposed anyway, it should
-// finish sooner). Unknown (first step, timeline off): grid_cap.
 //
 // Hooks: the queue's owner may add work around the calls (QueueHooks: the CUDA backend's hot-row cache counts the
 // ids after each prepare and maintains the caches around end_step's host synchronisation). Without hooks, or with

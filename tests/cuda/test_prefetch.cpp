@@ -126,47 +126,6 @@ TEST(CudaPrefetch, EarlyAndOnDemandGiveTheReferenceStaging) {
   }
 }
 
-// The overlap budget: a lookup its consumer needed at once (on_demand: consume right after prepare) was exposed,
-// so the layer's next lookup runs with every SM; one that had a layer of compute before it was needed (early
-// prepare, 20 ms layers against lookups of tens of us) goes back to the background grid. The first step has no
-// measure and stays in the background. Decisions only: no time is asserted.
-TEST(CudaPrefetch, ExposedLookupRunsWithEverySmAndHiddenOneInTheBackground) {
-  ENGRAM_REQUIRE_GPU();
-  const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  Fixture f = make_fixture(rng, /*layer_us=*/20000);
-  ASSERT_TRUE(f.be);
-  const int64_t tokens = 64;
-  // step 0: no budget (background); step 1: after an on_demand step (inline); steps 2, 3: after early steps.
-  const PrefetchMode modes[] = {PrefetchMode::kOnDemand, PrefetchMode::kOnDemand, PrefetchMode::kEarly,
-                                PrefetchMode::kEarly};
-  const bool background[] = {true, false, false, true};
-  for (int64_t step = 0; step < 4; ++step) {
-    std::vector<std::vector<int64_t>> ids;
-    std::vector<std::vector<uint16_t>> ref;
-    for (int li = 0; li < 2; ++li) {
-      ids.push_back(testing::random_ids(f.layout, li, tokens, rng));
-      ref.push_back(testing::reference_staging(f.host->view(li), ids.back(), f.layout.heads()));
-    }
-    const auto got = run_step(f, ids, tokens, modes[step], step);
-    for (int li = 0; li < 2; ++li) {
-      SCOPED_TRACE("step " + std::to_string(step) + ", layer index " + std::to_string(li));
-      EXPECT_EQ(testing::first_mismatch(got[static_cast<size_t>(li)], ref[static_cast<size_t>(li)]), -1);
-      cuda::FastLookup* fl = f.be->fast_lookup(li);
-      ASSERT_NE(fl, nullptr);
-      const plan::Plan& p = fl->last_plan();
-      EXPECT_EQ(p.background, background[step]) << p.path_name();
-      EXPECT_EQ(p.grid_cap, background[step] ? GridCap::background_default() : GridCap::all_sms());
-      EXPECT_EQ(std::isfinite(p.overlap_budget_us), step > 0);
-      bool said = false;
-      for (const auto& w : plan::explain(p, fl->costs().source))
-        said |= w.find(background[step] ? "background" : "inline, full grid") != std::string::npos;
-      EXPECT_TRUE(said);
-    }
-  }
-}
-
 TEST(CudaPrefetch, CapturedStepEqualsEagerStep) {
   ENGRAM_REQUIRE_GPU();
   const uint64_t seed = testing::fresh_seed();
