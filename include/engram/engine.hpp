@@ -124,8 +124,9 @@ struct EngineOptions {
   // measured slower than plain. false: the planner keeps its start-up costs (an A/B of the learner itself).
   bool planner_learn = true;
   CacheOptions cache;               // off by default
-  // CUDA: grid cap of the prefetch queue's lookups (they run in the background beside compute). Where the planner
-  // finds that a lookup cannot hide behind compute it runs that one with every SM instead.
+  // CUDA: grid cap of every prefetch-queue lookup (they run in the background beside compute). An exposed lookup
+  // keeps it too: on an H100 every SM made the fast path's 8K-token prefill gather ~10 % slower than half of them
+  // (docs/results/2026-12-06-overlap-budget.md).
   GridCap grid_cap = GridCap::background_default();
   int lookup_threads = 0;           // CPU: gather threads (0..4096); 0 = one per CPU this process may run on
   bool checked = false;             // reject ids >= rows before a lookup (host-side pass)

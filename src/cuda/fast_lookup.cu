@@ -231,7 +231,6 @@ Result<LaunchInfo> FastLookup::serve(const LookupArgs& a, bool cap, void* stream
   const plan::BatchStats b = batch_stats(rows);
   plan::PlannerOptions po = opt_.planner;
   po.background_grid_cap = a.grid_cap;
-  po.overlap_budget_us = a.overlap_budget_us;
   po.cache_present = cache_ != nullptr;
   if (!host_ || !a.ids_host) po.allow_hybrid = false;
   // Learned corrections and explorations (plan/served_batch.hpp); while capturing nothing is measured and no

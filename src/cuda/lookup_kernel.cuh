@@ -23,7 +23,6 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -93,10 +92,6 @@ struct LookupArgs {
   int sm_count = 0;                         // 0 = read from the current device
   bool checked = false;                     // reject ids >= rows before launching (see above)
   const int64_t* ids_host = nullptr;        // optional host copy of ids (lets FastLookup use the host-gather path)
-  // Time the consumer's stream has before it needs this lookup's rows, in us (the prefetch queue's measure of the
-  // layer's last step); NaN: unknown. FastLookup runs a lookup predicted longer than this with every SM (it is
-  // exposed anyway), others at grid_cap; the plain kernel ignores it.
-  double overlap_budget_us = std::numeric_limits<double>::quiet_NaN();
 };
 
 // What a launcher launched is the public engram::LaunchShape (engram/lookup.hpp): the engine hands it out as is,

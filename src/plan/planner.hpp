@@ -91,7 +91,9 @@ struct PlannerOptions {
   bool cache_present = false;
   double min_gain = 0.05;         // a technique must save at least this fraction of the plain time
   GridCap background_grid_cap = GridCap::background_default();  // the grid of a plan that stays in the background
-  double overlap_budget_us = kUnknown;  // compute available to hide the lookup behind; unknown: background
+  // Compute available to hide the lookup behind; a lookup predicted longer runs inline with every SM. Unknown:
+  // background. The engine leaves it unknown: every SM made its exposed prefill gather slower (engine.hpp, grid_cap).
+  double overlap_budget_us = kUnknown;
   double host_share_override = kUnknown;  // force the hybrid's host share in [0, 1]
 };
 
