@@ -124,8 +124,9 @@ struct EngineOptions {
   // measured slower than plain. false: the planner keeps its start-up costs (an A/B of the learner itself).
   bool planner_learn = true;
   CacheOptions cache;               // off by default
-  // CUDA: grid cap of every prefetch-queue lookup (they run in the background beside compute). An exposed lookup
-  // keeps it too: on an H100 every SM made the fast path's 8K-token prefill gather ~10 % slower than half of them
+  // CUDA: grid cap of every prefetch-queue lookup (they run in the background beside compute). The fast path runs
+  // prefill-sized batches (>= 32,768 rows) on half of it, where fewer blocks in flight measured faster, and an
+  // exposed lookup keeps the cap too: every SM made the 8K-token prefill gather slower, not faster
   // (docs/results/2026-12-06-overlap-budget.md).
   GridCap grid_cap = GridCap::background_default();
   int lookup_threads = 0;           // CPU: gather threads (0..4096); 0 = one per CPU this process may run on

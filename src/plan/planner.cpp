@@ -22,6 +22,14 @@ std::string fmt(const char* f, double x) {
 
 enum class Dedup { kOff, kHash, kSort };
 
+// `scale` (0, 1) of a grid cap: a fraction times scale, or blocks times scale, at least one block.
+GridCap scaled(const GridCap& g, double scale) {
+  const Result<GridCap> r =
+      g.in_blocks() ? GridCap::of_blocks(std::max<int64_t>(1, static_cast<int64_t>(g.blocks() * scale)))
+                    : GridCap::of_fraction(g.fraction() * scale);
+  return r.is_ok() ? *r : g;
+}
+
 struct Candidate {
   Dedup dedup = Dedup::kOff;
   bool cache = false;
@@ -298,6 +306,11 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o, const 
   } else {
     p.background = true;
     p.grid_cap = o.background_grid_cap;
+    if (n >= static_cast<double>(o.large_batch_min_rows) && o.large_batch_grid_scale > 0 &&
+        o.large_batch_grid_scale < 1) {
+      p.grid_cap = scaled(o.background_grid_cap, o.large_batch_grid_scale);
+      p.large_batch_grid = true;
+    }
   }
   return p;
 }
@@ -356,6 +369,7 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
                     fmt("%.1f us", p.overlap_budget_us));
     } else {
       why.push_back("background, grid " + p.grid_cap.to_string() +
+                    (p.large_batch_grid ? " (the large-batch share of the background grid)" : "") +
                     (std::isfinite(p.overlap_budget_us) ? ": fits the overlap budget" : ": no overlap budget given"));
     }
   }

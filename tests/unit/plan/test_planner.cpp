@@ -279,6 +279,42 @@ TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
   EXPECT_EQ(small.grid_cap, o.background_grid_cap);
 }
 
+// A prefill-sized background batch runs on the large-batch share of the background grid (fraction or blocks,
+// never below one block); decode batches, inline batches and scale 1 keep theirs.
+TEST(Planner, LargeBatchesRunOnAShareOfTheBackgroundGrid) {
+  PlannerOptions o;
+  const Plan prefill = choose({196608, 1.0, kUnknown}, costs(), o);
+  EXPECT_TRUE(prefill.background);
+  EXPECT_TRUE(prefill.large_batch_grid);
+  EXPECT_EQ(prefill.grid_cap, *GridCap::of_fraction(0.25));
+  bool said = false;
+  for (const auto& w : why(prefill)) said |= w.find("large-batch share") != std::string::npos;
+  EXPECT_TRUE(said);
+  const Plan edge = choose({o.large_batch_min_rows, 1.0, kUnknown}, costs(), o);
+  EXPECT_EQ(edge.grid_cap, *GridCap::of_fraction(0.25));
+  const Plan below = choose({o.large_batch_min_rows - 1, 1.0, kUnknown}, costs(), o);
+  EXPECT_FALSE(below.large_batch_grid);
+  EXPECT_EQ(below.grid_cap, o.background_grid_cap);
+  const Plan decode = choose({1536, 1.0, kUnknown}, costs(), o);
+  EXPECT_EQ(decode.grid_cap, o.background_grid_cap);
+  // A cap in blocks halves in blocks, and one block stays one block.
+  PlannerOptions blocks = o;
+  blocks.background_grid_cap = *GridCap::of_blocks(25);
+  EXPECT_EQ(choose({196608, 1.0, kUnknown}, costs(), blocks).grid_cap, *GridCap::of_blocks(12));
+  blocks.background_grid_cap = *GridCap::of_blocks(1);
+  EXPECT_EQ(choose({196608, 1.0, kUnknown}, costs(), blocks).grid_cap, *GridCap::of_blocks(1));
+  // Scale 1: every size on the background grid.
+  PlannerOptions off = o;
+  off.large_batch_grid_scale = 1;
+  const Plan same = choose({196608, 1.0, kUnknown}, costs(), off);
+  EXPECT_FALSE(same.large_batch_grid);
+  EXPECT_EQ(same.grid_cap, o.background_grid_cap);
+  // Inline (the lookup cannot hide): every SM, whatever the size.
+  PlannerOptions inline_o = o;
+  inline_o.overlap_budget_us = 100;
+  EXPECT_EQ(choose({196608, 1.0, kUnknown}, costs(), inline_o).grid_cap, GridCap::all_sms());
+}
+
 TEST(Planner, DisabledPlannerIsThePlainGather) {
   PlannerOptions o;
   o.enabled = false;
