@@ -9,21 +9,23 @@
 // the device totals are copied to pinned memory after each batch and read by a later batch once that copy's event
 // has completed; every batch run through launch_plan (forced plans included) feeds them. When a cache is attached
 // and no hit rate has been measured yet, the planner prices the cache with its profile coverage (a prior) and
-// re-plans as soon as the first probe's hit rate arrives. When a technique is off, the engine re-measures it every `serve.explore_every` batches (one dedup/cache
-// pass), so the planner notices when ids start repeating. Every path is bit-identical to the plain kernel.
+// re-plans as soon as the first probe's hit rate arrives. When a technique is off, the engine re-measures it every
+// `serve.explore_every` batches (one dedup/cache pass), so the planner notices when ids start repeating. Every path
+// is bit-identical to the plain kernel.
 // Counters (LookupArgs::counters) keep the plain kernel's meaning (dead rows, invalid ids).
 //
 // Learning (plan/cost_learner.hpp; off with FastLookupOptions::learn): served batches (not the calibration's) are
 // timed on their stream with a pair of events from a small ring, read with cudaEventQuery after the next batch is
-// enqueued (never a wait, never inside a batch's window; a batch whose ring slot is still busy, or one launched while the stream is being captured, is not timed): every
-// batch of a path until it has a few measurements in its bucket, then a share of them (exploration and retry
-// batches always; LearnerOptions::steady_samples, time_every); the measured time and the model's price feed
-// the learner, which corrects the planner's prices per path and batch-size bucket, bars a path measured slower
-// than the plain gather there, and asks for a plain batch now and then while another path is chosen (one in
-// LearnerOptions::plain_every of a bucket, one in plain_warm_every until plain has 3 measurements there). The
-// unique fraction is estimated per bucket from device counts; when a batch's bucket has none and hash dedup costs
-// at most `serve.measure_unique_max_overhead` of the batch's price (prefill-sized batches: a few %), that batch measures
-// it: once per bucket, after which the measured fraction prices dedup for every batch of that size.
+// enqueued (never a wait, never inside a batch's window; a batch whose ring slot is still busy, or one launched
+// while the stream is being captured, is not timed): every batch of a path until it has a few measurements in its
+// bucket, then a share of them (exploration and retry batches always; LearnerOptions::steady_samples, time_every); the
+// measured time and the model's price feed the learner, which corrects the planner's prices per path and batch-size
+// bucket, bars a path measured slower than the plain gather there, and asks for a plain batch now and then while
+// another path is chosen (one in LearnerOptions::plain_every of a bucket, one in plain_warm_every until plain has 3
+// measurements there). The unique fraction is estimated per bucket from device counts; when a batch's bucket has none
+// and hash dedup costs at most `serve.measure_unique_max_overhead` of the batch's price (prefill-sized batches: a few
+// %), that batch measures it: once per bucket, after which the measured fraction prices dedup for every batch of that
+// size.
 // Start-up calibration (calibrate()) measures on this table, every call on rows no call read before (a repeated
 // row set comes back warm): plain UVA rows/s, the same rows sorted by address, the fixed and per-row costs of hash
 // and sort dedup with the scatter (timed alone), the host-gather rate, and the unique-row count above which the

@@ -59,10 +59,12 @@ Status FastLookup::calibrate(void* stream) {
     for (auto& x : host_ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
     if (sorted) std::sort(host_ids.begin(), host_ids.end());
   };
-  // Median of 3 synchronised calls of `work`, each on n fresh ids uploaded first, timed on the host clock (us).
-  auto median_us = [&](int64_t n, bool sorted, const std::function<Status()>& work) -> Result<double> {
+  // Median of `reps` (1 or 3) synchronised calls of `work`, each on n fresh ids uploaded first, timed on the host
+  // clock (us).
+  auto median_us = [&](int64_t n, bool sorted, const std::function<Status()>& work, int reps = 3) -> Result<double> {
     double t[3];
-    for (double& us : t) {
+    for (int r = 0; r < reps; ++r) {
+      double& us = t[r];
       fresh(n, sorted);
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s),
                                   "calibrate: copy");
@@ -72,11 +74,11 @@ Status FastLookup::calibrate(void* stream) {
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
       us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
-    std::sort(t, t + 3);
-    return t[1];
+    std::sort(t, t + reps);
+    return t[reps / 2];
   };
   // A whole lookup of plan p.
-  auto lookup_us = [&](int64_t n, const plan::Plan& p, bool sorted = false) -> Result<double> {
+  auto lookup_us = [&](int64_t n, const plan::Plan& p, bool sorted = false, int reps = 3) -> Result<double> {
     return median_us(n, sorted, [&]() -> Status {
       LookupArgs a;
       a.table = table_;
@@ -87,7 +89,7 @@ Status FastLookup::calibrate(void* stream) {
       a.out = d_out;
       a.grid_cap = GridCap::all_sms();
       return launch_plan(a, p, stream).status();
-    });
+    }, reps);
   };
   // What dedup adds to the gather of the unique rows, timed alone: the dedup kernels and the scatter of the
   // batch's rows from the compact buffer (all ids distinct: every row is scattered).
@@ -105,7 +107,7 @@ Status FastLookup::calibrate(void* stream) {
     // The dedup paths' gather (both launch shapes: one wave at n_small, unrolled at n_big) is timed nowhere below:
     // launch it once here, so that its first launch in the process (CUDA loads a kernel then) is not a served batch.
     for (const plan::Plan* p : {&hash, &sort})
-      for (const int64_t n : {n_small, n_big}) ENGRAM_RETURN_IF_ERROR(lookup_us(n, *p).status());
+      for (const int64_t n : {n_small, n_big}) ENGRAM_RETURN_IF_ERROR(lookup_us(n, *p, false, /*reps=*/1).status());
     ENGRAM_ASSIGN_OR_RETURN(double plain_big, lookup_us(n_big, plain));
     ENGRAM_ASSIGN_OR_RETURN(double plain_small, lookup_us(n_small, plain));
     ENGRAM_ASSIGN_OR_RETURN(double sorted_big, lookup_us(n_big, plain, /*sorted=*/true));

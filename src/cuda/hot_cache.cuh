@@ -69,7 +69,8 @@ class HotRowCache {
 
   // The standalone probe, which says per id whether the device map holds it now (the fast path probes inside its
   // gather instead, map_view()). For k < (n_device ? *n_device : n): id = ids[k]; a cached id writes its decoded
-  // row to out[k] and sets miss_ids[k] = kSkipId; a miss sets miss_ids[k] = id (id < 0: -1). hits_counter (device, may be null) += hits.
+  // row to out[k] and sets miss_ids[k] = kSkipId; a miss sets miss_ids[k] = id (id < 0: -1). hits_counter
+  // (device, may be null) += hits.
   Status launch_probe(const int64_t* ids, int64_t n, const unsigned long long* n_device, int64_t* miss_ids,
                       uint16_t* out, unsigned long long* hits_counter, void* stream) const;
   // The device map and rows as the fast gather probes them in its own pass (FastGatherArgs::cache), counting hits

@@ -126,7 +126,8 @@ enum class HitSource : uint8_t { kNoCache, kMeasured, kPrior, kAssumedZero };
 
 struct Plan {
   bool background = true;      // prefetch queue with a capped grid; false: inline, full grid
-  GridCap grid_cap = GridCap::background_default();  // background_grid_cap (scaled for a large batch), or every SM inline
+  // background_grid_cap (scaled for a large batch), or every SM inline
+  GridCap grid_cap = GridCap::background_default();
   bool large_batch_grid = false;  // grid_cap is the large-batch share of the background grid
   bool dedup = false;
   bool sort = false;           // sort-based dedup (unique ids in address order) instead of hash-based
