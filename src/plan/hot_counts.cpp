@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <unordered_set>
 
 namespace engram::plan {
 
@@ -17,40 +18,70 @@ HotCounts::HotCounts(const HotCountsOptions& o) : opt_(o) {
   if (opt_.sample_window < 1) opt_.sample_window = 1;
 }
 
+namespace {
+// Ids looked up ahead of the one being counted: their map entries are fetched meanwhile (a map of millions of ids
+// misses the caches on nearly every lookup).
+constexpr int64_t kPrefetchAhead = 16;
+}  // namespace
+
 void HotCounts::observe(const int64_t* ids, int64_t n, double weight) {
+  observe_part(ids, n, weight);
+  end_batch();
+}
+
+void HotCounts::observe_part(const int64_t* ids, int64_t n, double weight) {
   const double add = inc_ * (weight > 0 ? weight : 1.0);
+  for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) ids_.prefetch(ids[i]);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) ids_.prefetch(ids[i + kPrefetchAhead]);
     const int64_t id = ids[i];
     if (id < 0 || id >= opt_.id_limit) continue;
-    raw_.get_or_insert(id, 0.0) += add;
-    if (!cached(id)) pool_.insert(id);
+    IdState& e = ids_.get_or_insert(id, IdState{});
+    if (e.raw == 0) ++counted_ids_;
+    e.raw += add;
+    if (e.slot >= 0) {
+      slot_raw_[static_cast<size_t>(e.slot)] = e.raw;
+    } else {
+      pool_.insert_or_assign(id, e.raw);
+      if (static_cast<int64_t>(pool_.size()) > 2 * opt_.pool_size) trim_pool();
+    }
   }
-  if (static_cast<int64_t>(pool_.size()) > 2 * opt_.pool_size) trim_pool();
+}
+
+void HotCounts::end_batch() {
   ++batches_;
   inc_ *= growth_;
   if ((opt_.rescale_every > 0 && batches_ % opt_.rescale_every == 0) || inc_ > 1e100) rescale();
 }
 
 double HotCounts::count(int64_t id) const {
-  const double* r = raw_.find(id);
-  return r ? *r / inc_ : 0.0;
+  const IdState* e = ids_.find(id);
+  return e ? e->raw / inc_ : 0.0;
 }
 
 double HotCounts::total() const {
   double s = 0;
-  raw_.for_each([&](int64_t, double r) { s += r; });
+  ids_.for_each([&](int64_t, const IdState& e) { s += e.raw; });
   return s / inc_;
 }
 
 void HotCounts::rescale() {
   const double inc = inc_;
-  raw_.for_each([inc](int64_t, double& r) { r /= inc; });
-  // Cached ids keep their counts (they are the victims' scores); others below the floor are forgotten.
-  raw_.erase_if([this](int64_t id, double r) {
-    if (r >= opt_.prune_below || cached(id)) return false;
-    pool_.erase(id);
+  counted_ids_ = 0;
+  ids_.for_each([&](int64_t, IdState& e) {
+    e.raw /= inc;
+    if (e.raw > 0) ++counted_ids_;
+  });
+  pool_.for_each([inc](int64_t, double& r) { r /= inc; });
+  for (double& r : slot_raw_) r /= inc;
+  // Cached ids keep their counts (they are the victims' scores); others below the floor are forgotten, and leave
+  // the pool, whose counts are equal to theirs.
+  ids_.erase_if([&](int64_t, const IdState& e) {
+    if (e.raw >= opt_.prune_below || e.slot >= 0) return false;
+    if (e.raw > 0) --counted_ids_;
     return true;
   });
+  pool_.erase_if([this](int64_t, double r) { return r < opt_.prune_below; });
   inc_ = 1;
 }
 
@@ -61,12 +92,21 @@ struct Hotter {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   }
 };
+// Puts the k first of v under `before` (a strict total order) at its front, in order: a linear selection, then a
+// sort of those k (a heap-based partial sort of thousands of entries took most of a plan's time).
+template <typename Before>
+void select_first(std::vector<std::pair<int64_t, double>>& v, size_t k, Before before) {
+  if (k < v.size()) std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end(), before);
+  std::sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(k, v.size())), before);
+}
 }  // namespace
 
 std::vector<std::pair<int64_t, double>> HotCounts::hottest(int64_t k) const {
   std::vector<std::pair<int64_t, double>> all;
-  all.reserve(raw_.size());
-  raw_.for_each([&](int64_t id, double r) { all.emplace_back(id, r / inc_); });
+  all.reserve(static_cast<size_t>(counted_ids_));
+  ids_.for_each([&](int64_t id, const IdState& e) {
+    if (e.raw > 0) all.emplace_back(id, e.raw / inc_);
+  });
   const size_t kk = static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(all.size())));
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kk), all.end(), Hotter{});
   all.resize(kk);
@@ -76,31 +116,36 @@ std::vector<std::pair<int64_t, double>> HotCounts::hottest(int64_t k) const {
 void HotCounts::trim_pool() {
   std::vector<std::pair<int64_t, double>> v;
   v.reserve(pool_.size());
-  for (int64_t id : pool_)
-    if (!cached(id)) v.emplace_back(id, count(id));
+  pool_.for_each([&](int64_t id, double r) { v.emplace_back(id, r / inc_); });
   const size_t keep = static_cast<size_t>(std::min<int64_t>(opt_.pool_size, static_cast<int64_t>(v.size())));
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(keep), v.end(), Hotter{});
   v.resize(keep);
+  for (auto& p : v) p.second = *pool_.find(p.first);  // the raw counts, exactly as ids_ holds them
   pool_.clear();
-  for (const auto& p : v) pool_.insert(p.first);
+  for (const auto& p : v) pool_.insert_or_assign(p.first, p.second);
 }
 
 void HotCounts::set_slots(const std::vector<int64_t>& slot_ids) {
   slot_ids_ = slot_ids;
-  slot_of_.clear();
-  slot_of_.reserve(slot_ids_.size());
+  // Forget the previous mirror: entries of ids that were cached and never counted go.
+  ids_.for_each([](int64_t, IdState& e) { e.slot = -1; });
+  ids_.erase_if([](int64_t, const IdState& e) { return e.raw == 0; });
+  ids_.reserve(ids_.size() + slot_ids_.size());
+  slot_raw_.assign(slot_ids_.size(), 0.0);
   free_.clear();
   for (int64_t s = static_cast<int64_t>(slot_ids_.size()) - 1; s >= 0; --s) {
     const int64_t id = slot_ids_[static_cast<size_t>(s)];
     if (id < 0) {
       free_.push_back(s);  // back = lowest slot
     } else {
-      slot_of_.insert_or_assign(id, s);
+      IdState& e = ids_.get_or_insert(id, IdState{});
+      e.slot = s;
+      slot_raw_[static_cast<size_t>(s)] = e.raw;
     }
   }
   pool_.clear();
-  raw_.for_each([&](int64_t id, double) {
-    if (!cached(id)) pool_.insert(id);
+  ids_.for_each([&](int64_t id, const IdState& e) {
+    if (e.slot < 0) pool_.insert_or_assign(id, e.raw);
   });
   if (static_cast<int64_t>(pool_.size()) > opt_.pool_size) trim_pool();
   cursor_ = 0;
@@ -109,34 +154,37 @@ void HotCounts::set_slots(const std::vector<int64_t>& slot_ids) {
 std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
   std::vector<CacheSwap> out;
   if (max_rows <= 0 || slot_ids_.empty()) return out;
-  // Candidates: uncached pool ids, hottest first.
-  std::vector<std::pair<int64_t, double>> cand;
-  cand.reserve(pool_.size());
-  for (int64_t id : pool_)
-    if (!cached(id)) cand.emplace_back(id, count(id));
+  // Candidates: the pool (uncached ids), hottest first.
+  std::vector<std::pair<int64_t, double>>& cand = scratch_cand_;
+  cand.clear();
+  pool_.for_each([&](int64_t id, double r) { cand.emplace_back(id, r); });  // raw: the same order as the counts
   const size_t nc = static_cast<size_t>(std::min<int64_t>(max_rows, static_cast<int64_t>(cand.size())));
-  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(nc), cand.end(), Hotter{});
+  select_first(cand, nc, Hotter{});
   cand.resize(nc);
+  for (auto& c : cand) c.second /= inc_;
   if (cand.empty()) return out;
   // Victims: free slots first (score -1), then the coldest of a window of occupied slots from the cursor.
-  std::vector<std::pair<int64_t, double>> victims;  // (slot, score)
+  std::vector<std::pair<int64_t, double>>& victims = scratch_victims_;  // (slot, score)
+  victims.clear();
   for (auto it = free_.rbegin(); it != free_.rend() && static_cast<int64_t>(victims.size()) < max_rows; ++it)
     victims.emplace_back(*it, -1.0);
   const int64_t n_slots = static_cast<int64_t>(slot_ids_.size());
   if (static_cast<int64_t>(victims.size()) < static_cast<int64_t>(cand.size())) {
     const int64_t window = std::min<int64_t>(n_slots, opt_.sample_window * max_rows);
-    std::vector<std::pair<int64_t, double>> sampled;
-    sampled.reserve(static_cast<size_t>(window));
-    for (int64_t k = 0; k < window; ++k) {
-      const int64_t s = (cursor_ + k) % n_slots;
-      const int64_t id = slot_ids_[static_cast<size_t>(s)];
-      if (id >= 0) sampled.emplace_back(s, count(id));
-    }
+    std::vector<std::pair<int64_t, double>>& sampled = scratch_sampled_;
+    sampled.clear();
+    for (int64_t k = 0, s = cursor_; k < window; ++k, s = s + 1 == n_slots ? 0 : s + 1)
+      if (slot_ids_[static_cast<size_t>(s)] >= 0) sampled.emplace_back(s, slot_raw_[static_cast<size_t>(s)]);
     cursor_ = (cursor_ + window) % n_slots;
-    std::sort(sampled.begin(), sampled.end(), [](const auto& a, const auto& b) {
-      return a.second != b.second ? a.second < b.second : a.first < b.first;
-    });
-    for (const auto& v : sampled) victims.push_back(v);
+    // Only the coldest ones the candidates can pair with are needed, in order (raw: the same order as the counts).
+    const size_t need = std::min(sampled.size(), cand.size() - std::min(cand.size(), victims.size()));
+    select_first(sampled, need, [](const auto& a, const auto& b) { return a.second != b.second ? a.second < b.second : a.first < b.first; });
+    for (size_t i = 0; i < need; ++i) victims.emplace_back(sampled[i].first, sampled[i].second / inc_);
+  }
+  // The entries the swaps edit, asked for all at once: each misses the CPU caches in a map of millions of ids.
+  for (size_t i = 0; i < cand.size() && i < victims.size(); ++i) {
+    ids_.prefetch(cand[i].first);
+    ids_.prefetch(slot_ids_[static_cast<size_t>(victims[i].first)]);
   }
   for (size_t i = 0; i < cand.size() && i < victims.size(); ++i) {
     const auto [slot, vscore] = victims[i];
@@ -147,13 +195,16 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
     sw.old_id = slot_ids_[static_cast<size_t>(slot)];
     sw.new_id = id;
     if (sw.old_id >= 0) {
-      slot_of_.erase(sw.old_id);
-      pool_.insert(sw.old_id);  // an evicted id may come back when it heats up again
+      IdState& old = ids_.get_or_insert(sw.old_id, IdState{});  // a cached id has its entry
+      old.slot = -1;
+      pool_.insert_or_assign(sw.old_id, old.raw);  // an evicted id may come back when it heats up again
     } else {
       free_.pop_back();  // free victims come first, taken from the back of free_ in order: this is `slot`
     }
     slot_ids_[static_cast<size_t>(slot)] = id;
-    slot_of_.insert_or_assign(id, slot);
+    IdState& e = ids_.get_or_insert(id, IdState{});
+    e.slot = slot;
+    slot_raw_[static_cast<size_t>(slot)] = e.raw;
     pool_.erase(id);
     out.push_back(sw);
   }
@@ -234,6 +285,35 @@ void HotCountsWorker::submit(int layer, const int64_t* ids, int64_t n) {
   cv_.notify_one();
 }
 
+// Runs with counts_mu_ held: the plan, then its swaps parked for take_planned().
+void HotCountsWorker::compute_plan(int layer, int64_t rows) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<CacheSwap> swaps = counts_[static_cast<size_t>(layer)].plan(rows);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> l(planned_mu_);
+  Planned& p = planned_[static_cast<size_t>(layer)];
+  p.swaps.insert(p.swaps.end(), swaps.begin(), swaps.end());
+  p.last_rows = static_cast<int64_t>(swaps.size());
+  p.queued = false;
+  ++plan_times_.plans;
+  plan_times_.sum_us += us;
+  plan_times_.max_us = std::max(plan_times_.max_us, us);
+}
+
+// Runs with counts_mu_ held: every plan asked for so far.
+void HotCountsWorker::serve_plans() {
+  while (true) {
+    Batch b;
+    {
+      std::lock_guard<std::mutex> l(queue_mu_);
+      if (plans_.empty()) return;
+      b = std::move(plans_.front());
+      plans_.pop_front();
+    }
+    compute_plan(b.layer, b.plan_rows);
+  }
+}
+
 void HotCountsWorker::loop() {
   while (true) {
     Batch b;
@@ -246,30 +326,21 @@ void HotCountsWorker::loop() {
       from.pop_front();
       busy_ = true;
     }
-    HotCounts& c = counts_[static_cast<size_t>(b.layer)];
     const int64_t n = static_cast<int64_t>(b.ids.size());
-    if (b.plan_rows > 0) {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::vector<CacheSwap> swaps;
-      {
-        std::lock_guard<std::mutex> g(counts_mu_);
-        swaps = c.plan(b.plan_rows);
-      }
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      {
-        std::lock_guard<std::mutex> l(planned_mu_);
-        Planned& p = planned_[static_cast<size_t>(b.layer)];
-        p.swaps.insert(p.swaps.end(), swaps.begin(), swaps.end());
-        p.last_rows = static_cast<int64_t>(swaps.size());
-        p.queued = false;
-        ++plan_times_.plans;
-        plan_times_.sum_us += us;
-        plan_times_.max_us = std::max(plan_times_.max_us, us);
-      }
-    } else {
-      // The whole batch under one hold (the decay is per batch); try_with() meanwhile answers false at once.
+    {
+      // The whole batch under one hold (the decay is per batch); try_with() meanwhile answers false at once. Plans
+      // asked for meanwhile are computed between its chunks, on the counts so far.
       std::lock_guard<std::mutex> g(counts_mu_);
-      c.observe(b.ids.data(), n, b.weight);
+      if (b.plan_rows > 0) {
+        compute_plan(b.layer, b.plan_rows);
+      } else {
+        HotCounts& c = counts_[static_cast<size_t>(b.layer)];
+        for (int64_t at = 0; at < n; at += kCountChunk) {
+          c.observe_part(b.ids.data() + at, std::min(kCountChunk, n - at), b.weight);
+          serve_plans();
+        }
+        c.end_batch();
+      }
     }
     {
       std::lock_guard<std::mutex> l(queue_mu_);

@@ -20,8 +20,9 @@
 // batch's. Only a batch that would take the backlog past twice the limit (the counting thread stalled for dozens of
 // batches) is dropped, and counted as dropped; memory stays below 2 x max_pending_ids ids. Online updates are planned
 // on that thread too: request_plan() queues a plan of at most M swaps ahead of the ids still waiting (a plan costs
-// O(pool + window), a batch O(ids): a plan never waits behind a prefill backlog; it uses the counts of the batches
-// counted so far), the worker runs HotCounts::plan when it reaches it and parks the swaps; take_planned() hands them
+// O(pool + window), a batch O(ids): a plan never waits behind a prefill backlog, nor behind more than a chunk of the
+// batch being counted, which looks for plans every few thousand ids; it uses the counts of the ids counted so far),
+// the worker runs HotCounts::plan when it reaches it and parks the swaps; take_planned() hands them
 // out in slices of a per-step row budget. Updates are pipelined: the next plan may be requested while the previous
 // one's swaps are still being applied (plan() has already applied them to the mirror, so the next plan starts from
 // the cache as it will be), as long as fewer than its own M swaps are still waiting; a slice stops before a swap that
@@ -39,7 +40,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -73,11 +73,15 @@ class HotCounts {
 
   // Counts one batch (ids < 0 are padding and ids >= id_limit invalid: both ignored; repeats within the batch count
   // each time), each observation weighing `weight` (> 0; a sample of a larger batch weighs batch / sample). One batch
-  // of the decay whatever its size or weight.
+  // of the decay whatever its size or weight: observe() = observe_part() over the batch, then end_batch().
   void observe(const int64_t* ids, int64_t n, double weight = 1.0);
+  // Counts part of a batch (no decay step); a plan between two parts sees the batch's ids counted so far.
+  void observe_part(const int64_t* ids, int64_t n, double weight = 1.0);
+  // Closes the batch counted by observe_part(): one batch of the decay.
+  void end_batch();
   double count(int64_t id) const;  // decayed count; 0 for an id never seen (or pruned)
   int64_t batches() const { return batches_; }
-  int64_t distinct() const { return static_cast<int64_t>(raw_.size()); }
+  int64_t distinct() const { return counted_ids_; }  // ids with a count
   double total() const;            // decayed sum of every count
 
   // The k hottest ids with their decayed counts, hottest first (ties: smaller id first). O(distinct log k).
@@ -85,27 +89,44 @@ class HotCounts {
 
   // Mirror of the cache: slot_ids[s] = id held by slot s, -1 = free. Resets the candidate pool.
   void set_slots(const std::vector<int64_t>& slot_ids);
-  bool cached(int64_t id) const { return slot_of_.contains(id); }
+  bool cached(int64_t id) const {
+    const IdState* e = ids_.find(id);
+    return e && e->slot >= 0;
+  }
   int64_t slots() const { return static_cast<int64_t>(slot_ids_.size()); }
   int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
   int64_t pool() const { return static_cast<int64_t>(pool_.size()); }
 
   // Up to max_rows swaps (hottest candidate first), applied to the mirror. Empty when nothing gains.
+  // O(pool + sample_window * max_rows), no lookups: the candidates' counts are in the pool, the victims' in slot_raw_.
   std::vector<CacheSwap> plan(int64_t max_rows);
 
  private:
+  // One entry per id counted or cached: a lookup of a counted id finds whether it is cached in the same cache line.
+  struct IdState {
+    double raw = 0;     // raw count (see count()); 0: never counted
+    int64_t slot = -1;  // cache slot holding the id, -1: not cached
+  };
   void trim_pool();
   void rescale();
   HotCountsOptions opt_;
   double growth_ = 1;  // per-batch factor of the increment
   double inc_ = 1;     // weight of one observation now (raw counts are in units of the increment at their time)
   int64_t batches_ = 0;
-  FlatIdMap<double> raw_;  // id -> raw count (see count()); millions of ids at prefill
+  int64_t counted_ids_ = 0;  // entries of ids_ with a count
+  FlatIdMap<IdState> ids_;   // counted and cached ids (millions of each at prefill and for a large cache)
   std::vector<int64_t> slot_ids_;
-  FlatIdMap<int64_t> slot_of_;  // id -> slot of the cached ids (millions for a large cache)
+  // slot_raw_[s]: the raw count of the id slot s holds, kept equal to its entry's (set at each observation, scaled
+  // at each rescale), so that plan() reads the victims' counts in one pass over the window instead of a lookup each.
+  std::vector<double> slot_raw_;
   std::vector<int64_t> free_;  // free slots, taken from the back
-  std::unordered_set<int64_t> pool_;
+  // The candidates: uncached ids with their raw counts, kept equal to ids_'s (set at each observation, scaled at
+  // each rescale), so that plan() reads them in one pass over a map that fits the CPU caches.
+  FlatIdMap<double> pool_;
   int64_t cursor_ = 0;
+  // plan()'s candidates, sampled slots and victims, kept between plans: allocating them afresh faulted their pages in
+  // at every plan.
+  std::vector<std::pair<int64_t, double>> scratch_cand_, scratch_sampled_, scratch_victims_;
 };
 
 // One counting thread for several layers (see the file comment).
@@ -159,6 +180,10 @@ class HotCountsWorker {
 
  private:
   void loop();
+  void compute_plan(int layer, int64_t rows);
+  void serve_plans();
+  // Ids counted between two looks for plans asked for meanwhile (~0.1-0.2 ms of counting).
+  static constexpr int64_t kCountChunk = 1024;
   struct Batch {
     int layer = 0;
     std::vector<int64_t> ids;

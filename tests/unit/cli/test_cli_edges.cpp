@@ -237,6 +237,8 @@ const Row kRows[] = {
     {"bench hash --smoke --tokens {F}", 2, "--tokens"},
     {"bench hash --smoke --tokens {P}", 2, "--tokens"},
     {"bench cache-follow --smoke --first {P}", 2, "--first"},
+    {"bench cache-counts --smoke --slots 0", 2, "--slots"},
+    {"bench cache-counts --smoke --rows 10 --slots 10", 2, "--slots must be below --rows"},
     // bench cache-follow: its inputs are checked before it may be waived (77)
     {"bench cache-follow --smoke --cache-size abc", 2, "--cache-size"},
     {"bench cache-follow --smoke --cache-size ''", 2, "--cache-size"},

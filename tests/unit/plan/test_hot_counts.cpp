@@ -2,7 +2,8 @@
 // profile, candidate selection (uncached, hottest first), victims (free slots first, coldest, hysteresis), the
 // bounded rate of plan(M), pruning, and the counting thread (submit/drain/try_with; batches larger than the backlog
 // counted from a weighted stratified sample, dropped only past twice the backlog; plans pipelined and taken ahead of
-// the batches, slices that never name a slot or an id twice across plans).
+// the batches and between the chunks of the batch being counted, slices that never name a slot or an id twice across
+// plans).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -302,6 +303,49 @@ TEST(HotCountsWorker, PlansGoAheadOfWaitingBatches) {
   ASSERT_EQ(s.size(), 1u) << "planned before the batch of 8s was counted";
   EXPECT_EQ(s[0].new_id, 7);
   EXPECT_EQ(w.counted_batches(), 3);
+}
+
+// A plan asked for while a batch is being counted is computed between the batch's chunks, before the batch ends
+// (a prefill batch takes tens of milliseconds to count; an update due meanwhile would otherwise be deferred).
+TEST(HotCountsWorker, PlansAreServedWhileABatchIsCounted) {
+  HotCountsWorker w(1, no_decay(), int64_t{1} << 23);
+  w.with(0, [](HotCounts& c) { c.set_slots({-1, -1}); });
+  std::vector<int64_t> seven(4, 7);
+  w.submit(0, seven.data(), 4);
+  w.drain();
+  std::vector<int64_t> big(int64_t{1} << 21);  // distinct ids: a hundred milliseconds of counting or more
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int64_t>(i) * 7919 + 100;
+  w.submit(0, big.data(), static_cast<int64_t>(big.size()));
+  while (w.try_with(0, [](HotCounts&) {})) {
+  }  // until the counting thread holds the counts: it is counting `big`
+  ASSERT_TRUE(w.request_plan(0, 2));
+  while (w.plan_queued(0)) {
+  }
+  EXPECT_EQ(w.counted_batches(), 1) << "the plan came back before the batch was counted";
+  const std::vector<CacheSwap> s = w.take_planned(0, 8);
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(s[0].new_id, 7) << "the hottest id counted so far";
+  w.drain();
+  EXPECT_EQ(w.counted_batches(), 2);
+}
+
+// Counting a batch in parts is counting it whole: the same counts, one batch of the decay.
+TEST(HotCounts, ABatchCountedInPartsIsOneBatch) {
+  HotCountsOptions o;
+  o.half_life_batches = 4;
+  HotCounts whole(o), parts(o);
+  const std::vector<int64_t> a{1, 2, 2, 3}, b{3, 3, 4, -1};
+  std::vector<int64_t> ab(a);
+  ab.insert(ab.end(), b.begin(), b.end());
+  for (int i = 0; i < 3; ++i) {
+    whole.observe(ab.data(), static_cast<int64_t>(ab.size()), 2.0);
+    parts.observe_part(a.data(), static_cast<int64_t>(a.size()), 2.0);
+    parts.observe_part(b.data(), static_cast<int64_t>(b.size()), 2.0);
+    parts.end_batch();
+  }
+  EXPECT_EQ(parts.batches(), whole.batches());
+  EXPECT_EQ(parts.distinct(), 4);
+  for (int64_t id = 0; id <= 5; ++id) EXPECT_DOUBLE_EQ(parts.count(id), whole.count(id)) << id;
 }
 
 // The counting thread plans an online update from the batches counted before it, and hands the swaps out in
