@@ -147,9 +147,16 @@ Explore CostLearner::explore(int64_t rows, uint32_t chosen_key) {
   if (chosen_key != kPlainKey && o_.plain_every > 0) {
     const auto pl = b.paths.find(kPlainKey);
     const int64_t plain_samples = pl == b.paths.end() ? 0 : pl->second.samples;
-    const int64_t every = plain_samples < o_.min_samples && o_.plain_warm_every > 0
-                              ? std::min(o_.plain_warm_every, o_.plain_every)
-                              : o_.plain_every;
+    int64_t every = plain_samples < o_.min_samples && o_.plain_warm_every > 0
+                        ? std::min(o_.plain_warm_every, o_.plain_every)
+                        : o_.plain_every;
+    const auto ch = b.paths.find(chosen_key);
+    if (plain_samples >= o_.min_samples && o_.plain_overhead > 0 && ch != b.paths.end() && ch->second.samples > 0) {
+      // A plain batch costs (plain / chosen - 1) of a chosen batch: one in `spaced` keeps that within the overhead.
+      const double gain = std::exp(pl->second.log_us_row - ch->second.log_us_row);
+      const double spaced = std::min<double>(std::max(1, o_.plain_every_max), (gain - 1) / o_.plain_overhead);
+      if (std::isfinite(spaced) && spaced > static_cast<double>(every)) every = static_cast<int64_t>(std::ceil(spaced));
+    }
     // The first plain batch of a bucket comes at its second batch: the first one runs the planner's choice.
     if (b.since_plain >= every || (plain_samples == 0 && b.batches == 2)) {
       b.since_plain = 0;

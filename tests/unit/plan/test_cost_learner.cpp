@@ -181,6 +181,7 @@ TEST(CostLearner, BarredPathComesBackWhenARemeasurementPays) {
 TEST(CostLearner, ExplorationIsBounded) {
   LearnerOptions o;
   o.plain_every = 32;
+  o.plain_overhead = 0;  // one in plain_every whatever the gain
   o.plain_warm_every = 4;
   o.min_samples = 3;
   o.retry_every = 0;
@@ -210,6 +211,46 @@ TEST(CostLearner, ExplorationIsBounded) {
   // plain_every = 0: never.
   CostLearner never(LearnerOptions{.plain_every = 0, .retry_every = 0});
   for (int i = 0; i < 100; ++i) EXPECT_EQ(never.explore(rows, kDedup), Explore::kNone);
+}
+
+// Once plain and the chosen path are both measured, plain batches come one in (gain - 1) / plain_overhead, between
+// plain_every and plain_every_max: their cost stays within the overhead.
+TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
+  auto plain_batches_at = [](double chosen_us, double overhead) {
+    LearnerOptions o;
+    o.plain_every = 32;
+    o.plain_warm_every = 4;
+    o.min_samples = 3;
+    o.retry_every = 0;
+    o.plain_overhead = overhead;
+    o.plain_every_max = 512;
+    CostLearner l(o);
+    const int64_t rows = 1536;
+    std::vector<int> at;
+    for (int i = 1; i <= 2000; ++i) {
+      if (l.explore(rows, kCache) == Explore::kPlain) {
+        at.push_back(i);
+        EXPECT_TRUE(l.observe(kPlainKey, rows, 30, 30));
+      } else {
+        EXPECT_TRUE(l.observe(kCache, rows, 20, chosen_us));
+      }
+    }
+    return at;
+  };
+  // Chosen 1.5x faster than plain, 1% overhead: one plain batch in 50 after the warm-up (2, 6, 10).
+  std::vector<int> at = plain_batches_at(20, 0.01);
+  ASSERT_GE(at.size(), 5u);
+  EXPECT_EQ(at[2], 10);
+  EXPECT_EQ(at[3], 60);
+  EXPECT_EQ(at[4], 110);
+  // 30x faster: capped at one in plain_every_max.
+  at = plain_batches_at(1, 0.01);
+  ASSERT_GE(at.size(), 4u);
+  EXPECT_EQ(at[3], 10 + 512);
+  // Barely faster: plain_every is the floor.
+  at = plain_batches_at(29.5, 0.01);
+  ASSERT_GE(at.size(), 4u);
+  EXPECT_EQ(at[3], 10 + 32);
 }
 
 TEST(CostLearner, SteadyPathsAreTimedOnAShareOfTheirBatches) {
