@@ -147,14 +147,15 @@ Explore CostLearner::explore(int64_t rows, uint32_t chosen_key) {
   if (chosen_key != kPlainKey && o_.plain_every > 0) {
     const auto pl = b.paths.find(kPlainKey);
     const int64_t plain_samples = pl == b.paths.end() ? 0 : pl->second.samples;
-    int64_t every = plain_samples < o_.min_samples && o_.plain_warm_every > 0
-                        ? std::min(o_.plain_warm_every, o_.plain_every)
-                        : o_.plain_every;
+    const bool warming = plain_samples < o_.min_samples && o_.plain_warm_every > 0;
+    int64_t every = warming ? std::min(o_.plain_warm_every, o_.plain_every) : o_.plain_every;
     const auto ch = b.paths.find(chosen_key);
-    if (plain_samples >= o_.min_samples && o_.plain_overhead > 0 && ch != b.paths.end() && ch->second.samples > 0) {
+    if (plain_samples > 0 && o_.plain_overhead > 0 && ch != b.paths.end() && ch->second.samples > 0) {
       // A plain batch costs (plain / chosen - 1) of a chosen batch: one in `spaced` keeps that within the overhead.
+      // While plain warms up, at most one in plain_every: its first measurements come within a few dozen batches.
       const double gain = std::exp(pl->second.log_us_row - ch->second.log_us_row);
-      const double spaced = std::min<double>(std::max(1, o_.plain_every_max), (gain - 1) / o_.plain_overhead);
+      const int cap = std::max(1, warming ? o_.plain_every : o_.plain_every_max);
+      const double spaced = std::min<double>(cap, (gain - 1) / o_.plain_overhead);
       if (std::isfinite(spaced) && spaced > static_cast<double>(every)) every = static_cast<int64_t>(std::ceil(spaced));
     }
     // The first plain batch of a bucket comes at its second batch: the first one runs the planner's choice.

@@ -17,9 +17,11 @@
 //   batches of that bucket (every `plain_warm_every` until it has `min_samples` measurements there), so that plain's
 //   measured time stays current; at most 1/plain_every of a bucket's batches lose the chosen path's gain. Once
 //   both are measured there, the plain batch comes rarer the more the chosen path gains, so that plain batches cost
-//   at most `plain_overhead` of the bucket's time (up to one in `plain_every_max`): a path measured 1.4x faster than
-//   plain is far from being overtaken by it, and each plain batch costs it 40% of one batch. A barred path is
-//   retried once per `retry_every` batches of its bucket.
+//   at most `plain_overhead` of the bucket's time (up to one in plain_every while plain has fewer than min_samples
+//   measurements, one in `plain_every_max` after): a path measured 1.4x faster than plain is far from being
+//   overtaken by it, and each plain batch costs it 40% of one batch. A path not measured faster than plain keeps
+//   the warm-up rate, so the guard sees plain soon. A barred path is retried once per `retry_every` batches of its
+//   bucket.
 // - unique fraction: an estimate per bucket (a decode batch of 64 tokens repeats far less than an 8K prefill).
 // Inputs that are not finite or not positive are ignored. Pure C++, deterministic; not thread-safe (one per
 // lookup stream, like the planner's caller).
@@ -59,7 +61,8 @@ struct LearnerOptions {
   int plain_every = 32;        // one plain batch in this many of a bucket while another path is chosen; 0 = never
   int plain_warm_every = 4;    // ... while plain has fewer than min_samples measurements in the bucket
   // Plain batches take at most this share of a bucket's time once both paths are measured there: one in
-  // max(plain_every, (plain / chosen - 1) / plain_overhead), at most plain_every_max. 0: one in plain_every.
+  // (plain / chosen - 1) / plain_overhead, no more often than the rates above, at most one in plain_every (warm-up)
+  // or plain_every_max (after). 0: the rates above.
   double plain_overhead = 0.005;
   int plain_every_max = 512;
   int retry_every = 64;        // a barred path is retried once per this many batches of its bucket; 0 = never

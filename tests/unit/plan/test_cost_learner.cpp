@@ -213,8 +213,9 @@ TEST(CostLearner, ExplorationIsBounded) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(never.explore(rows, kDedup), Explore::kNone);
 }
 
-// Once plain and the chosen path are both measured, plain batches come one in (gain - 1) / plain_overhead, between
-// plain_every and plain_every_max: their cost stays within the overhead.
+// Once plain and the chosen path are both measured, plain batches come one in (gain - 1) / plain_overhead, no more
+// often than the warm-up and steady rates, at most one in plain_every while warming and plain_every_max after: their
+// cost stays within the overhead.
 TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
   auto plain_batches_at = [](double chosen_us, double overhead) {
     LearnerOptions o;
@@ -237,20 +238,30 @@ TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
     }
     return at;
   };
-  // Chosen 1.5x faster than plain, 1% overhead: one plain batch in 50 after the warm-up (2, 6, 10).
+  // Chosen 1.5x faster than plain, 1% overhead: one plain batch in 50, at most one in 32 while plain warms up.
   std::vector<int> at = plain_batches_at(20, 0.01);
   ASSERT_GE(at.size(), 5u);
-  EXPECT_EQ(at[2], 10);
-  EXPECT_EQ(at[3], 60);
-  EXPECT_EQ(at[4], 110);
-  // 30x faster: capped at one in plain_every_max.
+  EXPECT_EQ(at[0], 2) << "the first plain batch of a bucket is its second batch";
+  EXPECT_EQ(at[1], 2 + 32);
+  EXPECT_EQ(at[2], 2 + 64);
+  EXPECT_EQ(at[3], 66 + 50);
+  EXPECT_EQ(at[4], 116 + 50);
+  // 30x faster: capped at one in plain_every_max after the warm-up.
   at = plain_batches_at(1, 0.01);
   ASSERT_GE(at.size(), 4u);
-  EXPECT_EQ(at[3], 10 + 512);
-  // Barely faster: plain_every is the floor.
+  EXPECT_EQ(at[2], 66);
+  EXPECT_EQ(at[3], 66 + 512);
+  // Barely faster (1.7%): the warm-up's one in 4, then plain_every.
   at = plain_batches_at(29.5, 0.01);
   ASSERT_GE(at.size(), 4u);
+  EXPECT_EQ(at[1], 6);
+  EXPECT_EQ(at[2], 10);
   EXPECT_EQ(at[3], 10 + 32);
+  // Slower than plain: the warm-up's rate.
+  at = plain_batches_at(40, 0.01);
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[1], 6);
+  EXPECT_EQ(at[2], 10);
 }
 
 TEST(CostLearner, SteadyPathsAreTimedOnAShareOfTheirBatches) {
