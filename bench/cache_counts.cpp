@@ -1,9 +1,14 @@
 // `engram bench cache-counts`: the host cost of the hot-row cache's online updates at serving sizes, which decides
-// whether an update keeps up with the steps or is deferred: counting a step's ids (plan::HotCounts::observe, ns per
-// id, for a decode batch and an 8K-token prefill batch of 24 heads), planning M swaps (HotCounts::plan, at the
-// engine's base update and at its 4x burst), and the latency of a plan asked of the counting thread
-// (HotCountsWorker::request_plan until the swaps are there) asked 2 ms after a prefill batch was handed to it: a plan that waits
-// behind the batch being counted is what makes an update due at the next step deferred.
+// whether an update keeps up with the steps or is deferred:
+// - counting a step's ids (plan::HotCounts::observe, ns per id) for a decode batch and an 8K-token prefill batch of
+//   24 heads;
+// - planning M swaps (HotCounts::plan) at the engine's base update and at its 4x burst;
+// - the latency of a plan asked of the counting thread (HotCountsWorker::request_plan until the swaps are there)
+//   2 ms after a prefill batch was handed to it: a plan that waits behind the batch being counted is what defers the
+//   update due at the next step;
+// - the updates deferred when steps come at a fixed period (decode every 100, 250 and 1,000 us, prefill every 2.5 ms:
+//   `engram bench traffic` serves a layer's lookups about that fast), the counting thread driven as the engine
+//   drives it.
 // Ids follow a power law over the table's rows (rank r drawn log-uniformly: a Zipf-like exponent of 1, ranks scattered
 // over the rows by a fixed mix); the cache holds the hottest `--slots` ranks, as a profile fill would. Every
 // repetition counts fresh batches; the plan of repetition k runs on the counts of every batch before it.
@@ -17,6 +22,7 @@
 
 #include "bench/measure.hpp"
 #include "plan/hot_counts.hpp"
+#include "plan/update_budget.hpp"
 #include "tools/engram/arg_checks.hpp"
 
 namespace engram::bench {
@@ -140,9 +146,81 @@ Result<Report> run_counts(Context& ctx) {
     add("plan behind a prefill batch", 256, ns, false);
   }
   t.notes.push_back(fmt::format("cache of {} slots over {} rows; set_slots took {:.0f} ms", o.slots, o.rows, fill_ms));
+
+  // Steps at a fixed period, driven as the engine drives its counting thread (CudaBackend::before_end_sync and
+  // maintain_caches): each step hands its ids over, takes one slice of planned swaps, and every 4th step an update
+  // comes due; it is deferred while the previous plan is not computed yet or a whole update still waits.
+  Table d;
+  d.key = "cache_updates_deferred";
+  d.title = "Online updates at a step period (every 4 steps, 256 rows, bursts up to 4x)";
+  d.columns = {{"steps"}, {"ids per step", 0}, {"period [us]", 0}, {"updates due", 0}, {"deferred", 0},
+               {"deferred [%]", 1}, {"steps waited", 0}, {"plan mean [us]", 1}, {"batches sampled", 0}};
+  nlohmann::json cadence = nlohmann::json::array();
+  struct Cadence {
+    std::string name;
+    int64_t ids;
+    double period_us;
+    int steps;
+  };
+  const int steps = ctx.smoke ? 40 : 400;
+  for (const Cadence& cd : {Cadence{"decode", decode_ids, 100, steps}, Cadence{"decode", decode_ids, 250, steps},
+                            Cadence{"decode", decode_ids, 1000, steps}, Cadence{"prefill", prefill_ids, 2500, steps / 4}}) {
+    plan::HotCountsWorker worker(1, co);
+    worker.with(0, [&](plan::HotCounts& c) { c.set_slots(slot_ids); });
+    plan::UpdateBudget budget(256, 64, 4);
+    constexpr int kEvery = 4;
+    int since = 0;
+    int64_t due_n = 0, deferred = 0, waited = 0;
+    bool due = false, due_deferred = false, fed = true;
+    std::vector<std::vector<int64_t>> batches;
+    for (int k = 0; k < cd.steps; ++k) batches.push_back(src.batch(cd.ids));
+    const double t0 = now_ns();
+    for (int k = 0; k < cd.steps; ++k) {
+      while (now_ns() < t0 + k * cd.period_us * 1e3) {
+      }
+      worker.submit(0, batches[static_cast<size_t>(k)].data(), cd.ids);
+      (void)worker.take_planned(0, budget.slice_for(kEvery));
+      if (++since >= kEvery) {
+        since = 0;
+        ++due_n;
+        if (due) {
+          ++deferred;
+          due_deferred = true;
+        } else {
+          due = true;
+          due_deferred = false;
+        }
+      }
+      if (due) {
+        if (!fed && !worker.plan_queued(0)) {
+          budget.on_plan(worker.last_plan_rows(0));
+          fed = true;
+        }
+        if (worker.request_plan(0, budget.rows())) {
+          due = false;
+          fed = false;
+        } else {
+          if (!due_deferred) ++deferred;
+          due_deferred = true;
+          ++waited;
+        }
+      }
+    }
+    worker.drain();
+    const plan::HotCountsWorker::PlanTimes pt = worker.plan_times();
+    const double plan_mean = pt.plans > 0 ? pt.sum_us / static_cast<double>(pt.plans) : stats::kNaN;
+    const double pct = due_n > 0 ? 100.0 * static_cast<double>(deferred) / static_cast<double>(due_n) : stats::kNaN;
+    d.rows.push_back({cd.name, cd.ids, cd.period_us, due_n, deferred, pct, waited, plan_mean, worker.sampled_batches()});
+    cadence.push_back({{"steps", cd.name}, {"ids", cd.ids}, {"period_us", cd.period_us}, {"updates_due", due_n},
+                       {"deferred", deferred}, {"steps_waited", waited}, {"plan_mean_us", json_num(plan_mean)},
+                       {"sampled_batches", worker.sampled_batches()}});
+  }
+  d.notes.push_back("deferred: counted once per update that came due and was not planned at that step, as the engine counts it");
   t.notes.push_back("an update is deferred when its plan is not back by the step it is due at (every 4 steps)");
   rep.tables.push_back(std::move(t));
+  rep.tables.push_back(std::move(d));
   rep.data["cases"] = cases;
+  rep.data["cadence"] = cadence;
   return rep;
 }
 

@@ -181,12 +181,16 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
     select_first(sampled, need, [](const auto& a, const auto& b) { return a.second != b.second ? a.second < b.second : a.first < b.first; });
     for (size_t i = 0; i < need; ++i) victims.emplace_back(sampled[i].first, sampled[i].second / inc_);
   }
-  // The entries the swaps edit, asked for all at once: each misses the CPU caches in a map of millions of ids.
-  for (size_t i = 0; i < cand.size() && i < victims.size(); ++i) {
+  // The entries the swaps edit miss the CPU caches in a map of millions of ids: each is asked for a few swaps ahead.
+  const size_t pairs = std::min(cand.size(), victims.size());
+  auto prefetch_pair = [&](size_t i) {
+    if (i >= pairs) return;
     ids_.prefetch(cand[i].first);
     ids_.prefetch(slot_ids_[static_cast<size_t>(victims[i].first)]);
-  }
-  for (size_t i = 0; i < cand.size() && i < victims.size(); ++i) {
+  };
+  for (size_t i = 0; i < static_cast<size_t>(kPrefetchAhead) / 2; ++i) prefetch_pair(i);
+  for (size_t i = 0; i < pairs; ++i) {
+    prefetch_pair(i + static_cast<size_t>(kPrefetchAhead) / 2);
     const auto [slot, vscore] = victims[i];
     const auto [id, cscore] = cand[i];
     if (vscore >= 0 && cscore < vscore + opt_.min_gain) break;  // candidates only get colder, victims hotter
