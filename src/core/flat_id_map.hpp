@@ -38,6 +38,7 @@ class FlatIdMap {
       if (entries_[h].key == kEmpty) return nullptr;
     }
   }
+  V* find(int64_t id) { return const_cast<V*>(static_cast<const FlatIdMap*>(this)->find(id)); }
   // A hint that `id` is looked up soon: its first entry is fetched into the caches meanwhile.
   void prefetch(int64_t id) const {
     if (id >= 0 && !entries_.empty()) __builtin_prefetch(&entries_[index(id)]);

@@ -36,13 +36,17 @@ void HotCounts::observe_part(const int64_t* ids, int64_t n, double weight) {
     if (i + kPrefetchAhead < n) ids_.prefetch(ids[i + kPrefetchAhead]);
     const int64_t id = ids[i];
     if (id < 0 || id >= opt_.id_limit) continue;
-    IdState& e = ids_.get_or_insert(id, IdState{});
-    if (e.raw == 0) ++counted_ids_;
-    e.raw += add;
-    if (e.slot >= 0) {
-      slot_raw_[static_cast<size_t>(e.slot)] = e.raw;
+    IdState* e = ids_.find(id);
+    if (!e) {  // first counted: its slot, once
+      const int64_t* slot = slot_of_.find(id);
+      e = &ids_.get_or_insert(id, IdState{0.0, slot ? *slot : -1});
+    }
+    IdState& entry = *e;
+    entry.raw += add;
+    if (entry.slot >= 0) {
+      slot_raw_[static_cast<size_t>(entry.slot)] = entry.raw;
     } else {
-      pool_.insert_or_assign(id, e.raw);
+      pool_.insert_or_assign(id, entry.raw);
       if (static_cast<int64_t>(pool_.size()) > 2 * opt_.pool_size) trim_pool();
     }
   }
@@ -67,21 +71,13 @@ double HotCounts::total() const {
 
 void HotCounts::rescale() {
   const double inc = inc_;
-  counted_ids_ = 0;
-  ids_.for_each([&](int64_t, IdState& e) {
-    e.raw /= inc;
-    if (e.raw > 0) ++counted_ids_;
-  });
+  ids_.for_each([inc](int64_t, IdState& e) { e.raw /= inc; });
   pool_.for_each([inc](int64_t, double& r) { r /= inc; });
   for (double& r : slot_raw_) r /= inc;
   // Cached ids keep their counts (they are the victims' scores); others below the floor are forgotten, and leave
-  // the pool, whose counts are equal to theirs.
-  ids_.erase_if([&](int64_t, const IdState& e) {
-    if (e.raw >= opt_.prune_below || e.slot >= 0) return false;
-    if (e.raw > 0) --counted_ids_;
-    return true;
-  });
-  pool_.erase_if([this](int64_t, double r) { return r < opt_.prune_below; });
+  // the pool, whose counts are equal to theirs (an evicted id never counted stays there, at 0).
+  ids_.erase_if([this](int64_t, const IdState& e) { return e.raw < opt_.prune_below && e.slot < 0; });
+  pool_.erase_if([this](int64_t, double r) { return r > 0 && r < opt_.prune_below; });
   inc_ = 1;
 }
 
@@ -103,10 +99,8 @@ void select_first(std::vector<std::pair<int64_t, double>>& v, size_t k, Before b
 
 std::vector<std::pair<int64_t, double>> HotCounts::hottest(int64_t k) const {
   std::vector<std::pair<int64_t, double>> all;
-  all.reserve(static_cast<size_t>(counted_ids_));
-  ids_.for_each([&](int64_t id, const IdState& e) {
-    if (e.raw > 0) all.emplace_back(id, e.raw / inc_);
-  });
+  all.reserve(ids_.size());
+  ids_.for_each([&](int64_t id, const IdState& e) { all.emplace_back(id, e.raw / inc_); });
   const size_t kk = static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(all.size())));
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kk), all.end(), Hotter{});
   all.resize(kk);
@@ -127,22 +121,23 @@ void HotCounts::trim_pool() {
 
 void HotCounts::set_slots(const std::vector<int64_t>& slot_ids) {
   slot_ids_ = slot_ids;
-  // Forget the previous mirror: entries of ids that were cached and never counted go.
-  ids_.for_each([](int64_t, IdState& e) { e.slot = -1; });
-  ids_.erase_if([](int64_t, const IdState& e) { return e.raw == 0; });
-  ids_.reserve(ids_.size() + slot_ids_.size());
-  slot_raw_.assign(slot_ids_.size(), 0.0);
+  slot_of_.clear();
+  slot_of_.reserve(slot_ids_.size());
   free_.clear();
   for (int64_t s = static_cast<int64_t>(slot_ids_.size()) - 1; s >= 0; --s) {
     const int64_t id = slot_ids_[static_cast<size_t>(s)];
     if (id < 0) {
       free_.push_back(s);  // back = lowest slot
     } else {
-      IdState& e = ids_.get_or_insert(id, IdState{});
-      e.slot = s;
-      slot_raw_[static_cast<size_t>(s)] = e.raw;
+      slot_of_.insert_or_assign(id, s);
     }
   }
+  slot_raw_.assign(slot_ids_.size(), 0.0);
+  ids_.for_each([&](int64_t id, IdState& e) {
+    const int64_t* slot = slot_of_.find(id);
+    e.slot = slot ? *slot : -1;
+    if (e.slot >= 0) slot_raw_[static_cast<size_t>(e.slot)] = e.raw;
+  });
   pool_.clear();
   ids_.for_each([&](int64_t id, const IdState& e) {
     if (e.slot < 0) pool_.insert_or_assign(id, e.raw);
@@ -185,8 +180,10 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
   const size_t pairs = std::min(cand.size(), victims.size());
   auto prefetch_pair = [&](size_t i) {
     if (i >= pairs) return;
+    const int64_t old_id = slot_ids_[static_cast<size_t>(victims[i].first)];
     ids_.prefetch(cand[i].first);
-    ids_.prefetch(slot_ids_[static_cast<size_t>(victims[i].first)]);
+    ids_.prefetch(old_id);
+    slot_of_.prefetch(old_id);
   };
   for (size_t i = 0; i < static_cast<size_t>(kPrefetchAhead) / 2; ++i) prefetch_pair(i);
   for (size_t i = 0; i < pairs; ++i) {
@@ -199,16 +196,18 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
     sw.old_id = slot_ids_[static_cast<size_t>(slot)];
     sw.new_id = id;
     if (sw.old_id >= 0) {
-      IdState& old = ids_.get_or_insert(sw.old_id, IdState{});  // a cached id has its entry
-      old.slot = -1;
-      pool_.insert_or_assign(sw.old_id, old.raw);  // an evicted id may come back when it heats up again
+      slot_of_.erase(sw.old_id);
+      IdState* old = ids_.find(sw.old_id);  // none: cached, never counted
+      if (old) old->slot = -1;
+      pool_.insert_or_assign(sw.old_id, old ? old->raw : 0.0);  // an evicted id may come back when it heats up again
     } else {
       free_.pop_back();  // free victims come first, taken from the back of free_ in order: this is `slot`
     }
     slot_ids_[static_cast<size_t>(slot)] = id;
-    IdState& e = ids_.get_or_insert(id, IdState{});
-    e.slot = slot;
-    slot_raw_[static_cast<size_t>(slot)] = e.raw;
+    slot_of_.insert_or_assign(id, slot);
+    IdState* e = ids_.find(id);  // none: an evicted id never counted
+    if (e) e->slot = slot;
+    slot_raw_[static_cast<size_t>(slot)] = e ? e->raw : 0.0;
     pool_.erase(id);
     out.push_back(sw);
   }

@@ -81,7 +81,7 @@ class HotCounts {
   void end_batch();
   double count(int64_t id) const;  // decayed count; 0 for an id never seen (or pruned)
   int64_t batches() const { return batches_; }
-  int64_t distinct() const { return counted_ids_; }  // ids with a count
+  int64_t distinct() const { return static_cast<int64_t>(ids_.size()); }  // ids with a count
   double total() const;            // decayed sum of every count
 
   // The k hottest ids with their decayed counts, hottest first (ties: smaller id first). O(distinct log k).
@@ -89,10 +89,7 @@ class HotCounts {
 
   // Mirror of the cache: slot_ids[s] = id held by slot s, -1 = free. Resets the candidate pool.
   void set_slots(const std::vector<int64_t>& slot_ids);
-  bool cached(int64_t id) const {
-    const IdState* e = ids_.find(id);
-    return e && e->slot >= 0;
-  }
+  bool cached(int64_t id) const { return slot_of_.contains(id); }
   int64_t slots() const { return static_cast<int64_t>(slot_ids_.size()); }
   int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
   int64_t pool() const { return static_cast<int64_t>(pool_.size()); }
@@ -102,9 +99,10 @@ class HotCounts {
   std::vector<CacheSwap> plan(int64_t max_rows);
 
  private:
-  // One entry per id counted or cached: a lookup of a counted id finds whether it is cached in the same cache line.
+  // One entry per counted id: a lookup of a counted id finds whether it is cached in the same cache line (its slot
+  // is looked up in slot_of_ once, when the id is first counted, and kept by every swap).
   struct IdState {
-    double raw = 0;     // raw count (see count()); 0: never counted
+    double raw = 0;     // raw count (see count())
     int64_t slot = -1;  // cache slot holding the id, -1: not cached
   };
   void trim_pool();
@@ -113,9 +111,10 @@ class HotCounts {
   double growth_ = 1;  // per-batch factor of the increment
   double inc_ = 1;     // weight of one observation now (raw counts are in units of the increment at their time)
   int64_t batches_ = 0;
-  int64_t counted_ids_ = 0;  // entries of ids_ with a count
-  FlatIdMap<IdState> ids_;   // counted and cached ids (millions of each at prefill and for a large cache)
+  // Counted ids (millions at prefill; grows from empty, so its rebuilds stay small until the traffic has spread).
+  FlatIdMap<IdState> ids_;
   std::vector<int64_t> slot_ids_;
+  FlatIdMap<int64_t> slot_of_;  // id -> slot of the cached ids (millions for a large cache; its size never changes)
   // slot_raw_[s]: the raw count of the id slot s holds, kept equal to its entry's (set at each observation, scaled
   // at each rescale), so that plan() reads the victims' counts in one pass over the window instead of a lookup each.
   std::vector<double> slot_raw_;
