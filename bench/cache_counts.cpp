@@ -47,7 +47,9 @@ uint64_t mix64(uint64_t z) {
 struct IdSource {
   int64_t rows;
   std::mt19937_64 rng;
-  int64_t id_of_rank(int64_t rank) const { return static_cast<int64_t>(mix64(static_cast<uint64_t>(rank)) % static_cast<uint64_t>(rows)); }
+  int64_t id_of_rank(int64_t rank) const {
+    return static_cast<int64_t>(mix64(static_cast<uint64_t>(rank)) % static_cast<uint64_t>(rows));
+  }
   std::vector<int64_t> batch(int64_t n) {
     std::uniform_real_distribution<double> u(0.0, 1.0);
     const double ln = std::log(static_cast<double>(rows));
@@ -163,15 +165,15 @@ Result<Report> run_counts(Context& ctx) {
     int steps;
   };
   const int steps = ctx.smoke ? 40 : 400;
-  for (const Cadence& cd : {Cadence{"decode", decode_ids, 100, steps}, Cadence{"decode", decode_ids, 250, steps},
-                            Cadence{"decode", decode_ids, 1000, steps}, Cadence{"prefill", prefill_ids, 2500, steps / 4}}) {
+  const Cadence cadences[] = {{"decode", decode_ids, 100, steps}, {"decode", decode_ids, 250, steps},
+                              {"decode", decode_ids, 1000, steps}, {"prefill", prefill_ids, 2500, steps / 4}};
+  for (const Cadence& cd : cadences) {
     plan::HotCountsWorker worker(1, co);
     worker.with(0, [&](plan::HotCounts& c) { c.set_slots(slot_ids); });
     plan::UpdateBudget budget(256, 64, 4);
     constexpr int kEvery = 4;
-    int since = 0;
-    int64_t due_n = 0, deferred = 0, waited = 0;
-    bool due = false, due_deferred = false, fed = true;
+    plan::UpdateClock clock(kEvery);
+    bool fed = true;
     std::vector<std::vector<int64_t>> batches;
     for (int k = 0; k < cd.steps; ++k) batches.push_back(src.batch(cd.ids));
     const double t0 = now_ns();
@@ -180,42 +182,33 @@ Result<Report> run_counts(Context& ctx) {
       }
       worker.submit(0, batches[static_cast<size_t>(k)].data(), cd.ids);
       (void)worker.take_planned(0, budget.slice_for(kEvery));
-      if (++since >= kEvery) {
-        since = 0;
-        ++due_n;
-        if (due) {
-          ++deferred;
-          due_deferred = true;
-        } else {
-          due = true;
-          due_deferred = false;
-        }
+      (void)clock.tick();
+      if (!clock.due()) continue;
+      if (!fed && !worker.plan_queued(0)) {
+        budget.on_plan(worker.last_plan_rows(0));
+        fed = true;
       }
-      if (due) {
-        if (!fed && !worker.plan_queued(0)) {
-          budget.on_plan(worker.last_plan_rows(0));
-          fed = true;
-        }
-        if (worker.request_plan(0, budget.rows())) {
-          due = false;
-          fed = false;
-        } else {
-          if (!due_deferred) ++deferred;
-          due_deferred = true;
-          ++waited;
-        }
+      if (worker.request_plan(0, budget.rows())) {
+        clock.asked();
+        fed = false;
+      } else {
+        clock.refused();
       }
     }
     worker.drain();
     const plan::HotCountsWorker::PlanTimes pt = worker.plan_times();
     const double plan_mean = pt.plans > 0 ? pt.sum_us / static_cast<double>(pt.plans) : stats::kNaN;
+    const int64_t due_n = clock.attempts(), deferred = clock.deferred();
     const double pct = due_n > 0 ? 100.0 * static_cast<double>(deferred) / static_cast<double>(due_n) : stats::kNaN;
-    d.rows.push_back({cd.name, cd.ids, cd.period_us, due_n, deferred, pct, waited, plan_mean, worker.sampled_batches()});
+    d.rows.push_back({cd.name, cd.ids, cd.period_us, due_n, deferred, pct, clock.waited_steps(), plan_mean,
+                      worker.sampled_batches()});
     cadence.push_back({{"steps", cd.name}, {"ids", cd.ids}, {"period_us", cd.period_us}, {"updates_due", due_n},
-                       {"deferred", deferred}, {"steps_waited", waited}, {"plan_mean_us", json_num(plan_mean)},
+                       {"deferred", deferred}, {"steps_waited", clock.waited_steps()},
+                       {"plan_mean_us", json_num(plan_mean)},
                        {"sampled_batches", worker.sampled_batches()}});
   }
-  d.notes.push_back("deferred: counted once per update that came due and was not planned at that step, as the engine counts it");
+  d.notes.push_back(
+      "deferred: counted once per update that came due and was not planned at that step, as the engine counts it");
   t.notes.push_back("an update is deferred when its plan is not back by the step it is due at (every 4 steps)");
   rep.tables.push_back(std::move(t));
   rep.tables.push_back(std::move(d));

@@ -73,9 +73,9 @@ struct SimCache {
   std::unordered_set<int64_t> held;
   std::deque<plan::CacheSwap> planned;
   std::vector<plan::CacheSwap> staged;
-  int64_t since_update = 0, swapped = 0, updates = 0, last_plan = 0;
-  int64_t attempts = 0, deferred = 0, deferred_steps = 0;  // as EngineCacheReport counts them
-  bool due = false, due_deferred = false, budget_fed = true;
+  int64_t swapped = 0, updates = 0, last_plan = 0;
+  plan::UpdateClock clock{0};  // updates due and deferred, as EngineCacheReport counts them
+  bool budget_fed = true;
   std::vector<double> hit;  // per step; NaN before the cache exists
 
   SimCache(std::string n, const plan::HotCountsOptions& co) : name(std::move(n)), counts(co) {}
@@ -120,18 +120,8 @@ struct SimCache {
       staged.push_back(sw);
       planned.pop_front();
     }
-    if (update.every > 0 && ++since_update >= update.every) {
-      since_update = 0;
-      ++attempts;
-      if (due) {
-        ++deferred;
-        due_deferred = true;
-      } else {
-        due = true;
-        due_deferred = false;
-      }
-    }
-    if (due) {
+    (void)clock.tick();
+    if (clock.due()) {
       if (!budget_fed) {
         budget.on_plan(last_plan);
         budget_fed = true;
@@ -141,12 +131,10 @@ struct SimCache {
         planned.insert(planned.end(), p.begin(), p.end());
         last_plan = static_cast<int64_t>(p.size());
         ++updates;
-        due = false;
+        clock.asked();
         budget_fed = false;
       } else {
-        if (!due_deferred) ++deferred;
-        due_deferred = true;
-        ++deferred_steps;
+        clock.refused();
       }
     }
   }
@@ -262,6 +250,7 @@ Result<Report> run_follow(Context& ctx) {
     caches.back().online = true;
     caches.back().update = cu;
     caches.back().budget = ub;
+    caches.back().clock = plan::UpdateClock(cu.every);
   }
   if (!o.fill.empty())
     for (auto& c : caches) c.fill(fill_hot, slots);
@@ -339,9 +328,11 @@ Result<Report> run_follow(Context& ctx) {
     t.rows.push_back({c.name, 100 * mean(c.hit, o.warmup, o.switch_at), 100 * mean(c.hit, o.switch_at, o.switch_at + 50),
                       100 * mean(c.hit, o.switch_at + 150, o.switch_at + 200), 100 * after,
                       oracle_after > 0 ? after / oracle_after : kNaN, rec, c.online ? Cell(c.swapped) : Cell("-"),
-                      c.online ? Cell(c.attempts) : Cell("-"),
-                      c.online && c.attempts > 0 ? Cell(100.0 * static_cast<double>(c.deferred) / static_cast<double>(c.attempts))
-                                                 : Cell("-")});
+                      c.online ? Cell(c.clock.attempts()) : Cell("-"),
+                      c.online && c.clock.attempts() > 0
+                          ? Cell(100.0 * static_cast<double>(c.clock.deferred()) /
+                                 static_cast<double>(c.clock.attempts()))
+                          : Cell("-")});
     plot::Series ps{c.name, {}, {}, {}, {}};
     for (int64_t s = o.window; s <= o.steps; s += 2) {
       ps.x.push_back(static_cast<double>(s));
@@ -350,9 +341,10 @@ Result<Report> run_follow(Context& ctx) {
     fig.series.push_back(std::move(ps));
     nlohmann::json h = nlohmann::json::array();
     for (double x : c.hit) h.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
-    series.push_back({{"cache", c.name}, {"hit_rate", h}, {"rows_swapped", c.swapped}, {"update_attempts", c.attempts},
-                      {"updates", c.updates}, {"updates_deferred", c.deferred},
-                      {"update_deferred_steps", c.deferred_steps}});
+    series.push_back({{"cache", c.name}, {"hit_rate", h}, {"rows_swapped", c.swapped},
+                      {"update_attempts", c.clock.attempts()}, {"updates", c.updates},
+                      {"updates_deferred", c.clock.deferred()},
+                      {"update_deferred_steps", c.clock.waited_steps()}});
   }
   t.notes.push_back("before: steps warm-up..switch; after: switch..end; recovered at: n/a = not within the run");
   t.notes.push_back(fmt::format("slots: {} B per layer, FP8 rows + map + staging of {} rows (plan::hot_cache_sizing); "

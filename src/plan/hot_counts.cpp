@@ -173,7 +173,9 @@ std::vector<CacheSwap> HotCounts::plan(int64_t max_rows) {
     cursor_ = (cursor_ + window) % n_slots;
     // Only the coldest ones the candidates can pair with are needed, in order (raw: the same order as the counts).
     const size_t need = std::min(sampled.size(), cand.size() - std::min(cand.size(), victims.size()));
-    select_first(sampled, need, [](const auto& a, const auto& b) { return a.second != b.second ? a.second < b.second : a.first < b.first; });
+    select_first(sampled, need, [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second < b.second : a.first < b.first;
+    });
     for (size_t i = 0; i < need; ++i) victims.emplace_back(sampled[i].first, sampled[i].second / inc_);
   }
   // The entries the swaps edit miss the CPU caches in a map of millions of ids: each is asked for a few swaps ahead.

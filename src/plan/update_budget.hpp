@@ -46,4 +46,45 @@ class UpdateBudget {
   int64_t scale_ = 1;
 };
 
+// When online updates come due and how many were deferred, counted as the engine's report counts them
+// (EngineCacheReport: updates_deferred, update_deferred_steps): one update comes due every `every` counted steps; an
+// update due while the previous one still waits merges into it and is deferred too; a due update that cannot be
+// asked for at a step is deferred once and waits a step. Pure C++; one per layer.
+class UpdateClock {
+ public:
+  explicit UpdateClock(int every) : every_(every) {}
+  // A counted step: true when an update came due at it (none when every <= 0).
+  bool tick() {
+    if (every_ <= 0 || ++since_ < every_) return false;
+    since_ = 0;
+    ++attempts_;
+    if (due_) {
+      ++deferred_;
+      due_deferred_ = true;
+    } else {
+      due_ = true;
+      due_deferred_ = false;
+    }
+    return true;
+  }
+  bool due() const { return due_; }
+  // The due update was asked for.
+  void asked() { due_ = false; }
+  // The due update could not be asked for at this step.
+  void refused() {
+    if (!due_deferred_) ++deferred_;
+    due_deferred_ = true;
+    ++waited_;
+  }
+  int64_t attempts() const { return attempts_; }
+  int64_t deferred() const { return deferred_; }
+  int64_t waited_steps() const { return waited_; }
+
+ private:
+  int every_;
+  int since_ = 0;
+  bool due_ = false, due_deferred_ = false;
+  int64_t attempts_ = 0, deferred_ = 0, waited_ = 0;
+};
+
 }  // namespace engram::plan

@@ -1,5 +1,6 @@
 // Description: the hot-row cache's policy follows a change of traffic: plan::UpdateBudget (rows and slice double
-// while plans come back full, up to the burst factor, and halve back), and HotCounts' decayed counts with the
+// while plans come back full, up to the burst factor, and halve back), plan::UpdateClock (updates due and deferred as
+// the engine counts them), and HotCounts' decayed counts with the
 // engine's update loop (plan every K batches, slices applied per batch) after the id distribution switches to
 // disjoint ids: the counts' top set becomes mostly the new distribution's, the cache mirror holds >= 90% of the new hot
 // set within a bounded number of updates, and bursts get there in fewer updates than the base budget.
@@ -44,6 +45,32 @@ TEST(UpdateBudget, DoublesOnFullPlansUpToTheBurstAndHalvesBack) {
   fixed.on_plan(256);
   EXPECT_EQ(fixed.rows(), 256);
   EXPECT_EQ(fixed.slice(), 64);
+}
+
+// UpdateClock counts as the engine's report does: one update due every `every` steps; one that comes due while the
+// previous one waits is deferred (merged into it); a due update refused at a step is deferred once and waits a step.
+TEST(UpdateClock, CountsDueDeferredAndWaitedUpdates) {
+  UpdateClock c(4);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(c.tick());
+  EXPECT_TRUE(c.tick());
+  EXPECT_TRUE(c.due());
+  c.asked();
+  EXPECT_FALSE(c.due());
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(c.tick());
+  EXPECT_TRUE(c.tick());  // due at step 8
+  c.refused();
+  c.refused();  // still the same update: deferred once, two steps waited
+  EXPECT_EQ(c.deferred(), 1);
+  EXPECT_EQ(c.waited_steps(), 2);
+  for (int i = 0; i < 3; ++i) (void)c.tick();
+  EXPECT_TRUE(c.tick());  // due again while the previous one waits: merged, deferred
+  EXPECT_EQ(c.deferred(), 2);
+  c.asked();
+  EXPECT_EQ(c.attempts(), 3);
+  EXPECT_FALSE(c.due());
+  UpdateClock never(0);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(never.tick());
+  EXPECT_EQ(never.attempts(), 0);
 }
 
 // One slice is staged per step: slice_for(every) applies a whole update within its period, raising a smaller slice
