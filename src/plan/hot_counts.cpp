@@ -89,7 +89,7 @@ struct Hotter {
   }
 };
 // Puts the k first of v under `before` (a strict total order) at its front, in order: a linear selection, then a
-// sort of those k (a heap-based partial sort of thousands of entries took most of a plan's time).
+// sort of those k (a heap-based partial sort of thousands of entries costs several times more).
 template <typename Before>
 void select_first(std::vector<std::pair<int64_t, double>>& v, size_t k, Before before) {
   if (k < v.size()) std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end(), before);

@@ -123,8 +123,7 @@ class HotCounts {
   // each rescale), so that plan() reads them in one pass over a map that fits the CPU caches.
   FlatIdMap<double> pool_;
   int64_t cursor_ = 0;
-  // plan()'s candidates, sampled slots and victims, kept between plans: allocating them afresh faulted their pages in
-  // at every plan.
+  // plan()'s candidates, sampled slots and victims, kept between plans so that a plan does not fault fresh pages in.
   std::vector<std::pair<int64_t, double>> scratch_cand_, scratch_sampled_, scratch_victims_;
 };
 
