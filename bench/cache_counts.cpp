@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "bench/measure.hpp"
+#include "engram/options.hpp"
 #include "plan/hot_counts.hpp"
 #include "plan/update_budget.hpp"
 #include "tools/engram/arg_checks.hpp"
@@ -75,9 +76,11 @@ Result<Report> run_counts(Context& ctx) {
   rep.setup = {{"rows", o.rows}, {"slots", o.slots}, {"heads", o.heads}, {"decode_batch", o.decode_batch},
                {"prefill_tokens", o.prefill_tokens}};
   IdSource src{o.rows, std::mt19937_64(ctx.seed)};
+  const CacheUpdate engine_update;  // the engine's default online update
+  const plan::UpdateBudget engine_budget(engine_update.rows, engine_update.slice, engine_update.burst);
   plan::HotCountsOptions co;
   co.id_limit = o.rows;
-  co.pool_size = 4 * 4 * 256;  // the engine's pool for a burst of 4 x 256 rows
+  co.pool_size = engine_budget.candidate_pool();
   plan::HotCounts counts(co);
   std::vector<int64_t> slot_ids(static_cast<size_t>(o.slots));
   for (int64_t s = 0; s < o.slots; ++s) slot_ids[static_cast<size_t>(s)] = src.id_of_rank(s);
@@ -119,15 +122,15 @@ Result<Report> run_counts(Context& ctx) {
         counts.observe(b.data(), decode_ids);
       }
       const double t0 = now_ns();
-      const auto swaps = counts.plan(m);
+      (void)counts.plan(m);
       if (k >= ctx.warmup) ns.push_back(now_ns() - t0);
     }
     return ns;
   };
   add("count a decode batch", decode_ids, time_observe(decode_ids), true);
   add("count a prefill batch", prefill_ids, time_observe(prefill_ids), true);
-  add("plan an update", 256, time_plan(256), false);
-  add("plan a burst update", 1024, time_plan(1024), false);
+  add("plan an update", engine_budget.rows(), time_plan(engine_budget.rows()), false);
+  add("plan a burst update", engine_budget.max_rows(), time_plan(engine_budget.max_rows()), false);
 
   // The counting thread: a plan asked for at the end of a prefill step, 2 ms after its batch was handed over.
   {
@@ -139,13 +142,13 @@ Result<Report> run_counts(Context& ctx) {
       worker.submit(0, b.data(), prefill_ids);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the step's lookup: the batch is being counted
       const double t0 = now_ns();
-      if (!worker.request_plan(0, 256)) return Status(Code::kInternal, "bench cache-counts: the plan was refused");
+      if (!worker.request_plan(0, engine_budget.rows())) return Status(Code::kInternal, "bench cache-counts: the plan was refused");
       while (worker.plan_queued(0)) std::this_thread::yield();
       if (k >= ctx.warmup) ns.push_back(now_ns() - t0);
       worker.drain();
       (void)worker.take_planned(0, INT64_MAX);
     }
-    add("plan behind a prefill batch", 256, ns, false);
+    add("plan behind a prefill batch", engine_budget.rows(), ns, false);
   }
   t.notes.push_back(fmt::format("cache of {} slots over {} rows; set_slots took {:.0f} ms", o.slots, o.rows, fill_ms));
 
@@ -154,7 +157,8 @@ Result<Report> run_counts(Context& ctx) {
   // comes due; it is deferred while the previous plan is not computed yet or a whole update still waits.
   Table d;
   d.key = "cache_updates_deferred";
-  d.title = "Online updates at a step period (every 4 steps, 256 rows, bursts up to 4x)";
+  d.title = "Online updates at a step period (the engine's default: " + engine_update.to_string() + ", bursts up to " +
+            std::to_string(engine_update.burst) + "x)";
   d.columns = {{"steps"}, {"ids per step", 0}, {"period [us]", 0}, {"updates due", 0}, {"deferred", 0},
                {"deferred [%]", 1}, {"steps waited", 0}, {"plan mean [us]", 1}, {"batches sampled", 0}};
   nlohmann::json cadence = nlohmann::json::array();
@@ -170,9 +174,9 @@ Result<Report> run_counts(Context& ctx) {
   for (const Cadence& cd : cadences) {
     plan::HotCountsWorker worker(1, co);
     worker.with(0, [&](plan::HotCounts& c) { c.set_slots(slot_ids); });
-    plan::UpdateBudget budget(256, 64, 4);
-    constexpr int kEvery = 4;
-    plan::UpdateClock clock(kEvery);
+    plan::UpdateBudget budget = engine_budget;
+    const int every = engine_update.every;
+    plan::UpdateClock clock(every);
     bool fed = true;
     std::vector<std::vector<int64_t>> batches;
     for (int k = 0; k < cd.steps; ++k) batches.push_back(src.batch(cd.ids));
@@ -181,7 +185,7 @@ Result<Report> run_counts(Context& ctx) {
       while (now_ns() < t0 + k * cd.period_us * 1e3) {
       }
       worker.submit(0, batches[static_cast<size_t>(k)].data(), cd.ids);
-      (void)worker.take_planned(0, budget.slice_for(kEvery));
+      (void)worker.take_planned(0, budget.slice_for(every));
       (void)clock.tick();
       if (!clock.due()) continue;
       if (!fed && !worker.plan_queued(0)) {
@@ -209,7 +213,8 @@ Result<Report> run_counts(Context& ctx) {
   }
   d.notes.push_back(
       "deferred: counted once per update that came due and was not planned at that step, as the engine counts it");
-  t.notes.push_back("an update is deferred when its plan is not back by the step it is due at (every 4 steps)");
+  t.notes.push_back(fmt::format(
+      "an update is deferred when its plan is not back by the step it is due at (every {} steps)", engine_update.every));
   rep.tables.push_back(std::move(t));
   rep.tables.push_back(std::move(d));
   rep.data["cases"] = cases;

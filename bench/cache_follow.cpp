@@ -245,7 +245,7 @@ Result<Report> run_follow(Context& ctx) {
     plan::HotCountsOptions c = co;
     ENGRAM_ASSIGN_OR_RETURN(cu, parse_cache_update(u));
     const plan::UpdateBudget ub(cu.rows, cu.slice, cu.burst);
-    c.pool_size = std::max<int64_t>(256, 4 * ub.max_rows());  // as the engine sizes it
+    c.pool_size = ub.candidate_pool();  // as the engine sizes it
     caches.emplace_back("online " + cu.to_string(), c);
     caches.back().online = true;
     caches.back().update = cu;

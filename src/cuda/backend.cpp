@@ -204,10 +204,8 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(CudaBackendOptions opt,
       plan::HotCountsOptions co = ko.counts;
       co.id_limit = views[0].rows;
       for (const auto& v : views) co.id_limit = std::min(co.id_limit, v.rows);
-      // Candidates kept: 4x the rows one update may swap (planning cost O(pool + window) on the serving thread).
-      // (bursts included: plan::UpdateBudget::max_rows).
       const plan::UpdateBudget budget(ko.update_rows, ko.update_slice_rows, ko.update_burst);
-      co.pool_size = std::max<int64_t>(256, 4 * budget.max_rows());
+      co.pool_size = budget.candidate_pool();
       for (auto& c : be->cache_) c.update_budget = budget;
       be->counts_ = std::make_unique<plan::HotCountsWorker>(static_cast<int>(views.size()), co, ko.max_pending_ids);
     }

@@ -26,8 +26,11 @@ class UpdateBudget {
   int64_t rows() const { return rows_ * scale_; }
   int64_t slice() const { return slice_ * scale_; }
   int64_t scale() const { return scale_; }
-  // The largest rows() ever asked for (sizes the candidate pool).
+  // The largest rows() ever asked for.
   int64_t max_rows() const { return rows_ * burst_; }
+  // The uncached candidates HotCounts keeps for this budget (HotCountsOptions::pool_size): 4x the rows one update
+  // may swap, bursts included; a plan costs O(pool + window) on the counting thread.
+  int64_t candidate_pool() const { return std::max<int64_t>(256, 4 * max_rows()); }
   // The slice that applies rows() within `every` steps: max(slice(), ceil(rows() / every)); every <= 0: slice().
   int64_t slice_for(int every) const { return scale_ * base_slice_for(every); }
   // The largest slice_for(every) (sizes the staging).
