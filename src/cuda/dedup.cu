@@ -167,8 +167,10 @@ int grid_for(int64_t n, int threads) {
 
 // ---- fast gather ----------------------------------------------------------------------------------
 
+// U = 8 keeps twice U = 4's rows in registers: allowed a whole SM's register file per block (the grid is at most one
+// block per SM) it does not spill; the other shapes keep the compiler's default budget.
 template <int G, int U, bool kFused, bool kProbe>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, U > 4 ? 1 : 0)
     fast_gather_kernel(const FastGatherArgs a, int64_t n_host) {
   static_assert(G >= 1 && G <= 32 && 32 % G == 0, "a warp holds whole lane groups");
   constexpr int kGroups = 32 / G;
@@ -304,10 +306,41 @@ cudaError_t launch_g(int g, int grid, const FastGatherArgs& a, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-template <bool kProbe>
-cudaError_t launch_shape(int g, int grid, bool one_wave, const FastGatherArgs& a, cudaStream_t s) {
-  if (a.fused) return one_wave ? launch_g<1, true, kProbe>(g, grid, a, s) : launch_g<4, true, kProbe>(g, grid, a, s);
-  return one_wave ? launch_g<1, false, kProbe>(g, grid, a, s) : launch_g<4, false, kProbe>(g, grid, a, s);
+// Rows in flight per lane group: 1 when the batch fits in one wave of one-row tiles, else the smallest of 4 and 8
+// that fits it in one wave of the capped grid, else 4. Past one wave a block runs its tiles one after another, and a
+// tile lasts as long as its slowest row (a UVA miss among HBM hits): one wave of tiles twice as deep finishes in
+// one such round instead of two.
+constexpr int kShapes[] = {1, 4, 8};
+int rows_in_flight(int64_t n, int g, int cap) {
+  const int64_t small_tile = kWarps * (32 / g);
+  for (const int u : kShapes)
+    if ((n + small_tile * u - 1) / (small_tile * u) <= cap) return u;
+  return 4;
+}
+
+template <bool kFused, bool kProbe>
+cudaError_t launch_u(int u, int g, int grid, const FastGatherArgs& a, cudaStream_t s) {
+  switch (u) {
+    case 1: return launch_g<1, kFused, kProbe>(g, grid, a, s);
+    case 4: return launch_g<4, kFused, kProbe>(g, grid, a, s);
+    case 8: return launch_g<8, kFused, kProbe>(g, grid, a, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_shape(int u, int g, int grid, const FastGatherArgs& a, cudaStream_t s) {
+  const bool probe = a.cache.keys != nullptr;
+  if (a.fused) return probe ? launch_u<true, true>(u, g, grid, a, s) : launch_u<true, false>(u, g, grid, a, s);
+  return probe ? launch_u<false, true>(u, g, grid, a, s) : launch_u<false, false>(u, g, grid, a, s);
+}
+
+Status check_gather_args(const FastGatherArgs& a) {
+  if (!a.rows_base || !a.out || a.d <= 0 || a.d % 32 != 0 || (!a.fused && !a.scales_base))
+    return Status(Code::kInvalidArgument, "fast gather: bad arguments (rows, out, d, scales)");
+  if (a.cap < 1) return Status(Code::kInvalidArgument, "fast gather: grid cap of " + std::to_string(a.cap) + " blocks");
+  if (a.cache.keys && (!a.cache.slots || !a.cache.rows || a.cache.row_bytes < (a.cache.fp8 ? a.d + a.d / 32 : 2 * a.d)))
+    return Status(Code::kInvalidArgument, "fast gather: bad cache map (slots, rows, row bytes)");
+  return Status::ok();
 }
 
 }  // namespace
@@ -404,20 +437,23 @@ Status DeviceDedup::run(const int64_t* ids, int64_t n, int64_t table_rows, Dedup
 
 Status launch_fast_gather(const FastGatherArgs& a, void* stream) {
   if (a.n <= 0) return Status::ok();
-  if (!a.rows_base || !a.out || a.d <= 0 || a.d % 32 != 0 || (!a.fused && !a.scales_base))
-    return Status(Code::kInvalidArgument, "fast gather: bad arguments (rows, out, d, scales)");
-  if (a.cap < 1) return Status(Code::kInvalidArgument, "fast gather: grid cap of " + std::to_string(a.cap) + " blocks");
-  if (a.cache.keys && (!a.cache.slots || !a.cache.rows || a.cache.row_bytes < (a.cache.fp8 ? a.d + a.d / 32 : 2 * a.d)))
-    return Status(Code::kInvalidArgument, "fast gather: bad cache map (slots, rows, row bytes)");
+  ENGRAM_RETURN_IF_ERROR(check_gather_args(a));
   const int g = lanes_per_row(a.d);
-  const int cap = a.cap;
-  const int64_t small_tile = kWarps * (32 / g);
-  const bool one_wave = (a.n + small_tile - 1) / small_tile <= cap;
-  const int64_t tile = one_wave ? small_tile : small_tile * 4;
-  const int grid = static_cast<int>(std::min<int64_t>((a.n + tile - 1) / tile, cap));
-  const auto s = static_cast<cudaStream_t>(stream);
-  const cudaError_t e = a.cache.keys ? launch_shape<true>(g, grid, one_wave, a, s) : launch_shape<false>(g, grid, one_wave, a, s);
-  ENGRAM_CUDA_RETURN_IF_ERROR(e, "fast gather launch (grid " + std::to_string(grid) + ")");
+  const int u = rows_in_flight(a.n, g, a.cap);
+  const int64_t tile = kWarps * (32 / g) * u;
+  const int grid = static_cast<int>(std::min<int64_t>((a.n + tile - 1) / tile, a.cap));
+  ENGRAM_CUDA_RETURN_IF_ERROR(launch_shape(u, g, grid, a, static_cast<cudaStream_t>(stream)),
+                              "fast gather launch (grid " + std::to_string(grid) + ")");
+  return Status::ok();
+}
+
+Status warm_fast_gather(const FastGatherArgs& a, void* stream) {
+  if (a.n <= 0) return Status::ok();
+  ENGRAM_RETURN_IF_ERROR(check_gather_args(a));
+  const int g = lanes_per_row(a.d);
+  for (const int u : kShapes)
+    ENGRAM_CUDA_RETURN_IF_ERROR(launch_shape(u, g, 1, a, static_cast<cudaStream_t>(stream)),
+                                "fast gather warm-up launch (" + std::to_string(u) + " rows in flight)");
   return Status::ok();
 }
 

@@ -69,8 +69,9 @@ class DeviceDedup {
   unsigned long long* count_ = nullptr; // [1]
 };
 
-// Fast-path gather: the UVA lookup kernel's shape (lookup_kernel.cu: G = d/16 lanes per row, U rows in flight)
-// with an indirect destination and a device-side row count:
+// Fast-path gather: the UVA lookup kernel's shape (lookup_kernel.cu: G = d/16 lanes per row, U rows in flight; here
+// U is 8 as well as 1 and 4 when that makes the batch one wave of the capped grid) with an indirect destination and
+// a device-side row count:
 //   for k < (n_device ? *n_device : n): id = ids[k] (or k when ids == nullptr);
 //   id >= 0: decode row id of `rows_base` into out[dst ? dst[k] : k]; id == -1: write a zero row;
 //   id == kSkipId: write nothing (the row comes from elsewhere, e.g. the cache).
@@ -111,6 +112,10 @@ struct FastGatherArgs {
   CacheMapView cache;
 };
 Status launch_fast_gather(const FastGatherArgs& a, void* stream);
+// Launches the gather of `a` once in every shape launch_fast_gather may choose (rows in flight; one block each),
+// so that CUDA loads each kernel, which it does at a kernel's first launch in the process, before a served batch
+// needs it. Writes `a`'s outputs and counters as a launch would; the caller passes harmless ids and null counters.
+Status warm_fast_gather(const FastGatherArgs& a, void* stream);
 
 // out[i] = inverse[i] >= 0 ? compact[inverse[i]] : 0 (rows of d bf16), i < n.
 Status launch_scatter_rows(const uint16_t* compact, const int32_t* inverse, int64_t n, int d, uint16_t* out,

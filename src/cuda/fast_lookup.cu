@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "cuda/cuda_status.cuh"
@@ -70,13 +71,17 @@ Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, co
   ENGRAM_ASSIGN_OR_RETURN(f->dedup_, DeviceDedup::create(o.max_rows));
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->sanitized_, 8 * o.max_rows), "fast lookup: ids buffer");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->compact_, 2 * static_cast<size_t>(d) * o.max_rows), "fast lookup: compact rows");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->dev_stats_, kStatWords * sizeof(unsigned long long)), "fast lookup: stats");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(f->dev_stats_, 0, kStatWords * sizeof(unsigned long long)), "fast lookup: stats");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&f->pin_stats_, kStatWords * sizeof(unsigned long long)),
-                              "fast lookup: pinned stats");
+  constexpr size_t kDevStatBytes = 3 * kStatWords * sizeof(unsigned long long);
+  constexpr size_t kPinStatBytes = 2 * kStatWords * sizeof(unsigned long long);
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMalloc(&f->dev_stats_, kDevStatBytes), "fast lookup: stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemset(f->dev_stats_, 0, kDevStatBytes), "fast lookup: stats");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&f->pin_stats_, kPinStatBytes), "fast lookup: pinned stats");
+  std::memset(f->pin_stats_, 0, kPinStatBytes);
   cudaEvent_t e = nullptr;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
   f->ev_snapshot_ = e;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
+  f->ev_cut_ = e;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
   f->ev_fork_ = e;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "fast lookup: event");
@@ -90,6 +95,8 @@ Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, co
   cudaStream_t side = nullptr;
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "fast lookup: side stream");
   f->side_stream_ = side;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "fast lookup: stats stream");
+  f->stats_stream_ = side;
   if (o.host_threads > 0) {
     ENGRAM_ASSIGN_OR_RETURN(f->host_, HostGather::create(table->host_view(), o.max_rows, o.host_threads));
   }
@@ -97,16 +104,17 @@ Result<std::unique_ptr<FastLookup>> FastLookup::create(const UvaTable* table, co
 }
 
 FastLookup::~FastLookup() {
-  if (side_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(side_stream_));
-  if (ev_snapshot_) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(ev_snapshot_));
-  for (void* ev : {ev_snapshot_, ev_fork_, ev_join_})
+  for (void* st : {side_stream_, stats_stream_})
+    if (st) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(st));
+  for (void* ev : {ev_snapshot_, ev_cut_, ev_fork_, ev_join_})
     if (ev) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   for (TimedBatch& t : ring_) {
     if (t.pending) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(t.end));
     for (void* ev : {t.start, t.end})
       if (ev) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }
-  if (side_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(side_stream_));
+  for (void* st : {side_stream_, stats_stream_})
+    if (st) (void)cudaStreamDestroy(static_cast<cudaStream_t>(st));
   for (void* p : {static_cast<void*>(sanitized_), static_cast<void*>(compact_),
                   static_cast<void*>(dev_stats_)})
     if (p) (void)cudaFree(p);
@@ -132,16 +140,24 @@ void FastLookup::read_snapshot() {
   if (!snapshot_pending_) return;
   if (cudaEventQuery(static_cast<cudaEvent_t>(ev_snapshot_)) != cudaSuccess) {
     (void)cudaGetLastError();  // cudaErrorNotReady is not sticky, but clear it anyway
-    return;
+    // Once the batches before the cut have completed, the copy behind them takes microseconds: wait for it, so
+    // that a caller who synchronised its stream sees those batches' statistics in its next batch.
+    if (cudaEventQuery(static_cast<cudaEvent_t>(ev_cut_)) != cudaSuccess ||
+        cudaEventSynchronize(static_cast<cudaEvent_t>(ev_snapshot_)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
   }
   snapshot_pending_ = false;
-  const int64_t uniq = static_cast<int64_t>(pin_stats_[0]);
-  const int64_t hits = static_cast<int64_t>(pin_stats_[1]);
-  const int64_t probes = static_cast<int64_t>(pin_stats_[2]) + snap_probes_host_;
+  // One set was copied at the cut; the other has not been counted into since its own copy.
+  auto total = [&](int w) { return static_cast<int64_t>(pin_stats_[w] + pin_stats_[kStatWords + w]); };
+  const int64_t uniq = total(0);
+  const int64_t hits = total(1);
+  const int64_t probes = total(2) + snap_probes_host_;
   for (int b = 0; b < plan::kSizeBuckets; ++b) {
     const auto i = static_cast<size_t>(b);
     const int64_t drows = snap_dedup_rows_b_[i] - used_dedup_rows_b_[i];
-    const int64_t ub = static_cast<int64_t>(pin_stats_[3 + b]);
+    const int64_t ub = total(3 + b);
     if (drows > 0) learner_.observe_unique(plan::bucket_rows(b).first, drows, ub - used_unique_b_[i]);
     used_dedup_rows_b_[i] = snap_dedup_rows_b_[i];
     used_unique_b_[i] = ub;
@@ -159,11 +175,22 @@ void FastLookup::read_snapshot() {
 }
 
 Status FastLookup::snapshot(void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
   if (snapshot_pending_) return Status::ok();  // the pending copy will be read first; totals keep growing
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin_stats_, dev_stats_, kStatWords * sizeof(unsigned long long),
-                                              cudaMemcpyDeviceToHost, s), "fast lookup: stats snapshot");
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_snapshot_), s), "fast lookup: snapshot event");
+  // The copy runs on the stats stream once the batches enqueued so far have completed, so the lookup stream holds
+  // one event record, not a device-to-host copy. Later batches count into the other set meanwhile; the next snapshot
+  // switches back only after this one was read (its copy completed).
+  const auto stats = static_cast<cudaStream_t>(stats_stream_);
+  const int set = active_stats_;
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_cut_), static_cast<cudaStream_t>(stream)),
+                              "fast lookup: snapshot cut");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stats, static_cast<cudaEvent_t>(ev_cut_), 0),
+                              "fast lookup: snapshot wait");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin_stats_ + set * kStatWords, dev_stats_ + set * kStatWords,
+                                              kStatWords * sizeof(unsigned long long), cudaMemcpyDeviceToHost, stats),
+                              "fast lookup: stats snapshot");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_snapshot_), stats),
+                              "fast lookup: snapshot event");
+  active_stats_ = 1 - set;
   snap_dedup_rows_ = totals_.dedup_rows;
   snap_dedup_rows_b_ = dedup_rows_b_;
   snap_probes_host_ = host_probes_;
@@ -302,7 +329,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     ++timed_batches_;
   }
   // The device counters' copy for the next read_snapshot() (dedup and cache paths), after the end event: a
-  // timed batch's window holds its launches only, as a plain batch's does.
+  // timed batch's window holds its launches only, as a plain batch's does (the copy itself is off this stream).
   if (li.is_ok() && !cap && n > 0 && (p.dedup || p.cache)) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
   return li;
 }
@@ -335,7 +362,7 @@ Result<LaunchInfo> FastLookup::run_plan(const LookupArgs& a, const plan::Plan& p
       LookupArgs u = plain;
       u.tokens = uva_tokens;
       if (p.dedup || p.cache) {
-        ENGRAM_RETURN_IF_ERROR(launch_device_path(u, p, li.cap, stream));
+        ENGRAM_RETURN_IF_ERROR(launch_device_path(u, p, li.cap, cap, stream));
       } else {
         ENGRAM_ASSIGN_OR_RETURN(li, launch_lookup(u, stream));
       }
@@ -353,11 +380,12 @@ Result<LaunchInfo> FastLookup::run_plan(const LookupArgs& a, const plan::Plan& p
     li.rows = n;
     return li;
   }
-  ENGRAM_RETURN_IF_ERROR(launch_device_path(plain, p, li.cap, stream));
+  ENGRAM_RETURN_IF_ERROR(launch_device_path(plain, p, li.cap, cap, stream));
   return li;
 }
 
-Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, int cap_blocks, void* stream) {
+Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, int cap_blocks, bool cap,
+                                      void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t n = a.tokens * a.heads;
   const TableView& v = table_->host_view();
@@ -376,8 +404,7 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
     g.out = compact_;
     // The per-size unique counts pair device sums with host row counts: a captured launch (replayed any number of
     // times, counted on the host once) adds to neither.
-    const bool cap = capturing(s);
-    accumulate_kernel<<<1, 32, 0, s>>>(g.n_device, dev_stats_, p.cache ? 1 : 0, cap ? -1 : cur_bucket_);
+    accumulate_kernel<<<1, 32, 0, s>>>(g.n_device, counting_stats(cap), p.cache ? 1 : 0, cap ? -1 : cur_bucket_);
     ENGRAM_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "fast lookup: accumulate");
     totals_.dedup_batches += 1;
     totals_.dedup_rows += n;
@@ -390,7 +417,7 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
     if (p.cache) host_probes_ += n;
   }
   // The cache is probed inside the gather: a cached row is read from HBM, the others over UVA, in one launch.
-  if (p.cache) g.cache = cache_->map_view(dev_stats_ + 1);
+  if (p.cache) g.cache = cache_->map_view(counting_stats(cap) + 1);
   ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
   if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
   return Status::ok();
@@ -399,12 +426,14 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
 Result<FastLookupStats> FastLookup::stats(void* stream) {
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "fast lookup: stats sync");
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(side_stream_)), "fast lookup: stats sync");
-  unsigned long long h[3];
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stats_stream_)), "fast lookup: stats sync");
+  unsigned long long h[3 * kStatWords];
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, dev_stats_, sizeof h, cudaMemcpyDeviceToHost), "fast lookup: stats read");
+  auto total = [&](int w) { return static_cast<int64_t>(h[w] + h[kStatWords + w] + h[2 * kStatWords + w]); };
   FastLookupStats st = totals_;
-  st.unique_rows = static_cast<int64_t>(h[0]);
-  st.cache_hits = static_cast<int64_t>(h[1]);
-  st.cache_probes = static_cast<int64_t>(h[2]) + host_probes_;
+  st.unique_rows = total(0);
+  st.cache_hits = total(1);
+  st.cache_probes = total(2) + host_probes_;
   for (const auto& [key, n] : path_batches_) st.paths[plan::path_name_of_key(key)] += n;
   read_snapshot();    // the stream is idle: the snapshot and every timed batch have completed
   harvest_timings();

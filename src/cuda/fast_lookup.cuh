@@ -95,8 +95,8 @@ class FastLookup final {
   // Attaches (or detaches, nullptr) the cache. The measured hit rate restarts: until a batch has probed the new
   // cache, the planner prices it with cache->profile_coverage() (NaN there = worst case, 0 hits).
   void set_cache(std::unique_ptr<HotRowCache> cache);
-  // Launches the gather variants that probe the attached cache (small and large batches) once on `stream`, on
-  // scratch buffers, counting nothing. CUDA loads a kernel on its first launch (lazy module loading: milliseconds);
+  // Launches the gather that probes the attached cache once in every launch shape on `stream`, on scratch buffers,
+  // counting nothing. CUDA loads a kernel on its first launch (lazy module loading: far longer than a decode batch);
   // the start-up calibration runs before a cache exists, so without this the first served cache batch would carry
   // that load and the learner would take it as the cache path's measured time. Enqueued after whatever `stream`
   // holds (the fast path's scratch buffers are reused in stream order).
@@ -130,6 +130,10 @@ class FastLookup final {
  private:
   FastLookup() = default;
   void read_snapshot();
+  // warm_cache_kernels() for the gather with (probe) or without the cache; warm_kernels(): the plain lookup and both
+  // gathers, every launch shape (calibrate() runs it first).
+  Status warm_gather(bool probe, void* stream);
+  Status warm_kernels(void* stream);
   // The launches of plan `p` (already adjusted to what this batch can take) on `stream`.
   Result<LaunchInfo> run_plan(const LookupArgs& a, const plan::Plan& p, bool cap, void* stream);
   // A served batch: the planner's choice with the learner's corrections and measurements, then launch_plan().
@@ -142,7 +146,7 @@ class FastLookup final {
   Status snapshot(void* stream);
   // The device part of a plan with dedup and/or the cache, on a.tokens tokens (the whole batch, or the first part
   // of a split): its rows go to a.out; the statistics are counted, the snapshot is the caller's.
-  Status launch_device_path(const LookupArgs& a, const plan::Plan& p, int cap_blocks, void* stream);
+  Status launch_device_path(const LookupArgs& a, const plan::Plan& p, int cap_blocks, bool capturing, void* stream);
   const UvaTable* table_ = nullptr;
   FastLookupOptions opt_;
   std::unique_ptr<DeviceDedup> dedup_;
@@ -152,11 +156,21 @@ class FastLookup final {
   plan::Plan last_plan_;
   int64_t* sanitized_ = nullptr;        // [max_rows]
   uint16_t* compact_ = nullptr;         // [max_rows][d]
-  unsigned long long* dev_stats_ = nullptr;  // [0] unique rows, [1] cache hits, [2] cache probes,
-                                             // [3 + b] unique rows of size bucket b (device-counted)
+  // Device counters, kStatWords each: [0] unique rows, [1] cache hits, [2] cache probes (dedup batches; the others'
+  // probes are host_probes_), [3 + b] unique rows of size bucket b. Three sets: served batches count into set
+  // active_stats_ (0 or 1); snapshot() copies that set off the lookup stream and switches to the other, so a copy
+  // never reads a set a batch is adding to, and the two pinned copies sum to the totals at the snapshot's cut. Set
+  // 2 takes what launches captured into a graph count (replayed any number of times, unknown to the host): stats()
+  // adds it, snapshots leave it out.
   static constexpr int kStatWords = 3 + plan::kSizeBuckets;
-  unsigned long long* pin_stats_ = nullptr;  // pinned snapshot of dev_stats_
-  unsigned long long scratch_counter_ = 0;
+  unsigned long long* dev_stats_ = nullptr;  // [3][kStatWords]
+  unsigned long long* pin_stats_ = nullptr;  // [2][kStatWords]: the last completed copy of sets 0 and 1
+  int active_stats_ = 0;
+  unsigned long long* counting_stats(bool capturing) const {
+    return dev_stats_ + (capturing ? 2 : active_stats_) * kStatWords;
+  }
+  void* stats_stream_ = nullptr;  // the snapshot copies
+  void* ev_cut_ = nullptr;        // on the lookup stream after the snapshot's batch; the copy waits for it
   void* ev_snapshot_ = nullptr;
   void* side_stream_ = nullptr;
   void* ev_fork_ = nullptr;

@@ -1,10 +1,12 @@
 // The fast path's start-up measurements (see fast_lookup.cuh): the calibration of the planner's costs on this
-// table, and the first launch of the cache-probing gather once a cache is attached.
+// table, and the first launch of every kernel shape a batch may run (before the calibration, and of the
+// cache-probing gather once a cache is attached).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -14,24 +16,37 @@
 
 namespace engram::cuda {
 
-Status FastLookup::warm_cache_kernels(void* stream) {
-  if (!cache_) return Status::ok();
+Status FastLookup::warm_gather(bool probe, void* stream) {
+  if (probe && !cache_) return Status::ok();
   const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t n = std::min<int64_t>(opt_.max_rows, 16);
+  // Dead ids: zero rows, nothing read from the table or the cache's map.
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0xFF, 8 * static_cast<size_t>(n), s), "fast lookup: warm ids");
+  FastGatherArgs g = table_gather();
+  g.ids = sanitized_;
+  g.n = n;
+  g.out = compact_;
+  g.id_limit = table_->host_view().rows;
+  if (probe) g.cache = cache_->map_view(nullptr);
+  return warm_fast_gather(g, stream).with_context("fast lookup: warm the gather kernels");
+}
+
+Status FastLookup::warm_cache_kernels(void* stream) { return warm_gather(/*probe=*/true, stream); }
+
+Status FastLookup::warm_kernels(void* stream) {
   const TableView& v = table_->host_view();
-  ENGRAM_ASSIGN_OR_RETURN(const int sm, resolve_sm_count(0));
-  const int64_t big = std::min<int64_t>(opt_.max_rows, 8192);  // past one wave of every SM: the unrolled variant
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0, 8 * static_cast<size_t>(big), s), "fast lookup: warm ids");
-  for (const int64_t n : {std::min<int64_t>(big, 16), big}) {
-    FastGatherArgs g = table_gather();
-    g.ids = sanitized_;
-    g.n = n;
-    g.out = compact_;
-    g.cap = GridCap::all_sms().blocks_for(sm);
-    g.id_limit = v.rows;
-    g.cache = cache_->map_view(nullptr);
-    ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream).with_context("fast lookup: warm the cache kernels"));
-  }
-  return Status::ok();
+  LookupArgs a;
+  a.table = table_;
+  a.heads = v.slice.sliced() ? v.slice.heads : 1;
+  a.tokens = 1;
+  if (a.heads > opt_.max_rows) return Status::ok();  // no room in the scratch buffers: left to the first batch
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0xFF, 8 * static_cast<size_t>(a.heads),
+                                              static_cast<cudaStream_t>(stream)), "fast lookup: warm ids");
+  a.ids = sanitized_;
+  a.out = compact_;
+  ENGRAM_RETURN_IF_ERROR(warm_lookup(a, stream).with_context("fast lookup: warm the lookup kernels"));
+  ENGRAM_RETURN_IF_ERROR(warm_gather(/*probe=*/false, stream));
+  return warm_gather(/*probe=*/true, stream);
 }
 
 Status FastLookup::calibrate(void* stream) {
@@ -99,15 +114,13 @@ Status FastLookup::calibrate(void* stream) {
       return launch_scatter_rows(compact_, dedup_->inverse(), n, v.d, d_out, stream);
     });
   };
-  plan::Plan plain, host, hash, sort;
+  plan::Plan plain, host;
   host.host_share = 1.0;
-  hash.dedup = true;
-  sort.dedup = sort.sort = true;
   auto run = [&]() -> Status {
-    // The dedup paths' gather (both launch shapes: one wave at n_small, unrolled at n_big) is timed nowhere below:
-    // launch it once here, so that its first launch in the process (CUDA loads a kernel then) is not a served batch.
-    for (const plan::Plan* p : {&hash, &sort})
-      for (const int64_t n : {n_small, n_big}) ENGRAM_RETURN_IF_ERROR(lookup_us(n, *p, false, /*reps=*/1).status());
+    // Every launch shape of the lookup and of the gather is loaded before anything is timed: the calibration times
+    // only some of them, and the first launch of a kernel in the process (CUDA loads it then) costs far more than
+    // the batch.
+    ENGRAM_RETURN_IF_ERROR(warm_kernels(stream));
     ENGRAM_ASSIGN_OR_RETURN(double plain_big, lookup_us(n_big, plain));
     ENGRAM_ASSIGN_OR_RETURN(double plain_small, lookup_us(n_small, plain));
     ENGRAM_ASSIGN_OR_RETURN(double sorted_big, lookup_us(n_big, plain, /*sorted=*/true));
@@ -176,7 +189,10 @@ Status FastLookup::calibrate(void* stream) {
   calibrating_ = false;
   totals_ = saved;
   (void)cudaStreamSynchronize(s);
-  (void)cudaMemset(dev_stats_, 0, kStatWords * sizeof(unsigned long long));
+  (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stats_stream_));
+  (void)cudaMemset(dev_stats_, 0, 3 * kStatWords * sizeof(unsigned long long));
+  std::memset(pin_stats_, 0, 2 * kStatWords * sizeof(unsigned long long));
+  active_stats_ = 0;
   snapshot_pending_ = false;
   discard_snapshot_hits_ = false;
   for (TimedBatch& t : ring_) t.pending = false;  // timed against the old costs

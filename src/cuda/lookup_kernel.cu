@@ -455,6 +455,25 @@ Result<LaunchInfo> launch_lookup(const LookupArgs& a, void* stream) {
   return li;
 }
 
+Status warm_lookup(const LookupArgs& a, void* stream) {
+  ENGRAM_RETURN_IF_ERROR(can_launch(a));
+  const TableView& v = a.table->host_view();
+  LaunchInfo li = plan_launch(a.tokens * v.slice.out_heads(a.heads), v.d, 1);
+  if (li.rows == 0) return Status::ok();
+  const KernelTable kt = kernel_table(*a.table);
+  const auto s = static_cast<cudaStream_t>(stream);
+  for (const int u : {1, kRowsInFlightLarge}) {
+    li.rows_in_flight = u;
+    li.tile_rows = tile_rows_for(li.lanes_per_row, u);
+    li.tiles = (li.rows + li.tile_rows - 1) / li.tile_rows;
+    li.grid = 1;
+    const cudaError_t err = v.format == RowFormat::kFused ? launch_lookup_g<true>(li.lanes_per_row, li, kt, a, s)
+                                                          : launch_lookup_g<false>(li.lanes_per_row, li, kt, a, s);
+    ENGRAM_CUDA_RETURN_IF_ERROR(err, "lookup kernel warm-up launch (" + std::to_string(u) + " rows in flight)");
+  }
+  return Status::ok();
+}
+
 int64_t plain_gather_out_stride(const TableView& v, GatherBytes what) {
   if (what == GatherBytes::kPayloadOnly) return v.d;
   if (v.format == RowFormat::kFused) return v.stride_bytes;

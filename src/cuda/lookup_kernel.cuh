@@ -109,6 +109,11 @@ Status can_launch(const LookupArgs& args);
 // kCuda for a launch failure. Graph-capturable when !checked.
 Result<LaunchInfo> launch_lookup(const LookupArgs& args, void* stream);
 
+// Launches the lookup of `a` once in each launch shape launch_lookup may choose (rows in flight; one block each), so
+// that CUDA loads each kernel, which it does at a kernel's first launch in the process, before a served batch needs
+// it. Writes a.out and a.counters as a lookup would (dead ids give zero rows and read nothing). Not checked mode.
+Status warm_lookup(const LookupArgs& args, void* stream);
+
 // Checked mode's pre-pass: number of ids in device ids[n] that are >= table rows (TableView::id_limit), and the first such position
 // (-1 if none). Synchronises `stream`. kInvalidArgument while `stream` is being captured.
 struct IdCheck {

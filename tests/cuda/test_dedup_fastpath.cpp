@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "cuda/fast_lookup.cuh"
@@ -138,6 +139,117 @@ TEST_P(FastPath, EveryPathMatchesTheReference) {
   EXPECT_GT(st->cache_hits, 0);
   EXPECT_LT(st->cache_hits, st->cache_probes);
   EXPECT_GT(st->host_rows, 0);
+}
+
+// The gather's launch shapes (one-row tiles; 4 or 8 rows in flight in one wave; 4 over several waves) are chosen
+// by the batch's rows against the grid cap: with a one-block cap, batches of 0.75, 3, 7 and 20 one-row tiles take
+// each in turn. Every shape of every device path matches the reference, its dead / invalid counts included.
+TEST_P(FastPath, EveryGatherShapeMatchesTheReference) {
+  ENGRAM_REQUIRE_GPU();
+  const auto [format, d] = GetParam();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto x = make_registered_table(format, d, rng);
+  ASSERT_TRUE(x);
+  const int heads = x->layout.heads();
+  int g = 1;  // lanes per row, as the gather picks them
+  while (g < 32 && (d / 16) % (g * 2) == 0) g *= 2;
+  const int64_t one_row_tile = 8 * (32 / g);
+  cuda::FastLookupOptions fo;
+  fo.max_rows = 20 * one_row_tile + heads;
+  auto fl = cuda::FastLookup::create(&x->table, fo);
+  ASSERT_TRUE(fl.is_ok()) << fl.status().to_string();
+  const auto warm_ids = repeated_ids(x->layout, 200, rng, 3);
+  cuda::HotCacheOptions co;
+  co.budget_bytes = plan::hot_cache_bytes(30, plan::hot_cache_row_bytes(d, co.format), co.staging_rows);
+  auto cache = cuda::HotRowCache::create(x->host->view(0), hot_ids(warm_ids, 1000), co);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  (*fl)->set_cache(std::move(*cache));
+  for (const double tiles : {0.75, 3.0, 7.0, 20.0}) {
+    const int64_t tokens = static_cast<int64_t>(std::ceil(tiles * static_cast<double>(one_row_tile) / heads));
+    auto ids = repeated_ids(x->layout, tokens, rng, 3);
+    for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); i += 5) ids[i] = warm_ids[i % warm_ids.size()];
+    LookupStats ref_stats;
+    const auto want = testing::reference_staging(x->host->view(0), ids, heads, &ref_stats);
+    for (const int blocks : {1, 2}) {
+      plan::Plan p;
+      p.grid_cap = GridCap::of_blocks(blocks).value();
+      for (const int path : {0, 1, 2}) {  // dedup, cache, dedup + cache
+        p.dedup = path != 1;
+        p.cache = path != 0;
+        SCOPED_TRACE(std::to_string(ids.size()) + " rows, " + std::to_string(blocks) + " block(s), " + p.path_name());
+        const testing::FastOut o = testing::fast_launch(**fl, x->table, ids, heads, &p);
+        EXPECT_EQ(testing::first_mismatch(o.staging, want), -1);
+        EXPECT_EQ(o.counters[0], static_cast<unsigned long long>(ref_stats.dead_rows));
+        EXPECT_EQ(o.counters[1], static_cast<unsigned long long>(ref_stats.invalid_ids));
+      }
+    }
+  }
+  auto st = (*fl)->stats(nullptr);
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_GT(st->cache_hits, 0);
+}
+
+// Served batches count into one of two sets of device counters while the other is copied off the lookup stream:
+// the unique fractions learned from those copies are exact even when no batch waits for another. Two sizes in two
+// size buckets, each with a known unique fraction, interleaved on one stream without synchronising.
+TEST(FastPathPlanner, StatisticsCopiedOffTheStreamAreExactWithoutSynchronising) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
+  ASSERT_TRUE(x);
+  const int heads = x->layout.heads();
+  const int64_t rows = x->layout.rows(0);
+  // Batch a: 256 rows, 64 distinct ids (each 4 times); batch b: 2048 rows, 1024 distinct (each twice).
+  auto batch = [&](int64_t n, int64_t distinct) {
+    std::vector<int64_t> pool;
+    std::set<int64_t> seen;
+    while (static_cast<int64_t>(pool.size()) < distinct) {
+      const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+      if (seen.insert(id).second) pool.push_back(id);
+    }
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = pool[static_cast<size_t>(i % distinct)];
+    std::shuffle(ids.begin(), ids.end(), rng);
+    return ids;
+  };
+  const std::vector<int64_t> a_ids = batch(256, 64), b_ids = batch(2048, 1024);
+  cuda::FastLookupOptions fo;
+  fo.max_rows = 2048;
+  auto fl = cuda::FastLookup::create(&x->table, fo);
+  ASSERT_TRUE(fl.is_ok()) << fl.status().to_string();
+  DeviceBuffer<int64_t> da(a_ids.size()), db(b_ids.size());
+  DeviceBuffer<uint16_t> out(2048 * 256);
+  ASSERT_CUDA_OK(cudaMemcpy(da.get(), a_ids.data(), da.bytes(), cudaMemcpyHostToDevice));
+  ASSERT_CUDA_OK(cudaMemcpy(db.get(), b_ids.data(), db.bytes(), cudaMemcpyHostToDevice));
+  cudaStream_t s = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  plan::Plan p;
+  p.dedup = true;
+  constexpr int kEach = 24;
+  for (int i = 0; i < 2 * kEach; ++i) {
+    const bool a = i % 2 == 0;
+    cuda::LookupArgs la;
+    la.table = &x->table;
+    la.ids = a ? da.get() : db.get();
+    la.heads = heads;
+    la.tokens = static_cast<int64_t>(a ? a_ids.size() : b_ids.size()) / heads;
+    la.out = out.get();
+    auto li = (*fl)->launch_plan(la, p, s);
+    ASSERT_TRUE(li.is_ok()) << li.status().to_string();
+  }
+  auto st = (*fl)->stats(s);
+  ASSERT_TRUE(st.is_ok());
+  ASSERT_CUDA_OK(cudaStreamDestroy(s));
+  EXPECT_EQ(st->dedup_batches, 2 * kEach);
+  EXPECT_EQ(st->unique_rows, kEach * (64 + 1024));
+  std::map<int, double> learned(st->unique_by_bucket.begin(), st->unique_by_bucket.end());
+  ASSERT_EQ(learned.size(), 2u);
+  EXPECT_DOUBLE_EQ(learned[plan::size_bucket(256)], 0.25);
+  EXPECT_DOUBLE_EQ(learned[plan::size_bucket(2048)], 0.5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FastPath,
