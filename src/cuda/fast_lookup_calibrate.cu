@@ -34,14 +34,12 @@ Status FastLookup::warm_gather(bool probe, void* stream) {
 Status FastLookup::warm_cache_kernels(void* stream) { return warm_gather(/*probe=*/true, stream); }
 
 Status FastLookup::warm_kernels(void* stream) {
-  const TableView& v = table_->host_view();
-  LookupArgs a;
+  LookupArgs a;  // one dead id (a fast lookup's table is never a tensor-parallel slice: one head is a valid batch)
   a.table = table_;
-  a.heads = v.slice.sliced() ? v.slice.heads : 1;
+  a.heads = 1;
   a.tokens = 1;
-  if (a.heads > opt_.max_rows) return Status::ok();  // no room in the scratch buffers: left to the first batch
-  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0xFF, 8 * static_cast<size_t>(a.heads),
-                                              static_cast<cudaStream_t>(stream)), "fast lookup: warm ids");
+  ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sanitized_, 0xFF, 8, static_cast<cudaStream_t>(stream)),
+                              "fast lookup: warm ids");
   a.ids = sanitized_;
   a.out = compact_;
   ENGRAM_RETURN_IF_ERROR(warm_lookup(a, stream).with_context("fast lookup: warm the lookup kernels"));
@@ -74,11 +72,10 @@ Status FastLookup::calibrate(void* stream) {
     for (auto& x : host_ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
     if (sorted) std::sort(host_ids.begin(), host_ids.end());
   };
-  // Median of `reps` (1 or 3) synchronised calls of `work`, each on n fresh ids uploaded first, timed on the host
-  // clock (us).
-  auto median_us = [&](int64_t n, bool sorted, const std::function<Status()>& work, int reps = 3) -> Result<double> {
+  // Median of 3 synchronised calls of `work`, each on n fresh ids uploaded first, timed on the host clock (us).
+  auto median_us = [&](int64_t n, bool sorted, const std::function<Status()>& work) -> Result<double> {
     double t[3];
-    for (int r = 0; r < reps; ++r) {
+    for (int r = 0; r < 3; ++r) {
       double& us = t[r];
       fresh(n, sorted);
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s),
@@ -89,11 +86,11 @@ Status FastLookup::calibrate(void* stream) {
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
       us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
-    std::sort(t, t + reps);
-    return t[reps / 2];
+    std::sort(t, t + 3);
+    return t[1];
   };
   // A whole lookup of plan p.
-  auto lookup_us = [&](int64_t n, const plan::Plan& p, bool sorted = false, int reps = 3) -> Result<double> {
+  auto lookup_us = [&](int64_t n, const plan::Plan& p, bool sorted = false) -> Result<double> {
     return median_us(n, sorted, [&]() -> Status {
       LookupArgs a;
       a.table = table_;
@@ -104,7 +101,7 @@ Status FastLookup::calibrate(void* stream) {
       a.out = d_out;
       a.grid_cap = GridCap::all_sms();
       return launch_plan(a, p, stream).status();
-    }, reps);
+    });
   };
   // What dedup adds to the gather of the unique rows, timed alone: the dedup kernels and the scatter of the
   // batch's rows from the compact buffer (all ids distinct: every row is scattered).
