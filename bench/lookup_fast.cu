@@ -28,6 +28,7 @@
 #include "cuda/cuda_status.cuh"
 #include "cuda/fast_lookup.cuh"
 #include "cuda/registration.cuh"
+#include "plan/learned_json.hpp"
 #include "engram/units.hpp"
 #include "replay/id_source.hpp"
 #include "sys/affinity.hpp"
@@ -103,14 +104,9 @@ struct Acc {
 
 // What the planner's learner holds: predicted vs measured per path and batch-size range (served batches only).
 nlohmann::json learned_json(cuda::FastLookup& fl, void* stream) {
-  nlohmann::json j = nlohmann::json::array();
   auto st = fl.stats(stream);
   if (!st.is_ok()) return nullptr;
-  for (const plan::LearnedPath& r : st->learned)
-    j.push_back({{"rows_min", r.rows_min}, {"rows_max", r.rows_max}, {"path", r.name}, {"batches", r.samples},
-                 {"predicted_us", json_num(r.predicted_us)}, {"measured_us", json_num(r.measured_us)},
-                 {"barred", r.barred}});
-  return j;
+  return plan::learned_json(st->learned);
 }
 
 constexpr int kMaxFastVariants = 8;  // plain, dedup-hash, dedup-sort, cache-fp8, cache-bf16, hybrid, planner, planner-unsplit

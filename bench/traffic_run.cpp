@@ -424,10 +424,11 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
     Table learned_t;
     learned_t.key = "traffic_learned";
     learned_t.title = "Traffic: the engine's planner after every workload (layer 0): per batch-size range and path, "
-                      "predicted (corrected) and measured time of its served batches; barred = measured slower than "
-                      "the plain gather in that range";
+                      "predicted (corrected) and measured time of its served batches; factor = the correction of "
+                      "the path's model price (measured / model); barred = measured slower than the plain gather in "
+                      "that range";
     learned_t.columns = {{"rows", 0}, {"path", 0}, {"batches", 0}, {"predicted [us]", 1}, {"measured [us]", 1},
-                         {"barred", 0}};
+                         {"factor", 2}, {"barred", 0}};
     learned_t.label_columns = 2;
     const nlohmann::json& learned = field(fast_layer0(final_desc), "learned");
     if (learned.is_array())
@@ -435,7 +436,7 @@ Status run_traffic_gpu(const TrafficRun& run, Context& ctx, Report& rep) {
         learned_t.rows.push_back({Cell(fmt::format("{}-{}", json_int(field(r, "rows_min")), json_int(field(r, "rows_max")))),
                                   Cell(field(r, "path").is_string() ? field(r, "path").get<std::string>() : std::string("-")),
                                   Cell(json_int(field(r, "batches"))), Cell(json_double(field(r, "predicted_us"))),
-                                  Cell(json_double(field(r, "measured_us"))),
+                                  Cell(json_double(field(r, "measured_us"))), Cell(json_double(field(r, "factor"))),
                                   Cell(field(r, "barred").is_boolean() && field(r, "barred").get<bool>() ? "yes" : "no")});
     rep.tables.push_back(std::move(learned_t));
   }

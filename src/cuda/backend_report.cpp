@@ -8,6 +8,7 @@
 
 #include "core/json_num.hpp"
 #include "cuda/backend.cuh"
+#include "plan/learned_json.hpp"
 
 namespace engram::cuda {
 
@@ -106,12 +107,8 @@ nlohmann::json CudaBackend::describe() const {
     auto cache = cache_report(li);
     const nlohmann::json cache_json =
         cache.is_ok() ? nlohmann::json(*cache) : nlohmann::json{{"state", "unknown"}, {"note", cache.status().message()}};
-    nlohmann::json learned = nlohmann::json::array();  // the learner: predicted vs measured per path and size range
-    if (st.is_ok())
-      for (const auto& r : st->learned)
-        learned.push_back({{"rows_min", r.rows_min}, {"rows_max", r.rows_max}, {"path", r.name},
-                           {"batches", r.samples}, {"predicted_us", json_num(r.predicted_us)},
-                           {"measured_us", json_num(r.measured_us)}, {"barred", r.barred}});
+    // The learner: predicted vs measured and the correction per path and size range.
+    const nlohmann::json learned = st.is_ok() ? plan::learned_json(st->learned) : nlohmann::json::array();
     fp.push_back({{"layer_index", li}, {"paths", paths}, {"learning", f->learns()}, {"learned", learned},
                   {"unique_fraction", u}, {"cache_hit_rate", h},
                   {"last_plan", f->last_plan().path_name()},

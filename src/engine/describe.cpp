@@ -146,13 +146,15 @@ std::vector<std::string> describe_lines(const nlohmann::json& det) {
         out.push_back("          learning off: the planner keeps its calibrated costs");
       if (f.contains("learned") && f["learned"].is_array())
         for (const auto& r : f["learned"])
-          out.push_back(printf_line("          learned rows %lld-%lld, %s: predicted %s us, measured %s us (%lld batches)%s",
+          out.push_back(printf_line("          learned rows %lld-%lld, %s: predicted %s us, measured %s us (%lld batches, "
+                                    "factor %s)%s",
                                     static_cast<long long>(r.value("rows_min", int64_t{0})),
                                     static_cast<long long>(r.value("rows_max", int64_t{0})),
                                     r.value("path", std::string("?")).c_str(),
                                     report::fmt_json_num(r["predicted_us"], "%.1f").c_str(),
                                     report::fmt_json_num(r["measured_us"], "%.1f").c_str(),
                                     static_cast<long long>(r.value("batches", int64_t{0})),
+                                    report::fmt_json_num(r.value("factor", nlohmann::json()), "%.2f").c_str(),
                                     r.value("barred", false) ? ", barred: measured slower than plain" : ""));
       if (f.contains("cache")) cache_lines(f["cache"], li, out);
     }

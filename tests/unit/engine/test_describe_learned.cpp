@@ -22,17 +22,20 @@ TEST(DescribeLines, LearnedPredictedAndMeasuredPerPathAndSizeRange) {
          {"cache_hit_rate", 0.2},
          {"learned",
           {{{"rows_min", 1024}, {"rows_max", 2047}, {"path", "plain-uva"}, {"batches", 40}, {"predicted_us", 50.0},
-            {"measured_us", 55.0}, {"barred", false}},
+            {"measured_us", 55.0}, {"factor", 1.1}, {"barred", false}},
            {{"rows_min", 1024}, {"rows_max", 2047}, {"path", "cache+uva"}, {"batches", 3}, {"predicted_us", 35.0},
             {"measured_us", nullptr}, {"barred", true}}}}}}}};
   const std::vector<std::string> lines = describe_lines(det);
   std::string all;
   for (const auto& l : lines) all += l + "\n";
   EXPECT_NE(all.find("plain-uva, background x40"), std::string::npos) << all;
-  EXPECT_NE(all.find("learned rows 1024-2047, plain-uva: predicted 50.0 us, measured 55.0 us (40 batches)"),
+  EXPECT_NE(all.find("learned rows 1024-2047, plain-uva: predicted 50.0 us, measured 55.0 us (40 batches, factor "
+                     "1.10)"),
             std::string::npos)
       << all;
-  EXPECT_NE(all.find("learned rows 1024-2047, cache+uva: predicted 35.0 us, measured n/a us (3 batches), barred"),
+  // A missing factor (an older JSON) and a missing measurement read n/a.
+  EXPECT_NE(all.find("learned rows 1024-2047, cache+uva: predicted 35.0 us, measured n/a us (3 batches, factor n/a), "
+                     "barred"),
             std::string::npos)
       << all;
   // A description without the learner's entries (an older JSON) still gives the Path line.

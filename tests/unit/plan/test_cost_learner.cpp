@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "plan/cost_learner.hpp"
+#include "plan/learned_json.hpp"
 #include "plan/planner.hpp"
 
 namespace engram::plan {
@@ -57,6 +58,28 @@ TEST(CostLearner, PlainMeasuredTimeReplacesItsPrice) {
   EXPECT_EQ(d.source, CorrectionSource::kPlain);
   EXPECT_NEAR(d.factor, c.factor, 1e-12);
   EXPECT_EQ(d.samples, 0);
+}
+
+// The records as the reports write them: the correction the planner applies is there beside the averages, and
+// every record of paths() is one object.
+TEST(CostLearner, LearnedJsonCarriesTheFactorTheCorrectionApplies) {
+  CostLearner l;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(l.observe(kPlainKey, 196608, 7116, 3800));
+  ASSERT_TRUE(l.observe(kDedup, 2048, 100, 250, 90));
+  const auto paths = l.paths();
+  const nlohmann::json j = learned_json(paths);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), paths.size());
+  ASSERT_EQ(j.size(), 2u);
+  for (const auto& r : j) {
+    const uint32_t key = r["path"] == "plain-uva" ? kPlainKey : kDedup;
+    const int64_t rows = r["rows_min"].get<int64_t>();
+    EXPECT_NEAR(r["factor"].get<double>(), l.correction(key, rows).factor, 1e-12) << r.dump();
+    EXPECT_EQ(r["batches"].get<int64_t>(), l.correction(key, rows).samples) << r.dump();
+  }
+  EXPECT_NEAR(j[0]["factor"].get<double>() * 100, 250, 1e-9);  // bucket 11 (2048 rows) comes first
+  EXPECT_NEAR(j[0]["predicted_us"].get<double>(), 90, 1e-9);
+  EXPECT_NEAR(j[1]["factor"].get<double>() * 7116, 3800, 1e-6);
 }
 
 TEST(CostLearner, PathPredictedFastButMeasuredSlowIsDropped) {
