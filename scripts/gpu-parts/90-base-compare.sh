@@ -75,17 +75,16 @@ print(f"{'batch':>5} {'metric':<26} {'base':>12} {'this':>12} {'fixed':>12} {'th
 for batch in (64, 512):
     docs = {a: [load(p) for p in sorted(glob.glob(f"{d}/run-b{batch}-{a}-*.json"))] for a in ("base", "this", "fixed")}
     print(f"{batch:>5} {'runs':<26} " + " ".join(f"{len([x for x in docs[a] if x]):>12}" for a in ("base", "this", "fixed")))
-    for name, keys in (("step median [us]", ("steps.step_ns.median",)),
-                       ("step p99 [us]", ("steps.step_ns.p99",)),
-                       ("tokens/s", ("steps.tokens_per_s",)),
-                       ("slowdown", ("steps.slowdown",)),
-                       ("lookup rows/s [M]", ("lookup.rows_per_s",)),
-                       ("layer lookup median [us]", "median"),
-                       ("layer lookup p99 [us]", "p99")):
+    # Rows/s is all rows over the summed lookup time, which one slow batch moves; a layer's median lookup is not
+    # moved by it (the mean over layers of their median; the largest layer p99).
+    for name, get in (("step median [us]", lambda x: pick(x, "steps.step_ns.median")),
+                      ("step p99 [us]", lambda x: pick(x, "steps.step_ns.p99")),
+                      ("tokens/s", lambda x: pick(x, "steps.tokens_per_s")),
+                      ("slowdown", lambda x: pick(x, "steps.slowdown")),
+                      ("lookup rows/s [M]", lambda x: pick(x, "lookup.rows_per_s")),
+                      ("layer lookup median [us]", lambda x: layer_stat(x, "median")),
+                      ("layer lookup p99 [us]", lambda x: layer_stat(x, "p99"))):
         scale = 1e-3 if "[us]" in name else 1e-6 if "[M]" in name else 1.0
-        # Rows/s is all rows over the summed lookup time, which one slow batch moves; a layer's median lookup is not
-        # moved by it (the mean over layers of their median; the largest layer p99).
-        get = (lambda x, k=keys: pick(x, *k)) if isinstance(keys, tuple) else (lambda x, s=keys: layer_stat(x, s))
         v = {a: med([get(x) for x in docs[a] if x]) for a in docs}
         v = {a: (None if x is None else x * scale) for a, x in v.items()}
         r = {a: (v[a] / v["base"] if v[a] is not None and v["base"] else None) for a in ("this", "fixed")}
