@@ -86,6 +86,9 @@ struct Gpu {
 struct Acc {
   int64_t rows = 0, dedup_rows = 0, unique = 0, probes = 0, hits = 0, host_rows = 0, calls = 0;
   std::map<std::string, int> paths;
+  // Every call in order, warm-ups included: its time, path, unique fraction and hit rate (what a planner row's
+  // learner saw, call by call).
+  nlohmann::json calls_json = nlohmann::json::array();
   double unique_fraction() const { return dedup_rows > 0 ? static_cast<double>(unique) / dedup_rows : kNaN; }
   double hit_rate() const { return probes > 0 ? static_cast<double>(hits) / probes : kNaN; }
   // Rows read over UVA per call, and rows gathered on the host per call.
@@ -189,6 +192,14 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     float ms = 0;
                     FAST_CK(cudaEventElapsedTime(&ms, g.e0, g.e1));
                     ENGRAM_ASSIGN_OR_RETURN(const cuda::FastLookupStats after, fl.stats(g.s));
+                    {
+                      const int64_t dr = after.dedup_rows - before.dedup_rows, pr = after.cache_probes - before.cache_probes;
+                      acc[i].calls_json.push_back(
+                          {{"warmup", rep < warmup}, {"us", static_cast<double>(ms) * 1e3},
+                           {"path", v.planner ? fl.last_plan().path_name() : v.plan.path_name()},
+                           {"unique_fraction", json_num(dr > 0 ? static_cast<double>(after.unique_rows - before.unique_rows) / dr : kNaN)},
+                           {"cache_hit_rate", json_num(pr > 0 ? static_cast<double>(after.cache_hits - before.cache_hits) / pr : kNaN)}});
+                    }
                     if (rep >= warmup) {
                       Acc& a = acc[i];
                       a.rows += after.rows - before.rows;
@@ -424,7 +435,8 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                       {"ratio_vs_plain", json_num(plain / s.median)}, {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)},
                       {"cache_hit_rate", json_num(hit)}, {"link_bytes_per_call", json_num(link_mb * 1e6)},
                       {"why", v.planner ? nlohmann::json(plan::explain(g.fl->last_plan(), g.fl->costs().source)) : nlohmann::json(nullptr)},
-                      {"learned", v.planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)}});
+                      {"learned", v.planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)},
+                      {"calls", a.calls_json}});
         if (v.name == "cache-fp8" || v.name == "cache-bf16")
           for (auto& r : cache_t.rows)
             if (r[0].text == dist && r[1].text == (v.name == "cache-fp8" ? "fp8" : "bf16")) r[8] = Cell(pct(hit));
@@ -462,7 +474,8 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
           dj.push_back({{"tokens", tokens}, {"variant", dv[i].name}, {"path", a.path()}, {"ns", summary_json(s)},
                         {"link_bytes_per_token", json_num(bpt)}, {"cut_vs_plain", json_num(plain_bpt / bpt)},
                         {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)}, {"cache_hit_rate", json_num(hit)},
-                        {"learned", dv[i].planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)}});
+                        {"learned", dv[i].planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)},
+                        {"calls", dv[i].planner ? a.calls_json : nlohmann::json(nullptr)}});
         }
       }
       sec["decode"] = dj;

@@ -154,20 +154,34 @@ void FastLookup::read_snapshot() {
   const int64_t uniq = total(0);
   const int64_t hits = total(1);
   const int64_t probes = total(2) + snap_probes_host_;
+  read_seq_ = cut_seq_;
+  // The interval since the previous snapshot: the statistics of the timed batches whose counts it holds (all of
+  // them when it holds one batch, as when the caller synchronises between batches).
+  std::array<double, plan::kSizeBuckets> interval_unique;
+  interval_unique.fill(plan::kUnknown);
   for (int b = 0; b < plan::kSizeBuckets; ++b) {
     const auto i = static_cast<size_t>(b);
     const int64_t drows = snap_dedup_rows_b_[i] - used_dedup_rows_b_[i];
     const int64_t ub = total(3 + b);
-    if (drows > 0) learner_.observe_unique(plan::bucket_rows(b).first, drows, ub - used_unique_b_[i]);
+    if (drows > 0) {
+      learner_.observe_unique(plan::bucket_rows(b).first, drows, ub - used_unique_b_[i]);
+      interval_unique[i] = static_cast<double>(ub - used_unique_b_[i]) / static_cast<double>(drows);
+    }
     used_dedup_rows_b_[i] = snap_dedup_rows_b_[i];
     used_unique_b_[i] = ub;
   }
+  double interval_hit = plan::kUnknown;
   if (discard_snapshot_hits_) {
     discard_snapshot_hits_ = false;
   } else if (probes - used_probes_ > 0) {
-    const double h = static_cast<double>(hits - used_hits_) / static_cast<double>(probes - used_probes_);
-    ema_hit_ = std::isfinite(ema_hit_) ? 0.5 * ema_hit_ + 0.5 * h : h;
+    interval_hit = static_cast<double>(hits - used_hits_) / static_cast<double>(probes - used_probes_);
+    ema_hit_ = std::isfinite(ema_hit_) ? 0.5 * ema_hit_ + 0.5 * interval_hit : interval_hit;
   }
+  for (TimedBatch& t : ring_)
+    if (t.pending && t.stats_seq == read_seq_) {
+      t.unique = interval_unique[static_cast<size_t>(plan::size_bucket(t.rows))];
+      t.hit = interval_hit;
+    }
   used_dedup_rows_ = snap_dedup_rows_;
   used_unique_ = uniq;
   used_probes_ = probes;
@@ -191,6 +205,8 @@ Status FastLookup::snapshot(void* stream) {
   ENGRAM_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(ev_snapshot_), stats),
                               "fast lookup: snapshot event");
   active_stats_ = 1 - set;
+  ++cut_seq_;
+  counted_since_cut_ = false;
   snap_dedup_rows_ = totals_.dedup_rows;
   snap_dedup_rows_b_ = dedup_rows_b_;
   snap_probes_host_ = host_probes_;
@@ -214,6 +230,7 @@ void FastLookup::harvest_timings() {
   for (int i = 0; i < kTimingRing; ++i) {
     TimedBatch& t = ring_[static_cast<size_t>((ring_next_ + i) % kTimingRing)];
     if (!t.pending) continue;
+    if (t.stats_seq > read_seq_) break;  // its own counts have not been read yet
     const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(t.end));
     if (q == cudaErrorNotReady) break;
     t.pending = false;
@@ -223,15 +240,19 @@ void FastLookup::harvest_timings() {
       (void)cudaGetLastError();  // an unreadable pair is dropped, not learned from
       continue;
     }
-    // The model's price with the statistics known now (the snapshot read before this includes the batch's own
-    // unique and hit counts once its copy completed), so the correction learns the model's error, not that of
-    // an estimate this batch has since replaced.
+    // The model's price with the batch's own unique fraction and hit rate (those of the snapshot interval that
+    // holds its counts; the running estimates where the interval has none), so that the correction learns the
+    // model's error, not the difference between this batch's ids and the estimate it was planned with (a prefill
+    // of another language hits the cache far less than the average).
     plan::Plan shape;
     shape.dedup = t.dedup;
     shape.sort = t.sort;
     shape.cache = t.cache;
     shape.host_share = t.host_share;
-    const double model = plan::model_price(shape, batch_stats(t.rows), opt_.costs, cache_ != nullptr);
+    plan::BatchStats own = batch_stats(t.rows);
+    if (std::isfinite(t.unique)) own.unique_fraction = t.unique;
+    if (std::isfinite(t.hit)) own.cache_hit_fraction = t.hit;
+    const double model = plan::model_price(shape, own, opt_.costs, cache_ != nullptr);
     learner_.observe(t.key, t.rows, model, 1e3 * static_cast<double>(ms), t.predicted_us);
   }
 }
@@ -325,12 +346,17 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     t.host_share = p.host_share;
     t.predicted_us = plan::model_price(p, batch_stats(n), opt_.costs, cache_ != nullptr) *
                      learner_.correction(t.key, n).factor;
+    t.unique = t.hit = plan::kUnknown;
+    t.stats_seq = 0;
     t.pending = true;
     ++timed_batches_;
   }
-  // The device counters' copy for the next read_snapshot() (dedup and cache paths), after the end event: a
-  // timed batch's window holds its launches only, as a plain batch's does (the copy itself is off this stream).
-  if (li.is_ok() && !cap && n > 0 && (p.dedup || p.cache)) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
+  // The device counters' copy for the next read_snapshot(), after the end event: a timed batch's window holds its
+  // launches only, as a plain batch's does (the copy itself is off this stream). A batch counted while a copy was
+  // pending is cut by the next batch, of whatever path.
+  if (li.is_ok() && !cap && counted_since_cut_) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
+  // A dedup or cache batch is learned from once the snapshot holding its counts is read: this cut, or the next.
+  if (timed && li.is_ok() && (p.dedup || p.cache)) timed->stats_seq = cut_seq_ + (counted_since_cut_ ? 1 : 0);
   return li;
 }
 
@@ -418,6 +444,7 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
   }
   // The cache is probed inside the gather: a cached row is read from HBM, the others over UVA, in one launch.
   if (p.cache) g.cache = cache_->map_view(counting_stats(cap) + 1);
+  if (!cap && (p.dedup || p.cache)) counted_since_cut_ = true;
   ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
   if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
   return Status::ok();
@@ -435,7 +462,13 @@ Result<FastLookupStats> FastLookup::stats(void* stream) {
   st.cache_hits = total(1);
   st.cache_probes = total(2) + host_probes_;
   for (const auto& [key, n] : path_batches_) st.paths[plan::path_name_of_key(key)] += n;
-  read_snapshot();    // the stream is idle: the snapshot and every timed batch have completed
+  read_snapshot();  // the stream is idle: the snapshot and every timed batch have completed
+  if (counted_since_cut_) {
+    // Batches counted while that copy was pending: cut and read them too, so that every timed batch is learned.
+    ENGRAM_RETURN_IF_ERROR(snapshot(stream));
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stats_stream_)), "fast lookup: stats sync");
+    read_snapshot();
+  }
   harvest_timings();
   st.learned = learner_.paths();
   st.unique_by_bucket = learner_.unique_by_bucket();

@@ -176,6 +176,10 @@ class FastLookup final {
   void* ev_fork_ = nullptr;
   void* ev_join_ = nullptr;
   bool snapshot_pending_ = false;
+  // Snapshot cuts issued and the last one read (sequence numbers from 1); counted_since_cut_: a batch counted into
+  // the device set after the last cut (its counts reach the host with the next one).
+  int64_t cut_seq_ = 0, read_seq_ = 0;
+  bool counted_since_cut_ = false;
   bool discard_snapshot_hits_ = false;  // the pending snapshot's hits belong to a detached cache
   // Host totals at the time of the pending snapshot, and at the last one consumed.
   FastLookupStats totals_;               // host-known totals (rows, batches, dedup_rows, host probes...)
@@ -201,6 +205,10 @@ class FastLookup final {
     bool dedup = false, sort = false, cache = false;  // the path, re-priced when read (statistics known by then)
     double host_share = 0;
     double predicted_us = 0;  // the corrected price when it was launched (reports)
+    // A dedup or cache batch is re-priced with the statistics of the snapshot interval that holds its own counts
+    // (stats_seq: that snapshot's cut; 0: a plain batch, which needs none), filled when that snapshot is read.
+    int64_t stats_seq = 0;
+    double unique = plan::kUnknown, hit = plan::kUnknown;
     bool pending = false;
   };
   static constexpr int kTimingRing = 8;

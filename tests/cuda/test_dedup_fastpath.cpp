@@ -252,6 +252,101 @@ TEST(FastPathPlanner, StatisticsCopiedOffTheStreamAreExactWithoutSynchronising) 
   EXPECT_DOUBLE_EQ(learned[plan::size_bucket(2048)], 0.5);
 }
 
+// A timed cache batch is learned from at its own hit rate: the correction compares its measured time with the
+// model's price at the hits it had, not at the running hit estimate it was planned with. Planned after a batch
+// that hit every row, a batch that hits none is priced at a hit rate of 0 when learned. Then batches launched
+// without synchronising (counted while an earlier copy was pending) are all learned once stats() returns.
+TEST(FastPathPlanner, ACacheBatchIsLearnedAtItsOwnHitRate) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
+  ASSERT_TRUE(x);
+  const int heads = x->layout.heads();
+  const int64_t table_rows = x->layout.rows(0);
+  constexpr int64_t kRows = 512;
+  ASSERT_EQ(kRows % heads, 0);
+  std::vector<int64_t> hot, cold;
+  std::set<int64_t> seen;
+  while (static_cast<int64_t>(hot.size() + cold.size()) < 2 * kRows) {
+    const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(table_rows));
+    if (!seen.insert(id).second) continue;
+    (hot.size() < static_cast<size_t>(kRows) ? hot : cold).push_back(id);
+  }
+  cuda::FastLookupOptions fo;
+  fo.max_rows = kRows;
+  fo.planner.allow_dedup = false;  // the choice is plain or cache+uva
+  fo.planner.allow_hybrid = false;
+  fo.serve.explore_every = 0;
+  fo.serve.measure_unique_max_overhead = 0;
+  fo.learner.time_every = 1;
+  fo.learner.max_factor = 1e9;  // the factor is measured / model, unclamped, so the model price can be read back
+  auto fl = cuda::FastLookup::create(&x->table, fo);
+  ASSERT_TRUE(fl.is_ok()) << fl.status().to_string();
+  cuda::HotCacheOptions co;
+  co.budget_bytes = plan::hot_cache_bytes(kRows + 64, plan::hot_cache_row_bytes(256, co.format), co.staging_rows);
+  auto cache = cuda::HotRowCache::create(x->host->view(0), hot, co);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  (*fl)->set_cache(std::move(*cache));
+  DeviceBuffer<int64_t> dhot(hot.size()), dcold(cold.size());
+  DeviceBuffer<uint16_t> out(kRows * 256);
+  ASSERT_CUDA_OK(cudaMemcpy(dhot.get(), hot.data(), dhot.bytes(), cudaMemcpyHostToDevice));
+  ASSERT_CUDA_OK(cudaMemcpy(dcold.get(), cold.data(), dcold.bytes(), cudaMemcpyHostToDevice));
+  cudaStream_t s = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto args = [&](bool hits) {
+    cuda::LookupArgs la;
+    la.table = &x->table;
+    la.ids = hits ? dhot.get() : dcold.get();
+    la.heads = heads;
+    la.tokens = kRows / heads;
+    la.out = out.get();
+    return la;
+  };
+  plan::Plan cache_only;
+  cache_only.cache = true;
+  ASSERT_TRUE((*fl)->launch_plan(args(true), cache_only, s).is_ok());  // counted, not learned: the hit rate is 1
+  auto st = (*fl)->stats(s);
+  ASSERT_TRUE(st.is_ok());
+  ASSERT_EQ(st->cache_hits, kRows);
+  ASSERT_TRUE((*fl)->launch(args(false), s).is_ok());  // planned at a hit rate of 1, hits nothing
+  const plan::Plan chosen = (*fl)->last_plan();
+  ASSERT_TRUE(chosen.cache && !chosen.dedup && chosen.host_share == 0) << chosen.path_name();
+  ASSERT_DOUBLE_EQ(chosen.hit, 1.0);
+  st = (*fl)->stats(s);
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_EQ(st->cache_hits, kRows);
+  EXPECT_EQ(st->cache_probes, 2 * kRows);
+  const uint32_t key = plan::learn_key(cache_only);
+  const plan::LearnedPath* rec = nullptr;
+  for (const auto& r : st->learned)
+    if (r.key == key && r.bucket == plan::size_bucket(kRows)) rec = &r;
+  ASSERT_NE(rec, nullptr);
+  ASSERT_EQ(rec->samples, 1);
+  plan::BatchStats at;
+  at.rows = kRows;
+  at.cache_hit_fraction = 0;
+  at.cache_hit_prior = (*fl)->cache()->profile_coverage();
+  const double own = plan::model_price(cache_only, at, (*fl)->costs(), true);
+  at.cache_hit_fraction = 0.5;  // the running estimate after both batches
+  const double running = plan::model_price(cache_only, at, (*fl)->costs(), true);
+  ASSERT_GT(std::abs(running - own), 0.05 * own);  // the two prices tell the rules apart
+  EXPECT_NEAR(rec->measured_us / rec->factor, own, 1e-9 * own);
+
+  // Ten batches, hits and misses alternating, never synchronised: each one counted while an earlier copy may be
+  // pending. stats() cuts and reads what is owed, so every timed batch reaches the learner.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*fl)->launch(args(i % 2 == 0), s).is_ok());
+  st = (*fl)->stats(s);
+  ASSERT_TRUE(st.is_ok());
+  ASSERT_CUDA_OK(cudaStreamDestroy(s));
+  int64_t learned = 0;
+  for (const auto& r : st->learned) learned += r.samples;
+  EXPECT_EQ(st->timed_batches + st->untimed_batches, 11);  // untimed: its ring slot was still waiting
+  EXPECT_GE(st->timed_batches, 2);
+  EXPECT_EQ(learned, st->timed_batches);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, FastPath,
                          ::testing::Combine(::testing::Values(RowFormat::kFused, RowFormat::kSplit),
                                             ::testing::Values(256, 64)));
