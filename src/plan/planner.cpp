@@ -305,14 +305,27 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o, const 
     p.grid_cap = GridCap::all_sms();
   } else {
     p.background = true;
-    p.grid_cap = o.background_grid_cap;
-    if (n >= static_cast<double>(o.large_batch_min_rows) && o.large_batch_grid_scale > 0 &&
-        o.large_batch_grid_scale < 1) {
-      p.grid_cap = scaled(o.background_grid_cap, o.large_batch_grid_scale);
-      p.large_batch_grid = true;
-    }
+    place_on_grid(p, o);
   }
   return p;
+}
+
+double uva_rows(const Plan& p) {
+  double rows = p.rows * (1 - std::clamp(p.host_share, 0.0, 1.0));
+  if (p.dedup) rows *= std::clamp(p.unique, 0.0, 1.0);
+  if (p.cache) rows *= 1 - std::clamp(p.hit, 0.0, 1.0);
+  return rows;
+}
+
+void place_on_grid(Plan& p, const PlannerOptions& o) {
+  if (!p.background) return;
+  p.grid_cap = o.background_grid_cap;
+  p.large_batch_grid = false;
+  if (uva_rows(p) >= static_cast<double>(o.large_batch_min_rows) && o.large_batch_grid_scale > 0 &&
+      o.large_batch_grid_scale < 1) {
+    p.grid_cap = scaled(o.background_grid_cap, o.large_batch_grid_scale);
+    p.large_batch_grid = true;
+  }
 }
 
 std::vector<std::string> explain(const Plan& p, const std::string& costs_source) {
@@ -369,7 +382,9 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
                     fmt("%.1f us", p.overlap_budget_us));
     } else {
       why.push_back("background, grid " + p.grid_cap.to_string() +
-                    (p.large_batch_grid ? " (the large-batch share of the background grid)" : "") +
+                    (p.large_batch_grid ? " (the large-batch share of the background grid: ~" +
+                                              fmt("%.0f", uva_rows(p)) + " rows read over UVA)"
+                                        : "") +
                     (std::isfinite(p.overlap_budget_us) ? ": fits the overlap budget" : ": no overlap budget given"));
     }
   }

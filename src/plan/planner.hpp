@@ -91,12 +91,14 @@ struct PlannerOptions {
   bool cache_present = false;
   double min_gain = 0.05;         // a technique must save at least this fraction of the plain time
   GridCap background_grid_cap = GridCap::background_default();  // the grid of a plan that stays in the background
-  // A background batch of at least large_batch_min_rows rows (prefill-sized) runs on large_batch_grid_scale of
+  // A background batch that reads at least large_batch_min_rows rows over UVA (prefill-sized; uva_rows(): a cache
+  // path's expected hits and a dedup path's repeats are not read over UVA) runs on large_batch_grid_scale of
   // background_grid_cap (at least one block). A large gather over UVA is bound by the requests the link and the
   // translation caches take, not by SMs: fewer blocks in flight measured faster (H200, 8K-token prefill
   // dedup(sort)+cache, 32 GiB table: 2,630 us on half the SMs, 2,330 on a quarter, 2,333 on an eighth; H100: half
-  // the SMs 10 % faster than all), while decode batches measured 2-6 % slower on fewer. 1: every size on the
-  // background grid.
+  // the SMs 10 % faster than all), while decode batches measured 2-6 % slower on fewer. Rows read from the cache in
+  // HBM are bound by the blocks in flight: an 8K-token prefill whose rows all hit took 358 us on half the grid and
+  // 258 us on all of it (H100). 1: every size on the background grid.
   int64_t large_batch_min_rows = 32768;
   double large_batch_grid_scale = 0.5;
   // Compute available to hide the lookup behind; a lookup predicted longer runs inline with every SM. Unknown:
@@ -180,6 +182,14 @@ Plan choose(const BatchStats& batch, const Costs& costs, const PlannerOptions& o
 // statistics rules of choose(); `cache_present` says whether a hit prior counts. What the learner compares a
 // measured batch with.
 double model_price(const Plan& shape, const BatchStats& batch, const Costs& costs, bool cache_present);
+
+// Rows plan `p` is expected to read over UVA: its device part's rows, times its unique fraction with dedup, times
+// its miss fraction with the cache (the figures it was chosen with: Plan::rows, unique, hit).
+double uva_rows(const Plan& p);
+// A background plan's grid for its path: background_grid_cap, or its large-batch share when uva_rows(p) is at
+// least large_batch_min_rows (PlannerOptions). choose() calls it; a caller that changes the path afterwards
+// (exploration) calls it again. An inline plan is left as it is.
+void place_on_grid(Plan& p, const PlannerOptions& o);
 
 // Best host share of the hybrid: the split where both paths finish together, s = R_host / (R_host + R_uva)
 // (fixed costs ignored); 0 when the host path is unavailable.

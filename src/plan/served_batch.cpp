@@ -93,6 +93,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   }
   if (p.dedup) since_dedup = 0;
   if (p.cache) counters.since_cache = 0;
+  place_on_grid(p, po);  // the grid of the path that runs, explorations included
   return p;
 }
 

@@ -279,8 +279,8 @@ TEST(Planner, InlineFullGridWhenTheLookupCannotHide) {
   EXPECT_EQ(small.grid_cap, o.background_grid_cap);
 }
 
-// A prefill-sized background batch runs on the large-batch share of the background grid (fraction or blocks,
-// never below one block); decode batches, inline batches and scale 1 keep theirs.
+// A background batch that reads prefill-sized rows over UVA runs on the large-batch share of the background grid
+// (fraction or blocks, never below one block); decode batches, inline batches and scale 1 keep theirs.
 TEST(Planner, LargeBatchesRunOnAShareOfTheBackgroundGrid) {
   PlannerOptions o;
   const Plan prefill = choose({196608, 1.0, kUnknown}, costs(), o);
@@ -313,6 +313,37 @@ TEST(Planner, LargeBatchesRunOnAShareOfTheBackgroundGrid) {
   PlannerOptions inline_o = o;
   inline_o.overlap_budget_us = 100;
   EXPECT_EQ(choose({196608, 1.0, kUnknown}, costs(), inline_o).grid_cap, GridCap::all_sms());
+  // What counts is the rows read over UVA: a prefill whose cache serves nearly every row, or whose dedup leaves few
+  // rows, stays on the background grid; the same batch missing half its rows takes the share; a plan placed after
+  // its path changed (an exploration) follows the new path.
+  Plan cached;
+  cached.rows = 196608;
+  cached.cache = true;
+  cached.hit = 0.97;
+  place_on_grid(cached, o);
+  EXPECT_FALSE(cached.large_batch_grid);
+  EXPECT_EQ(cached.grid_cap, o.background_grid_cap);
+  EXPECT_DOUBLE_EQ(uva_rows(cached), 196608 * (1 - 0.97));
+  cached.hit = 0.5;
+  place_on_grid(cached, o);
+  EXPECT_TRUE(cached.large_batch_grid);
+  EXPECT_EQ(cached.grid_cap, *GridCap::of_fraction(0.25));
+  cached.dedup = true;
+  cached.unique = 0.25;  // 24,576 unique rows, half of them missed
+  place_on_grid(cached, o);
+  EXPECT_FALSE(cached.large_batch_grid);
+  cached.cache = cached.dedup = false;  // a plain exploration of the same batch
+  place_on_grid(cached, o);
+  EXPECT_TRUE(cached.large_batch_grid);
+  Plan split = cached;
+  split.host_share = 0.9;  // the device reads a tenth of the tokens
+  place_on_grid(split, o);
+  EXPECT_FALSE(split.large_batch_grid);
+  Plan inl = cached;
+  inl.background = false;
+  inl.grid_cap = GridCap::all_sms();
+  place_on_grid(inl, o);
+  EXPECT_EQ(inl.grid_cap, GridCap::all_sms());
 }
 
 TEST(Planner, DisabledPlannerIsThePlainGather) {
