@@ -296,6 +296,7 @@ Plan choose(const BatchStats& b, const Costs& k, const PlannerOptions& o, const 
   p.model_us = best_model;
   p.chosen_factor = best_cr.factor;
   p.chosen_samples = best_cr.samples;
+  p.chosen_sibling = best_cr.source == CorrectionSource::kSibling;
 
   p.chosen_pays = pays;
   // Inline vs background: a lookup that cannot hide behind the available compute is exposed anyway, so it runs
@@ -357,6 +358,7 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
       if (p.chosen_pays)
         l += "; chosen path " + (p.chosen_samples > 0 ? fmt("x%.2f", p.chosen_factor) + " (" +
                                                             std::to_string(p.chosen_samples) + " batches)"
+                                 : p.chosen_sibling     ? fmt("x%.2f", p.chosen_factor) + " (its device path's factor)"
                                  : p.chosen_factor != 1 ? fmt("x%.2f", p.chosen_factor) + " (plain's factor)"
                                                         : std::string("not measured yet")) +
              " (model " + fmt("%.1f us", p.model_us) + ")";

@@ -160,6 +160,7 @@ struct Plan {
   double model_us = 0;          // predicted_us before correction
   double plain_factor = 1, chosen_factor = 1;
   int64_t plain_samples = 0, chosen_samples = 0;
+  bool chosen_sibling = false;  // chosen_factor (not measured on the path) is that of its device path at another share
   int barred_paths = 0;
   std::string path_name() const; // e.g. "dedup(hash)+cache+uva", "plain-uva", "dedup(sort)+hybrid(host 35%)"
   // The path as a small number (dedup, sort, cache, host share in percent, background): per-batch counting keyed

@@ -60,6 +60,44 @@ TEST(CostLearner, PlainMeasuredTimeReplacesItsPrice) {
   EXPECT_EQ(d.samples, 0);
 }
 
+// A path not measured in a bucket takes the factor of the most measured path with its device technique at another
+// host share (a split and the device path it splits), not plain's: with plain's, every unmeasured split looked
+// cheaper than the measured path it splits.
+TEST(CostLearner, AnUnmeasuredSplitTakesItsDevicePathsFactor) {
+  CostLearner l;
+  const int64_t rows = 196608;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(l.observe(kPlainKey, rows, 6500, 5800));  // 0.89
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(l.observe(kCache, rows, 250, 370));       // 1.48
+  const uint32_t split10 = learn_key(false, false, true, 0.10), split5 = learn_key(false, false, true, 0.05);
+  Correction c = l.correction(split10, rows);
+  EXPECT_EQ(c.source, CorrectionSource::kSibling);
+  EXPECT_NEAR(c.factor, 370.0 / 250.0, 1e-12);
+  EXPECT_EQ(c.samples, 0);
+  EXPECT_FALSE(c.barred);
+  // The most measured sibling: the cache path (4 batches) over the 5 % split (1 batch).
+  ASSERT_TRUE(l.observe(split5, rows, 300, 300));
+  EXPECT_NEAR(l.correction(split10, rows).factor, 370.0 / 250.0, 1e-12);
+  EXPECT_NEAR(l.correction(split5, rows).factor, 1.0, 1e-12);  // its own
+  // Another technique has no measured sibling: plain's factor. So has a path in another bucket: none at all.
+  const Correction d = l.correction(learn_key(true, false, true, 0.10), rows);
+  EXPECT_EQ(d.source, CorrectionSource::kPlain);
+  EXPECT_NEAR(d.factor, 5800.0 / 6500.0, 1e-12);
+  EXPECT_EQ(l.correction(split10, 1536).source, CorrectionSource::kNone);
+  // Hash and sort dedup are different techniques.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(l.observe(kDedupCache, rows, 400, 200));
+  EXPECT_EQ(l.correction(learn_key(true, true, true, 0), rows).source, CorrectionSource::kPlain);
+  EXPECT_EQ(l.correction(learn_key(true, false, true, 0.10), rows).source, CorrectionSource::kSibling);
+  EXPECT_NEAR(l.correction(learn_key(true, false, true, 0.10), rows).factor, 0.5, 1e-12);
+  // The planner's account of a choice priced with a sibling's factor says so.
+  Plan p;
+  p.learned = p.chosen_pays = p.chosen_sibling = true;
+  p.rows = static_cast<double>(rows);
+  p.chosen_factor = 1.48;
+  bool said = false;
+  for (const auto& w : explain(p, "test")) said |= w.find("x1.48 (its device path's factor)") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 // The records as the reports write them: the correction the planner applies is there beside the averages, and
 // every record of paths() is one object.
 TEST(CostLearner, LearnedJsonCarriesTheFactorTheCorrectionApplies) {
