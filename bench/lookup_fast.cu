@@ -89,6 +89,7 @@ struct Acc {
   // Every call in order, warm-ups included: its time, path, unique fraction and hit rate (what a planner row's
   // learner saw, call by call).
   nlohmann::json calls_json = nlohmann::json::array();
+  std::vector<std::string> why;  // the planner's account of the variant's last call (planner variants)
   double unique_fraction() const { return dedup_rows > 0 ? static_cast<double>(unique) / dedup_rows : kNaN; }
   double hit_rate() const { return probes > 0 ? static_cast<double>(hits) / probes : kNaN; }
   // Rows read over UVA per call, and rows gathered on the host per call.
@@ -192,6 +193,7 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     float ms = 0;
                     FAST_CK(cudaEventElapsedTime(&ms, g.e0, g.e1));
                     ENGRAM_ASSIGN_OR_RETURN(const cuda::FastLookupStats after, fl.stats(g.s));
+                    if (v.planner) acc[i].why = plan::explain(fl.last_plan(), fl.costs().source);
                     {
                       const int64_t dr = after.dedup_rows - before.dedup_rows, pr = after.cache_probes - before.cache_probes;
                       acc[i].calls_json.push_back(
@@ -434,7 +436,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
         pj.push_back({{"variant", v.name}, {"path", a.path()}, {"ns", summary_json(s)}, {"rows_per_s", json_num(rps)},
                       {"ratio_vs_plain", json_num(plain / s.median)}, {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)},
                       {"cache_hit_rate", json_num(hit)}, {"link_bytes_per_call", json_num(link_mb * 1e6)},
-                      {"why", v.planner ? nlohmann::json(plan::explain(g.fl->last_plan(), g.fl->costs().source)) : nlohmann::json(nullptr)},
+                      {"why", v.planner ? nlohmann::json(a.why) : nlohmann::json(nullptr)},
                       {"learned", v.planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)},
                       {"calls", a.calls_json}});
         if (v.name == "cache-fp8" || v.name == "cache-bf16")
