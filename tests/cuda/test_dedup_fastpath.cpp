@@ -30,6 +30,17 @@ std::vector<int64_t> hot_ids(const std::vector<int64_t>& ids, size_t k) {
   return h;
 }
 
+// `n` distinct ids of a table of `table_rows` rows, in random order.
+std::vector<int64_t> distinct_ids(int64_t table_rows, int64_t n, std::mt19937_64& rng) {
+  std::vector<int64_t> ids;
+  std::set<int64_t> seen;
+  while (static_cast<int64_t>(ids.size()) < n) {
+    const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(table_rows));
+    if (seen.insert(id).second) ids.push_back(id);
+  }
+  return ids;
+}
+
 class FastPath : public ::testing::TestWithParam<std::tuple<RowFormat, int>> {};
 
 TEST_P(FastPath, EveryPathMatchesTheReference) {
@@ -205,12 +216,7 @@ TEST(FastPathPlanner, StatisticsCopiedOffTheStreamAreExactWithoutSynchronising) 
   const int64_t rows = x->layout.rows(0);
   // Batch a: 256 rows, 64 distinct ids (each 4 times); batch b: 2048 rows, 1024 distinct (each twice).
   auto batch = [&](int64_t n, int64_t distinct) {
-    std::vector<int64_t> pool;
-    std::set<int64_t> seen;
-    while (static_cast<int64_t>(pool.size()) < distinct) {
-      const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
-      if (seen.insert(id).second) pool.push_back(id);
-    }
+    const std::vector<int64_t> pool = distinct_ids(rows, distinct, rng);
     std::vector<int64_t> ids(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = pool[static_cast<size_t>(i % distinct)];
     std::shuffle(ids.begin(), ids.end(), rng);
@@ -267,13 +273,8 @@ TEST(FastPathPlanner, ACacheBatchIsLearnedAtItsOwnHitRate) {
   const int64_t table_rows = x->layout.rows(0);
   constexpr int64_t kRows = 512;
   ASSERT_EQ(kRows % heads, 0);
-  std::vector<int64_t> hot, cold;
-  std::set<int64_t> seen;
-  while (static_cast<int64_t>(hot.size() + cold.size()) < 2 * kRows) {
-    const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(table_rows));
-    if (!seen.insert(id).second) continue;
-    (hot.size() < static_cast<size_t>(kRows) ? hot : cold).push_back(id);
-  }
+  const std::vector<int64_t> both = distinct_ids(table_rows, 2 * kRows, rng);
+  const std::vector<int64_t> hot(both.begin(), both.begin() + kRows), cold(both.begin() + kRows, both.end());
   cuda::FastLookupOptions fo;
   fo.max_rows = kRows;
   fo.planner.allow_dedup = false;  // the choice is plain or cache+uva
