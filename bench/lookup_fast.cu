@@ -198,7 +198,7 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                       const int64_t dr = after.dedup_rows - before.dedup_rows, pr = after.cache_probes - before.cache_probes;
                       acc[i].calls_json.push_back(
                           {{"warmup", rep < warmup}, {"us", static_cast<double>(ms) * 1e3},
-                           {"path", v.planner ? fl.last_plan().path_name() : v.plan.path_name()},
+                           {"path", fl.last_plan().path_name()},  // as run (launch_plan adjusts what it cannot take)
                            {"unique_fraction", json_num(dr > 0 ? static_cast<double>(after.unique_rows - before.unique_rows) / dr : kNaN)},
                            {"cache_hit_rate", json_num(pr > 0 ? static_cast<double>(after.cache_hits - before.cache_hits) / pr : kNaN)}});
                     }
@@ -211,7 +211,7 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                       a.hits += after.cache_hits - before.cache_hits;
                       a.host_rows += after.host_rows - before.host_rows;
                       ++a.calls;
-                      ++a.paths[v.planner ? fl.last_plan().path_name() : v.plan.path_name()];
+                      ++a.paths[fl.last_plan().path_name()];
                     }
                     Sample smp;
                     smp.ns = static_cast<double>(ms) * 1e6;

@@ -132,7 +132,7 @@ void FastLookup::set_cache(std::unique_ptr<HotRowCache> cache) {
   opt_.planner.cache_present = cache_ != nullptr;
   // Hit rates of another cache say nothing about this one: restart the measurement (the prior takes over).
   ema_hit_ = plan::kUnknown;
-  discard_snapshot_hits_ = snapshot_pending_;
+  discard_hit_intervals_ = (snapshot_pending_ ? 1 : 0) + (counted_since_cut_ ? 1 : 0);
   explore_.since_cache = 0;
 }
 
@@ -170,11 +170,12 @@ void FastLookup::read_snapshot() {
     used_dedup_rows_b_[i] = snap_dedup_rows_b_[i];
     used_unique_b_[i] = ub;
   }
-  double interval_hit = plan::kUnknown;
-  if (discard_snapshot_hits_) {
-    discard_snapshot_hits_ = false;
-  } else if (probes - used_probes_ > 0) {
-    interval_hit = static_cast<double>(hits - used_hits_) / static_cast<double>(probes - used_probes_);
+  const double interval_hit = probes - used_probes_ > 0 ? static_cast<double>(hits - used_hits_) /
+                                                             static_cast<double>(probes - used_probes_)
+                                                       : plan::kUnknown;
+  if (discard_hit_intervals_ > 0) {
+    --discard_hit_intervals_;  // (partly) another cache's hits: not this cache's rate
+  } else if (std::isfinite(interval_hit)) {
     ema_hit_ = std::isfinite(ema_hit_) ? 0.5 * ema_hit_ + 0.5 * interval_hit : interval_hit;
   }
   for (TimedBatch& t : ring_)
@@ -312,6 +313,7 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
     p.notes |= plan::kNoteHybridCaptured;
   }
   last_plan_ = p;
+  counted_now_ = false;
   totals_.batches += 1;
   totals_.rows += n;
   if (!calibrating_) ++path_batches_[p.path_key()];
@@ -356,7 +358,8 @@ Result<LaunchInfo> FastLookup::launch_plan(const LookupArgs& a, const plan::Plan
   // pending is cut by the next batch, of whatever path.
   if (li.is_ok() && !cap && counted_since_cut_) ENGRAM_RETURN_IF_ERROR(snapshot(stream));
   // A dedup or cache batch is learned from once the snapshot holding its counts is read: this cut, or the next.
-  if (timed && li.is_ok() && (p.dedup || p.cache)) timed->stats_seq = cut_seq_ + (counted_since_cut_ ? 1 : 0);
+  // (A plan whose device part was empty counted nothing: it needs no snapshot.)
+  if (timed && li.is_ok() && counted_now_) timed->stats_seq = cut_seq_ + (counted_since_cut_ ? 1 : 0);
   return li;
 }
 
@@ -444,7 +447,7 @@ Status FastLookup::launch_device_path(const LookupArgs& a, const plan::Plan& p, 
   }
   // The cache is probed inside the gather: a cached row is read from HBM, the others over UVA, in one launch.
   if (p.cache) g.cache = cache_->map_view(counting_stats(cap) + 1);
-  if (!cap && (p.dedup || p.cache)) counted_since_cut_ = true;
+  if (!cap && (p.dedup || p.cache)) counted_since_cut_ = counted_now_ = true;
   ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream));
   if (p.dedup) ENGRAM_RETURN_IF_ERROR(launch_scatter_rows(compact_, dedup_->inverse(), n, d, a.out, stream));
   return Status::ok();

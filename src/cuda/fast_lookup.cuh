@@ -180,7 +180,10 @@ class FastLookup final {
   // the device set after the last cut (its counts reach the host with the next one).
   int64_t cut_seq_ = 0, read_seq_ = 0;
   bool counted_since_cut_ = false;
-  bool discard_snapshot_hits_ = false;  // the pending snapshot's hits belong to a detached cache
+  // Snapshot intervals still to be read whose hits (some of them) were counted on a detached cache: the hit
+  // estimate skips them (the timed batches in them still get their own interval's rate).
+  int discard_hit_intervals_ = 0;
+  bool counted_now_ = false;  // the batch being launched counted into the device statistics
   // Host totals at the time of the pending snapshot, and at the last one consumed.
   FastLookupStats totals_;               // host-known totals (rows, batches, dedup_rows, host probes...)
   std::map<uint32_t, int64_t> path_batches_;  // batches per Plan::path_key()

@@ -191,7 +191,9 @@ Status FastLookup::calibrate(void* stream) {
   std::memset(pin_stats_, 0, 2 * kStatWords * sizeof(unsigned long long));
   active_stats_ = 0;
   snapshot_pending_ = false;
-  discard_snapshot_hits_ = false;
+  read_seq_ = cut_seq_;
+  counted_since_cut_ = false;
+  discard_hit_intervals_ = 0;
   for (TimedBatch& t : ring_) t.pending = false;  // timed against the old costs
   snap_dedup_rows_ = snap_probes_host_ = used_dedup_rows_ = used_unique_ = used_probes_ = used_hits_ = host_probes_ = 0;
   dedup_rows_b_ = snap_dedup_rows_b_ = used_dedup_rows_b_ = used_unique_b_ = {};

@@ -319,7 +319,7 @@ double uva_rows(const Plan& p) {
 }
 
 void place_on_grid(Plan& p, const PlannerOptions& o) {
-  if (!p.background) return;
+  if (!p.background || !p.planner_enabled) return;  // disabled: the plain gather on the background grid
   p.grid_cap = o.background_grid_cap;
   p.large_batch_grid = false;
   if (uva_rows(p) >= static_cast<double>(o.large_batch_min_rows) && o.large_batch_grid_scale > 0 &&
@@ -358,7 +358,7 @@ std::vector<std::string> explain(const Plan& p, const std::string& costs_source)
       if (p.chosen_pays)
         l += "; chosen path " + (p.chosen_samples > 0 ? fmt("x%.2f", p.chosen_factor) + " (" +
                                                             std::to_string(p.chosen_samples) + " batches)"
-                                 : p.chosen_sibling     ? fmt("x%.2f", p.chosen_factor) + " (its device path's factor)"
+                                 : p.chosen_sibling     ? fmt("x%.2f", p.chosen_factor) + " (its technique's at another host share)"
                                  : p.chosen_factor != 1 ? fmt("x%.2f", p.chosen_factor) + " (plain's factor)"
                                                         : std::string("not measured yet")) +
              " (model " + fmt("%.1f us", p.model_us) + ")";

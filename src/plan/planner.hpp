@@ -160,7 +160,7 @@ struct Plan {
   double model_us = 0;          // predicted_us before correction
   double plain_factor = 1, chosen_factor = 1;
   int64_t plain_samples = 0, chosen_samples = 0;
-  bool chosen_sibling = false;  // chosen_factor (not measured on the path) is that of its device path at another share
+  bool chosen_sibling = false;  // chosen_factor (not measured on the path) is its technique's at another host share
   int barred_paths = 0;
   std::string path_name() const; // e.g. "dedup(hash)+cache+uva", "plain-uva", "dedup(sort)+hybrid(host 35%)"
   // The path as a small number (dedup, sort, cache, host share in percent, background): per-batch counting keyed
@@ -189,7 +189,7 @@ double model_price(const Plan& shape, const BatchStats& batch, const Costs& cost
 double uva_rows(const Plan& p);
 // A background plan's grid for its path: background_grid_cap, or its large-batch share when uva_rows(p) is at
 // least large_batch_min_rows (PlannerOptions). choose() calls it; a caller that changes the path afterwards
-// (exploration) calls it again. An inline plan is left as it is.
+// (exploration) calls it again. An inline plan, or one of a disabled planner, is left as it is.
 void place_on_grid(Plan& p, const PlannerOptions& o);
 
 // Best host share of the hybrid: the split where both paths finish together, s = R_host / (R_host + R_uva)

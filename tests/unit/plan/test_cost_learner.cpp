@@ -94,7 +94,7 @@ TEST(CostLearner, AnUnmeasuredSplitTakesItsDevicePathsFactor) {
   p.rows = static_cast<double>(rows);
   p.chosen_factor = 1.48;
   bool said = false;
-  for (const auto& w : explain(p, "test")) said |= w.find("x1.48 (its device path's factor)") != std::string::npos;
+  for (const auto& w : explain(p, "test")) said |= w.find("x1.48 (its technique's at another host share)") != std::string::npos;
   EXPECT_TRUE(said);
 }
 

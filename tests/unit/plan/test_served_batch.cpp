@@ -249,6 +249,38 @@ TEST(ServedBatch, RetryRespectsTechniquesTurnedOff) {
   }
 }
 
+// The grid of a served batch follows the path that runs: a plain exploration of a prefill whose chosen path reads
+// few rows over UVA takes the large-batch share; with the planner off every batch keeps the background grid.
+TEST(ServedBatch, TheGridFollowsThePathThatRuns) {
+  PlannerOptions po;
+  po.cache_present = true;
+  po.allow_hybrid = false;
+  po.background_grid_cap = *GridCap::of_blocks(64);
+  BatchStats b;
+  b.rows = 196608;
+  b.unique_fraction = 0.75;
+  b.cache_hit_fraction = 0.97;
+  CostLearner learner;
+  ExploreCounters counters;
+  ServeOptions so;
+  so.explore_every = 0;
+  const Plan first = plan_served_batch(b, calibrated(), po, &learner, counters, so, false);
+  ASSERT_TRUE(first.cache) << first.path_name();
+  EXPECT_LT(uva_rows(first), static_cast<double>(po.large_batch_min_rows));
+  EXPECT_FALSE(first.large_batch_grid);
+  EXPECT_EQ(first.grid_cap, po.background_grid_cap);
+  const Plan second = plan_served_batch(b, calibrated(), po, &learner, counters, so, false);  // plain's first turn
+  ASSERT_NE(second.notes & kNoteExplorePlain, 0);
+  EXPECT_TRUE(second.large_batch_grid);
+  EXPECT_EQ(second.grid_cap, *GridCap::of_blocks(32));
+  PlannerOptions off = po;
+  off.enabled = false;
+  const Plan plain = plan_served_batch(b, calibrated(), off, &learner, counters, so, false);
+  EXPECT_FALSE(plain.planner_enabled);
+  EXPECT_FALSE(plain.large_batch_grid);
+  EXPECT_EQ(plain.grid_cap, po.background_grid_cap);
+}
+
 TEST(ServedBatch, WithoutALearnerOnlyThePeriodicExplorationRuns) {
   Costs k = calibrated();
   ExploreCounters c;
