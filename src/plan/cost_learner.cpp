@@ -115,8 +115,8 @@ Correction CostLearner::correction(uint32_t key, int64_t rows) const {
   }
   // Not measured here: the most measured path with the same device technique (dedup, sort, cache) at another host
   // share, else plain. A split's price is mostly its device part's, so its error is its sibling's rather than the
-  // plain gather's; with plain's factor an unmeasured split looked cheaper than the measured path it splits, and
-  // the planner tried one share after another.
+  // plain gather's; with plain's factor an unmeasured split would look cheaper than the measured path it splits, and
+  // the planner would try one share after another.
   const Entry* sib = nullptr;
   for (const auto& [k, e] : b.paths)
     if (k != key && k != kPlainKey && (k & 7u) == (key & 7u) && e.samples > 0 && (!sib || e.samples > sib->samples))

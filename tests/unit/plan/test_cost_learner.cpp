@@ -61,7 +61,7 @@ TEST(CostLearner, PlainMeasuredTimeReplacesItsPrice) {
 }
 
 // A path not measured in a bucket takes the factor of the most measured path with its device technique at another
-// host share (a split and the device path it splits), not plain's: with plain's, every unmeasured split looked
+// host share (a split and the device path it splits), not plain's: with plain's, every unmeasured split would look
 // cheaper than the measured path it splits.
 TEST(CostLearner, AnUnmeasuredSplitTakesItsDevicePathsFactor) {
   CostLearner l;
