@@ -89,7 +89,7 @@ struct Acc {
   // Every call in order, warm-ups included: its time, path, unique fraction and hit rate (what a planner row's
   // learner saw, call by call).
   nlohmann::json calls_json = nlohmann::json::array();
-  std::vector<std::string> why;  // the planner's account of the variant's last call (planner variants)
+  plan::Plan last;  // the plan of the variant's last call (a planner row's `why`)
   double unique_fraction() const { return dedup_rows > 0 ? static_cast<double>(unique) / dedup_rows : kNaN; }
   double hit_rate() const { return probes > 0 ? static_cast<double>(hits) / probes : kNaN; }
   // Rows read over UVA per call, and rows gathered on the host per call.
@@ -193,25 +193,30 @@ Result<std::vector<VariantTimes>> time_fast(Gpu& g, const std::vector<FastVarian
                     float ms = 0;
                     FAST_CK(cudaEventElapsedTime(&ms, g.e0, g.e1));
                     ENGRAM_ASSIGN_OR_RETURN(const cuda::FastLookupStats after, fl.stats(g.s));
-                    if (v.planner) acc[i].why = plan::explain(fl.last_plan(), fl.costs().source);
-                    {
-                      const int64_t dr = after.dedup_rows - before.dedup_rows, pr = after.cache_probes - before.cache_probes;
-                      acc[i].calls_json.push_back(
-                          {{"warmup", rep < warmup}, {"us", static_cast<double>(ms) * 1e3},
-                           {"path", fl.last_plan().path_name()},  // as run (launch_plan adjusts what it cannot take)
-                           {"unique_fraction", json_num(dr > 0 ? static_cast<double>(after.unique_rows - before.unique_rows) / dr : kNaN)},
-                           {"cache_hit_rate", json_num(pr > 0 ? static_cast<double>(after.cache_hits - before.cache_hits) / pr : kNaN)}});
-                    }
+                    // This call's own statistics (the counts between the two reads), as run: launch_plan adjusts
+                    // what it cannot take.
+                    Acc one;
+                    one.rows = after.rows - before.rows;
+                    one.dedup_rows = after.dedup_rows - before.dedup_rows;
+                    one.unique = after.unique_rows - before.unique_rows;
+                    one.probes = after.cache_probes - before.cache_probes;
+                    one.hits = after.cache_hits - before.cache_hits;
+                    one.host_rows = after.host_rows - before.host_rows;
+                    const std::string path = fl.last_plan().path_name();
+                    Acc& a = acc[i];
+                    a.last = fl.last_plan();
+                    a.calls_json.push_back({{"warmup", rep < warmup}, {"us", static_cast<double>(ms) * 1e3}, {"path", path},
+                                            {"unique_fraction", json_num(one.unique_fraction())},
+                                            {"cache_hit_rate", json_num(one.hit_rate())}});
                     if (rep >= warmup) {
-                      Acc& a = acc[i];
-                      a.rows += after.rows - before.rows;
-                      a.dedup_rows += after.dedup_rows - before.dedup_rows;
-                      a.unique += after.unique_rows - before.unique_rows;
-                      a.probes += after.cache_probes - before.cache_probes;
-                      a.hits += after.cache_hits - before.cache_hits;
-                      a.host_rows += after.host_rows - before.host_rows;
+                      a.rows += one.rows;
+                      a.dedup_rows += one.dedup_rows;
+                      a.unique += one.unique;
+                      a.probes += one.probes;
+                      a.hits += one.hits;
+                      a.host_rows += one.host_rows;
                       ++a.calls;
-                      ++a.paths[fl.last_plan().path_name()];
+                      ++a.paths[path];
                     }
                     Sample smp;
                     smp.ns = static_cast<double>(ms) * 1e6;
@@ -436,7 +441,7 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
         pj.push_back({{"variant", v.name}, {"path", a.path()}, {"ns", summary_json(s)}, {"rows_per_s", json_num(rps)},
                       {"ratio_vs_plain", json_num(plain / s.median)}, {"ceiling", json_num(ceiling)}, {"unique_fraction", json_num(u)},
                       {"cache_hit_rate", json_num(hit)}, {"link_bytes_per_call", json_num(link_mb * 1e6)},
-                      {"why", v.planner ? nlohmann::json(a.why) : nlohmann::json(nullptr)},
+                      {"why", v.planner ? nlohmann::json(plan::explain(a.last, g.fl->costs().source)) : nlohmann::json(nullptr)},
                       {"learned", v.planner ? learned_json(*g.fl, g.s) : nlohmann::json(nullptr)},
                       {"calls", a.calls_json}});
         if (v.name == "cache-fp8" || v.name == "cache-bf16")
