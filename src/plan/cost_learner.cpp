@@ -145,7 +145,7 @@ bool CostLearner::wants_timing(uint32_t key, int64_t rows) {
   return true;
 }
 
-Explore CostLearner::explore(int64_t rows, uint32_t chosen_key) {
+Explore CostLearner::explore(int64_t rows, uint32_t chosen_key, double chosen_us) {
   chosen_key &= ~8u;
   Bucket& b = b_[static_cast<size_t>(size_bucket(rows))];
   ++b.batches;
@@ -160,13 +160,22 @@ Explore CostLearner::explore(int64_t rows, uint32_t chosen_key) {
   if (chosen_key != kPlainKey && o_.plain_every > 0) {
     const auto pl = b.paths.find(kPlainKey);
     const int64_t plain_samples = pl == b.paths.end() ? 0 : pl->second.samples;
-    const bool warming = plain_samples < o_.min_samples && o_.plain_warm_every > 0;
+    // Plain's time per row over the chosen path's: measured, else the chosen path's price; NaN when unknown.
+    double gain = kUnknown;
+    if (plain_samples > 0) {
+      const auto ch = b.paths.find(chosen_key);
+      if (ch != b.paths.end() && ch->second.samples > 0) {
+        gain = std::exp(pl->second.log_us_row - ch->second.log_us_row);
+      } else if (std::isfinite(chosen_us) && chosen_us > 0) {
+        gain = std::exp(pl->second.log_us_row) * static_cast<double>(rows) / chosen_us;
+      }
+    }
+    const bool warming = plain_samples < o_.min_samples && o_.plain_warm_every > 0 &&
+                         !(o_.plain_warm_gain > 0 && std::isfinite(gain) && gain >= o_.plain_warm_gain);
     int64_t every = warming ? std::min(o_.plain_warm_every, o_.plain_every) : o_.plain_every;
-    const auto ch = b.paths.find(chosen_key);
-    if (plain_samples > 0 && o_.plain_overhead > 0 && ch != b.paths.end() && ch->second.samples > 0) {
+    if (std::isfinite(gain) && o_.plain_overhead > 0) {
       // A plain batch costs (plain / chosen - 1) of a chosen batch: one in `spaced` keeps that within the overhead.
       // While plain warms up, at most one in plain_every: its first measurements come within a few dozen batches.
-      const double gain = std::exp(pl->second.log_us_row - ch->second.log_us_row);
       const int cap = std::max(1, warming ? o_.plain_every : o_.plain_every_max);
       const double spaced = std::min<double>(cap, (gain - 1) / o_.plain_overhead);
       if (std::isfinite(spaced) && spaced > static_cast<double>(every)) every = static_cast<int64_t>(std::ceil(spaced));

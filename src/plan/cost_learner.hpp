@@ -21,9 +21,11 @@
 //   both are measured there, the plain batch comes rarer the more the chosen path gains, so that plain batches cost
 //   at most `plain_overhead` of the bucket's time (up to one in plain_every while plain has fewer than min_samples
 //   measurements, one in `plain_every_max` after): a path measured 1.4x faster than plain is far from being
-//   overtaken by it, and each plain batch costs it 40% of one batch. A path not measured faster than plain keeps
-//   the warm-up rate, so the guard sees plain soon. A barred path is retried once per `retry_every` batches of its
-//   bucket.
+//   overtaken by it, and each plain batch costs it 40% of one batch. A chosen path not yet measured in the bucket is
+//   spaced by its price instead. A path `plain_warm_gain` times faster than plain's first measurement skips the
+//   rest of the warm-up (an 8K-token prefill from the cache runs 20-30x faster than plain). A path not measured
+//   faster than plain keeps the warm-up rate, so the guard sees plain soon. A barred path is retried once per
+//   `retry_every` batches of its bucket.
 // - unique fraction: an estimate per bucket (a decode batch of 64 tokens repeats far less than an 8K prefill).
 // Inputs that are not finite or not positive are ignored. Pure C++, deterministic; not thread-safe (one per
 // lookup stream, like the planner's caller).
@@ -67,6 +69,11 @@ struct LearnerOptions {
   // or plain_every_max (after). 0: the rates above.
   double plain_overhead = 0.005;
   int plain_every_max = 512;
+  // A chosen path measured (before its first measurement: predicted) this many times faster per row than plain's one
+  // measurement in the bucket ends plain's warm-up there: no plausible error in that measurement brings plain within
+  // the guard's margin, and at prefill sizes each warm-up batch of plain costs tens of chosen batches. Plain then comes
+  // at the spacing after the warm-up. 0: always warm up.
+  double plain_warm_gain = 4;
   int retry_every = 64;        // a barred path is retried once per this many batches of its bucket; 0 = never
   double max_factor = 16;      // corrections are clamped to [1/max_factor, max_factor]
   // Timing a batch puts an event record before its launches on the serving thread (several us on a decode batch
@@ -128,8 +135,9 @@ class CostLearner {
   // re-measures when the planner would not pick a barred path itself. kPlainKey when none is barred.
   uint32_t retry_key(int64_t rows) const;
   // Counts one served batch of `rows` rows whose planner choice is `chosen_key`, and says what to run instead, if
-  // anything (plain exploration, barred-path retry).
-  Explore explore(int64_t rows, uint32_t chosen_key);
+  // anything (plain exploration, barred-path retry). `chosen_us`: the planner's price of the choice (spaces plain's
+  // batches while the choice has no measurement in the bucket; NaN: unknown).
+  Explore explore(int64_t rows, uint32_t chosen_key, double chosen_us = kUnknown);
   // Whether to time this batch of path `key` (LearnerOptions::steady_samples, time_every); counts the batch.
   bool wants_timing(uint32_t key, int64_t rows);
 

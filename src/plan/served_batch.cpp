@@ -15,7 +15,7 @@ Plan plan_served_batch(const BatchStats& b, const Costs& k, const PlannerOptions
   // (its measurement must reach that path's key).
   bool as_is = false;
   if (learning) {
-    switch (learner->explore(rows, learn_key(p))) {
+    switch (learner->explore(rows, learn_key(p), p.predicted_us)) {
       case Explore::kPlain:
         p.dedup = p.sort = p.cache = false;
         p.host_share = 0;

@@ -307,11 +307,12 @@ TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
   EXPECT_EQ(at[2], 2 + 64);
   EXPECT_EQ(at[3], 66 + 50);
   EXPECT_EQ(at[4], 116 + 50);
-  // 30x faster: capped at one in plain_every_max after the warm-up.
+  // 30x faster (beyond plain_warm_gain): plain's first measurement ends its warm-up; then one in plain_every_max.
   at = plain_batches_at(1, 0.01);
-  ASSERT_GE(at.size(), 4u);
-  EXPECT_EQ(at[2], 66);
-  EXPECT_EQ(at[3], 66 + 512);
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[0], 2);
+  EXPECT_EQ(at[1], 2 + 512);
+  EXPECT_EQ(at[2], 2 + 1024);
   // Barely faster (1.7%): the warm-up's one in 4, then plain_every.
   at = plain_batches_at(29.5, 0.01);
   ASSERT_GE(at.size(), 4u);
@@ -323,6 +324,48 @@ TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
   ASSERT_GE(at.size(), 3u);
   EXPECT_EQ(at[1], 6);
   EXPECT_EQ(at[2], 10);
+}
+
+// A chosen path with no measurement in the bucket is spaced by its price: a prefill path priced 20x faster than
+// plain's one measurement does not run plain again within the next plain_every_max batches, while one priced at
+// plain's time keeps the warm-up's one in plain_warm_every; without plain_warm_gain the price only spaces plain up to
+// the warm-up's one in plain_every.
+TEST(CostLearner, AnUnmeasuredChoiceIsSpacedByItsPrice) {
+  auto plain_batches_at = [](double chosen_us, double warm_gain) {
+    LearnerOptions o;
+    o.plain_every = 32;
+    o.plain_warm_every = 4;
+    o.min_samples = 3;
+    o.retry_every = 0;
+    o.plain_overhead = 0.005;
+    o.plain_every_max = 512;
+    o.plain_warm_gain = warm_gain;
+    CostLearner l(o);
+    const int64_t rows = 196608;
+    std::vector<int> at;
+    for (int i = 1; i <= 1200; ++i)
+      if (l.explore(rows, kCache, chosen_us) == Explore::kPlain) {
+        at.push_back(i);
+        EXPECT_TRUE(l.observe(kPlainKey, rows, 6000, 6000));
+      }  // the chosen path is never measured: only its price spaces plain
+    return at;
+  };
+  std::vector<int> at = plain_batches_at(300, 4);
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_EQ(at[0], 2) << "the first plain batch of a bucket is its second batch";
+  EXPECT_EQ(at[1], 2 + 512);
+  EXPECT_EQ(at[2], 2 + 1024);
+  at = plain_batches_at(300, 0);  // the warm-up's cap: one in plain_every
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[1], 2 + 32);
+  EXPECT_EQ(at[2], 2 + 64);
+  at = plain_batches_at(6000, 4);  // priced as plain: the warm-up's rate
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[1], 6);
+  EXPECT_EQ(at[2], 10);
+  at = plain_batches_at(kUnknown, 4);  // no price: the warm-up's rate
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[1], 6);
 }
 
 TEST(CostLearner, SteadyPathsAreTimedOnAShareOfTheirBatches) {
