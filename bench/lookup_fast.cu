@@ -408,10 +408,13 @@ Status run_fast_sections(const TableView& view, int64_t table_bytes, int heads, 
                                                     {"unique_coverage_cpu", json_num(uniq_cov)}};
         (f == 0 ? g.fl : g.fl_bf16)->set_cache(std::move(c));
       }
-      // cache_fixed_us is calibrated when a cache is attached (the planner prices cache launches with it).
+      // cache_fixed_us and cache_hit_ns_per_row are calibrated when a cache is attached (the planner prices cache
+      // launches and cached rows with them).
       ENGRAM_RETURN_IF_ERROR(g.fl->calibrate(g.s).with_context("calibration with the cache"));
       g.fl_bf16->costs() = g.fl->costs();
       sec["cache_fixed_us"] = json_num(g.fl->costs().cache_fixed_us);
+      const double hit_ns = g.fl->costs().cache_hit_ns_per_row;
+      sec["cache_hit_ns_per_row"] = json_num(hit_ns > 0 ? hit_ns : kNaN);
     }
     const auto vars = variants(o.techniques, g.fl->costs(), with_cache, g.fl->host_gather() != nullptr);
 

@@ -100,6 +100,8 @@ struct EngineCacheReport {
   double create_ms = std::numeric_limits<double>::quiet_NaN();
   std::string fill;                   // where the initial rows were read: "gpu" (from the registered table) | "host"
   double profile_coverage = std::numeric_limits<double>::quiet_NaN();  // in-sample share of the profile's ids
+  // What the planner prices a row served from this cache at (FastLookup::calibrate_cache); NaN: not measured.
+  double hit_ns_per_row = std::numeric_limits<double>::quiet_NaN();
   int64_t probes = 0, hits = 0;
   double hit_rate = std::numeric_limits<double>::quiet_NaN();
   int64_t rows_since_create = 0;      // rows looked up by the layer since creation (all paths)

@@ -218,6 +218,16 @@ Status CudaBackend::create_caches(bool from_profile) {
     FastLookup* f = fast_[li].get();
     f->set_cache(std::move(*c));
     ENGRAM_RETURN_IF_ERROR(f->warm_cache_kernels(queue_->prefetch_stream()));
+    // The planner's price of a cached row: the start-up calibration ran before any cache existed.
+    if (f->planner_options().enabled) {
+      const Status cs = f->calibrate_cache(queue_->prefetch_stream());
+      if (cs.is_ok() && f->costs().cache_hit_ns_per_row > 0) {
+        st.rep.hit_ns_per_row = f->costs().cache_hit_ns_per_row;
+      } else if (!cs.is_ok()) {
+        st.rep.note += std::string(st.rep.note.empty() ? "" : "; ") +
+                       "cached rows not priced (the planner takes them as free): " + cs.to_string();
+      }
+    }
     ENGRAM_ASSIGN_OR_RETURN(FastLookupStats fs, f->stats(queue_->prefetch_stream()));
     st.rows_at_create = fs.rows;
     st.hits_at_create = fs.cache_hits;

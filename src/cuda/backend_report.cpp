@@ -44,6 +44,7 @@ static void to_json(nlohmann::json& j, const EngineCacheReport& c) {
        {"create_ms", json_num(c.create_ms)},
        {"fill", text_or_null(c.fill)},
        {"profile_coverage", json_num(c.profile_coverage)},
+       {"hit_ns_per_row", json_num(c.hit_ns_per_row)},
        {"probes", c.probes},
        {"hits", c.hits},
        {"hit_rate", json_num(c.hit_rate)},

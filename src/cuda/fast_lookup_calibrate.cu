@@ -47,6 +47,58 @@ Status FastLookup::warm_kernels(void* stream) {
   return warm_gather(/*probe=*/true, stream);
 }
 
+Status FastLookup::calibrate_cache(void* stream) {
+  if (!cache_) return Status::ok();
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (capturing(s)) return Status(Code::kInvalidArgument, "fast lookup: calibration cannot run while capturing");
+  std::vector<int64_t> cached;
+  cached.reserve(static_cast<size_t>(cache_->filled()));
+  for (int64_t id : cache_->slot_ids())
+    if (id >= 0) cached.push_back(id);
+  const int64_t n_big = std::min<int64_t>(opt_.max_rows, 65536);
+  const int64_t n_small = std::min<int64_t>(opt_.max_rows / 2, 2048);
+  if (n_small < 1 || static_cast<int64_t>(cached.size()) < n_small) return Status::ok();  // too few to time
+  // Every timed call reads cached rows no call before it read (while the cache holds enough of them): a row already
+  // in the GPU's L2 would make the hit price a cache-of-the-cache price.
+  std::mt19937_64 rng(54321);
+  std::shuffle(cached.begin(), cached.end(), rng);
+  size_t next = 0;
+  std::vector<int64_t> ids;
+  ENGRAM_ASSIGN_OR_RETURN(const int sm, resolve_sm_count(0));
+  // The gather with the cache's map alone, as a served cache batch runs it on ids that all hit: sanitized ids
+  // (none dead), no statistics counted, the fast path's own scratch buffers in stream order.
+  auto hit_us = [&](int64_t n) -> Result<double> {
+    double t[3];
+    for (double& us : t) {
+      ids.resize(static_cast<size_t>(n));
+      for (auto& x : ids) {
+        x = cached[next];
+        next = (next + 1) % cached.size();
+      }
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sanitized_, ids.data(), 8 * n, cudaMemcpyHostToDevice, s),
+                                  "calibrate cache: copy");
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate cache: sync");
+      FastGatherArgs g = table_gather();
+      g.ids = sanitized_;
+      g.n = n;
+      g.out = compact_;
+      g.cap = GridCap::all_sms().blocks_for(sm);
+      g.cache = cache_->map_view(nullptr);
+      const auto t0 = std::chrono::steady_clock::now();
+      ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream).with_context("calibrate cache"));
+      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate cache: sync");
+      us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::sort(t, t + 3);
+    return t[1];
+  };
+  ENGRAM_RETURN_IF_ERROR(warm_cache_kernels(stream));
+  ENGRAM_ASSIGN_OR_RETURN(const double big, hit_us(n_big));
+  ENGRAM_ASSIGN_OR_RETURN(const double small, hit_us(n_small));
+  opt_.costs.cache_hit_ns_per_row = std::max(0.0, big - small) / static_cast<double>(n_big - n_small) * 1e3;
+  return Status::ok();
+}
+
 Status FastLookup::calibrate(void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (capturing(s)) return Status(Code::kInvalidArgument, "fast lookup: calibration cannot run while capturing");
@@ -148,6 +200,7 @@ Status FastLookup::calibrate(void* stream) {
       cached.cache = true;
       ENGRAM_ASSIGN_OR_RETURN(double cache_small, lookup_us(n_small, cached));
       k.cache_fixed_us = std::max(0.0, cache_small - plain_small);
+      ENGRAM_RETURN_IF_ERROR(calibrate_cache(stream));
     }
     if (host_) {
       ENGRAM_ASSIGN_OR_RETURN(double host_big, lookup_us(n_big, host));

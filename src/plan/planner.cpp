@@ -56,9 +56,11 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
     pre += n * k.scatter_ns_per_row * 1e-3;
   }
   double misses = gathered;
+  double hits_us = 0;  // the rows read from the cache, beside the misses' UVA reads in the same launch
   if (c.cache) {
     pre += k.cache_fixed_us + gathered * k.cache_probe_ns_per_row * 1e-3;
     misses = gathered * (1 - h);
+    hits_us = gathered * h * k.cache_hit_ns_per_row * 1e-3;
   }
   const double uva_rows = misses * (1 - c.host_share);
   double uva_us = k.uva_fixed_us + uva_rows / rate * 1e6;
@@ -70,7 +72,7 @@ double predict_us(const Candidate& c, double n, double u, double h, const Costs&
   if (c.host_share > 0 && !k.hybrid_curve.empty() && c.host_share == k.hybrid_share)
     return pre + curve_us(k.hybrid_curve, misses);  // measured as a whole (the plain hybrid: no dedup, no cache)
   const double host_us = c.host_share > 0 ? host_part_us(misses * c.host_share, k) : 0;
-  return pre + std::max(uva_us, host_us);
+  return pre + std::max({uva_us, hits_us, host_us});
 }
 
 // How much slower running the UVA and host paths at once is than the slower of the two alone, at `rows` rows: the

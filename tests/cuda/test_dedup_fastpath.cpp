@@ -348,6 +348,55 @@ TEST(FastPathPlanner, ACacheBatchIsLearnedAtItsOwnHitRate) {
   EXPECT_EQ(learned, st->timed_batches);
 }
 
+// The price of a cached row is measured on the attached cache's own rows, and the measurement is not traffic: the
+// statistics and the learner are as they were. A cache too small to time keeps the price unmeasured (0).
+TEST(FastPathPlanner, CachedRowsArePricedWithoutCountingOrLearning) {
+  ENGRAM_REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto x = make_registered_table(RowFormat::kFused, 256, rng);
+  ASSERT_TRUE(x);
+  const int64_t table_rows = x->layout.rows(0);
+  constexpr int64_t kMaxRows = 4096;
+  const std::vector<int64_t> ids = distinct_ids(table_rows, 3000, rng);
+  cuda::FastLookupOptions fo;
+  fo.max_rows = kMaxRows;
+  auto fl = cuda::FastLookup::create(&x->table, fo);
+  ASSERT_TRUE(fl.is_ok()) << fl.status().to_string();
+  cudaStream_t s = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());  // no cache: nothing to price
+  EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, 0);
+  auto attach = [&](size_t rows) {
+    cuda::HotCacheOptions co;
+    co.budget_bytes = plan::hot_cache_bytes(static_cast<int64_t>(rows) + 64, plan::hot_cache_row_bytes(256, co.format),
+                                            co.staging_rows);
+    auto cache = cuda::HotRowCache::create(x->host->view(0), std::vector<int64_t>(ids.begin(), ids.begin() + rows), co);
+    ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+    (*fl)->set_cache(std::move(*cache));
+  };
+  attach(1000);  // fewer rows than the small timed batch (2048)
+  ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());
+  EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, 0);
+  attach(ids.size());
+  auto before = (*fl)->stats(s);
+  ASSERT_TRUE(before.is_ok());
+  ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());
+  const double hit_ns = (*fl)->costs().cache_hit_ns_per_row;
+  EXPECT_TRUE(std::isfinite(hit_ns));
+  EXPECT_GT(hit_ns, 0);
+  auto after = (*fl)->stats(s);
+  ASSERT_TRUE(after.is_ok());
+  ASSERT_CUDA_OK(cudaStreamDestroy(s));
+  EXPECT_EQ(after->batches, before->batches);
+  EXPECT_EQ(after->rows, before->rows);
+  EXPECT_EQ(after->cache_probes, before->cache_probes);
+  EXPECT_EQ(after->cache_hits, before->cache_hits);
+  EXPECT_TRUE(after->learned.empty());
+  EXPECT_EQ(after->timed_batches + after->untimed_batches, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, FastPath,
                          ::testing::Combine(::testing::Values(RowFormat::kFused, RowFormat::kSplit),
                                             ::testing::Values(256, 64)));

@@ -129,6 +129,30 @@ TEST(Planner, SmallBatchWithFewHitsKeepsThePlainGather) {
   EXPECT_NEAR(a.predicted_us - b.predicted_us, 10.0, 1e-9);
 }
 
+// A cached row is read from HBM in the same launch as the misses' UVA reads: the gather takes the longer of the two
+// parts. At an 8K-token prefill that hits every row the cached rows are the price; at a 90% hit rate the misses
+// still are; with the hit price unmeasured (0) cached rows cost only their probe.
+TEST(Planner, CachedRowsArePricedBesideTheMisses) {
+  Costs k = costs();
+  Costs priced = k;
+  priced.cache_hit_ns_per_row = 0.8;
+  Plan cache;
+  cache.cache = true;
+  const int64_t n = 196608;
+  const BatchStats all_hit{n, kUnknown, 1.0}, most_hit{n, kUnknown, 0.9};
+  const double misses_only = model_price(cache, all_hit, k, true);
+  EXPECT_NEAR(model_price(cache, all_hit, priced, true) - misses_only, n * 0.8e-3 - k.uva_fixed_us, 1e-6);
+  EXPECT_DOUBLE_EQ(model_price(cache, most_hit, priced, true), model_price(cache, most_hit, k, true));
+  // With dedup the cached rows are the unique ones.
+  Plan both = cache;
+  both.dedup = true;
+  const BatchStats repeated{n, 0.5, 1.0};
+  EXPECT_NEAR(model_price(both, repeated, priced, true) - model_price(both, repeated, k, true),
+              0.5 * n * 0.8e-3 - k.uva_fixed_us, 1e-6);
+  // So an all-hit prefill no longer looks 3x cheaper than the same batch at 90% hits.
+  EXPECT_GT(model_price(cache, all_hit, priced, true), 2 * misses_only);
+}
+
 TEST(Planner, HybridSplitsAtTheBalancedShare) {
   Costs k = costs();
   k.host_rows_per_s = 19e6;
