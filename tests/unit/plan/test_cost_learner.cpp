@@ -277,16 +277,22 @@ TEST(CostLearner, ExplorationIsBounded) {
 // Once plain and the chosen path are both measured, plain batches come one in (gain - 1) / plain_overhead, no more
 // often than the warm-up and steady rates, at most one in plain_every while warming and plain_every_max after: their
 // cost stays within the overhead.
+// The spacing tests' learner: plain one in 32 (warm-up one in 4 until 3 samples), at most one in 512 after, no retries.
+LearnerOptions spacing(double overhead, double warm_gain) {
+  LearnerOptions o;
+  o.plain_every = 32;
+  o.plain_warm_every = 4;
+  o.min_samples = 3;
+  o.retry_every = 0;
+  o.plain_overhead = overhead;
+  o.plain_every_max = 512;
+  o.plain_warm_gain = warm_gain;
+  return o;
+}
+
 TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
   auto plain_batches_at = [](double chosen_us, double overhead) {
-    LearnerOptions o;
-    o.plain_every = 32;
-    o.plain_warm_every = 4;
-    o.min_samples = 3;
-    o.retry_every = 0;
-    o.plain_overhead = overhead;
-    o.plain_every_max = 512;
-    CostLearner l(o);
+    CostLearner l(spacing(overhead, LearnerOptions{}.plain_warm_gain));
     const int64_t rows = 1536;
     std::vector<int> at;
     for (int i = 1; i <= 2000; ++i) {
@@ -332,15 +338,7 @@ TEST(CostLearner, PlainBatchesCostAtMostTheirOverhead) {
 // the warm-up's one in plain_every.
 TEST(CostLearner, AnUnmeasuredChoiceIsSpacedByItsPrice) {
   auto plain_batches_at = [](double chosen_us, double warm_gain) {
-    LearnerOptions o;
-    o.plain_every = 32;
-    o.plain_warm_every = 4;
-    o.min_samples = 3;
-    o.retry_every = 0;
-    o.plain_overhead = 0.005;
-    o.plain_every_max = 512;
-    o.plain_warm_gain = warm_gain;
-    CostLearner l(o);
+    CostLearner l(spacing(0.005, warm_gain));
     const int64_t rows = 196608;
     std::vector<int> at;
     for (int i = 1; i <= 1200; ++i)
