@@ -113,14 +113,27 @@ Correction CostLearner::correction(uint32_t key, int64_t rows) const {
     c.barred = barred_in(b, key);
     return c;
   }
-  // Not measured here: the most measured path with the same device technique (dedup, sort, cache) at another host
-  // share, else plain. A split's price is mostly its device part's, so its error is its sibling's rather than the
-  // plain gather's; with plain's factor an unmeasured split would look cheaper than the measured path it splits, and
-  // the planner would try one share after another.
+  // Not measured here: a measured path with the same device technique (dedup, sort, cache) at another host share,
+  // else plain. A split's price is mostly its device part's, so its error is its sibling's rather than the plain
+  // gather's; with plain's factor an unmeasured split would look cheaper than the measured path it splits, and the
+  // planner would try one share after another. Of the siblings, a split takes the split nearest its share (what the
+  // model misses of running host threads beside the device, a device path does not show), a device path the
+  // smallest split; ties go to the most measured.
+  const uint32_t share = key >> 4;
   const Entry* sib = nullptr;
-  for (const auto& [k, e] : b.paths)
-    if (k != key && k != kPlainKey && (k & 7u) == (key & 7u) && e.samples > 0 && (!sib || e.samples > sib->samples))
+  uint32_t sib_share = 0;
+  auto rank = [&](uint32_t s) {  // lower is nearer: same split-ness first, then the share's distance
+    const bool same_kind = (s > 0) == (share > 0);
+    return (same_kind ? 0u : 1000u) + (s > share ? s - share : share - s);
+  };
+  for (const auto& [k, e] : b.paths) {
+    if (k == key || k == kPlainKey || (k & 7u) != (key & 7u) || e.samples == 0) continue;
+    const uint32_t s = k >> 4;
+    if (!sib || rank(s) < rank(sib_share) || (rank(s) == rank(sib_share) && e.samples > sib->samples)) {
       sib = &e;
+      sib_share = s;
+    }
+  }
   if (sib) {
     c.factor = std::exp(sib->log_ratio);
     c.source = CorrectionSource::kSibling;

@@ -7,9 +7,9 @@
 // per row:
 // - correction: the planner multiplies a path's model price by the path's own measured/predicted ratio in the
 //   bucket (an exponential average in the log domain, so a single outlier moves it by a bounded factor); a path not
-//   yet measured there takes the ratio of the most measured path with the same device technique at another host
-//   share (a split and the device path it splits), else the plain gather's (the gather dominates every path's
-//   price), else 1. The plain
+//   yet measured there takes the ratio of a path with the same device technique at another host share (a split
+//   the nearest measured split, else the device path it splits), else the plain gather's (the gather dominates
+//   every path's price), else 1. The plain
 //   gather's corrected price is thus its own measured time in the bucket, scaled by the model's shape between sizes.
 // - guard: a path with at least `min_samples` measurements whose measured time per row exceeds the plain gather's
 //   in the same bucket by more than `guard_margin` is barred there: the planner does not choose it. A later

@@ -74,10 +74,22 @@ TEST(CostLearner, AnUnmeasuredSplitTakesItsDevicePathsFactor) {
   EXPECT_NEAR(c.factor, 370.0 / 250.0, 1e-12);
   EXPECT_EQ(c.samples, 0);
   EXPECT_FALSE(c.barred);
-  // The most measured sibling: the cache path (4 batches) over the 5 % split (1 batch).
-  ASSERT_TRUE(l.observe(split5, rows, 300, 300));
-  EXPECT_NEAR(l.correction(split10, rows).factor, 370.0 / 250.0, 1e-12);
-  EXPECT_NEAR(l.correction(split5, rows).factor, 1.0, 1e-12);  // its own
+  // Once a split is measured, an unmeasured split takes the nearest split's factor, not the device path's: what the
+  // model misses of host threads beside the device (measured at 1.65 on an all-hit prefill) the device path does
+  // not show, and with its factor every other share would look cheaper and be tried in turn.
+  ASSERT_TRUE(l.observe(split5, rows, 300, 495));
+  EXPECT_NEAR(l.correction(split10, rows).factor, 1.65, 1e-12);
+  EXPECT_NEAR(l.correction(split5, rows).factor, 1.65, 1e-12);  // its own
+  EXPECT_EQ(l.correction(split5, rows).source, CorrectionSource::kOwn);
+  const uint32_t split50 = learn_key(false, false, true, 0.50), split45 = learn_key(false, false, true, 0.45);
+  ASSERT_TRUE(l.observe(split50, rows, 300, 240));
+  EXPECT_NEAR(l.correction(split45, rows).factor, 0.8, 1e-12) << "the nearest share";
+  EXPECT_NEAR(l.correction(split10, rows).factor, 1.65, 1e-12);
+  // An unmeasured device path takes the smallest split's.
+  CostLearner only_splits;
+  ASSERT_TRUE(only_splits.observe(split50, rows, 300, 240));
+  ASSERT_TRUE(only_splits.observe(split10, rows, 300, 450));
+  EXPECT_NEAR(only_splits.correction(kCache, rows).factor, 1.5, 1e-12);
   // Another technique has no measured sibling: plain's factor. So has a path in another bucket: none at all.
   const Correction d = l.correction(learn_key(true, false, true, 0.10), rows);
   EXPECT_EQ(d.source, CorrectionSource::kPlain);
