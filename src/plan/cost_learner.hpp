@@ -70,10 +70,10 @@ struct LearnerOptions {
   double plain_overhead = 0.005;
   int plain_every_max = 512;
   // A chosen path measured (before its first measurement: predicted) this many times faster per row than plain's one
-  // measurement in the bucket ends plain's warm-up there: that measurement would have to be about this many times
-  // too slow for the guard's margin (3 %) to matter, and at prefill sizes each warm-up batch of plain costs several
-  // to tens of chosen batches. Plain then comes at the spacing after the warm-up. 0: always warm up.
-  double plain_warm_gain = 2;
+  // measurement in the bucket ends plain's warm-up there: no plausible error in that measurement brings plain within
+  // the guard's margin, and at prefill sizes each warm-up batch of plain costs tens of chosen batches. Plain then comes
+  // at the spacing after the warm-up. 0: always warm up.
+  double plain_warm_gain = 4;
   int retry_every = 64;        // a barred path is retried once per this many batches of its bucket; 0 = never
   double max_factor = 16;      // corrections are clamped to [1/max_factor, max_factor]
   // Timing a batch puts an event record before its launches on the serving thread (several us on a decode batch
