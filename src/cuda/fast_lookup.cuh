@@ -119,9 +119,11 @@ class FastLookup final {
   // attached, calibrate_cache() too.
   Status calibrate(void* stream);
   // Measures what a row served from the attached cache costs (costs().cache_hit_ns_per_row): the gather on cached
-  // ids only, at two batch sizes (up to 65536 and 2048 rows), median of 3 synchronised calls each. Counts nothing in
-  // the statistics and leaves the learner as it is. A cache of fewer rows than the small batch keeps the figure as it
-  // was. Synchronous.
+  // ids only, at two batch sizes (up to 65536 rows, at most the cache's, and 2048), median of 3 synchronised calls
+  // each. Counts nothing in the statistics and leaves the learner as it is (call it before cache paths are learned
+  // from). A cache of no more rows than the small batch keeps the figure as it was. Synchronous; it uses the fast
+  // path's scratch buffers on `stream`, so nothing else of this fast path may run meanwhile, and no cache update may
+  // be staged (it reads the cache's host mirror of its ids).
   Status calibrate_cache(void* stream);
   // Totals so far (synchronises `stream`).
   Result<FastLookupStats> stats(void* stream);

@@ -55,11 +55,12 @@ Status FastLookup::calibrate_cache(void* stream) {
   cached.reserve(static_cast<size_t>(cache_->filled()));
   for (int64_t id : cache_->slot_ids())
     if (id >= 0) cached.push_back(id);
-  const int64_t n_big = std::min<int64_t>(opt_.max_rows, 65536);
+  // Neither batch reads a row twice; a cache smaller than the small batch is not timed.
+  const int64_t n_big = std::min({opt_.max_rows, int64_t{65536}, static_cast<int64_t>(cached.size())});
   const int64_t n_small = std::min<int64_t>(opt_.max_rows / 2, 2048);
-  if (n_small < 1 || static_cast<int64_t>(cached.size()) < n_small) return Status::ok();  // too few to time
-  // Every timed call reads cached rows no call before it read (while the cache holds enough of them): a row already
-  // in the GPU's L2 would make the hit price a cache-of-the-cache price.
+  if (n_small < 1 || n_big <= n_small) return Status::ok();
+  // Each timed call reads cached rows no call before it read while the cache holds enough of them (then it starts
+  // over): a row already in the GPU's L2 would make the hit price a cache-of-the-cache price.
   std::mt19937_64 rng(54321);
   std::shuffle(cached.begin(), cached.end(), rng);
   size_t next = 0;

@@ -69,10 +69,10 @@ struct LearnerOptions {
   // or plain_every_max (after). 0: the rates above.
   double plain_overhead = 0.005;
   int plain_every_max = 512;
-  // A chosen path measured (before its first measurement: predicted) this many times faster per row than plain's one
-  // measurement in the bucket ends plain's warm-up there: no plausible error in that measurement brings plain within
-  // the guard's margin, and at prefill sizes each warm-up batch of plain costs tens of chosen batches. Plain then comes
-  // at the spacing after the warm-up. 0: always warm up.
+  // A chosen path measured (before its first measurement: predicted) this many times faster per row than plain's
+  // measured time in the bucket ends plain's warm-up there: no plausible error in plain's first measurements brings
+  // plain within the guard's margin, and at prefill sizes each warm-up batch of plain costs tens of chosen batches.
+  // Plain then comes at the spacing after the warm-up. 0: always warm up.
   double plain_warm_gain = 4;
   int retry_every = 64;        // a barred path is retried once per this many batches of its bucket; 0 = never
   double max_factor = 16;      // corrections are clamped to [1/max_factor, max_factor]

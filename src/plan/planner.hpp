@@ -50,10 +50,11 @@ struct Costs {
   double cache_probe_ns_per_row = 0.1; // id -> slot probe per unique row
   double cache_fixed_us = 10;          // cache path launches (sanitize + probe); H200 run 1: a 64-token probe batch
                                        // cost ~+30 us over plain, so a small batch must save more than this
-  // A row served from the cache: its probe, its read from HBM and its output row (FastLookup::calibrate_cache, on an
-  // all-hit batch); 0 = not measured. The gather reads cached rows and misses in one launch, so a cache path's
-  // gather takes the longer of the two parts: an 8K-token prefill that hits every row took ~200 us on an H200,
-  // where the misses' part alone prices it at ~40.
+  // A row served from the cache: its read from HBM and its output row, measured with its probe
+  // (FastLookup::calibrate_cache, on an all-hit batch; the probe is also priced apart, cache_probe_ns_per_row per
+  // gathered row: a small overlap); 0 = not measured. The gather reads cached rows and misses in one launch, so a
+  // cache path's gather takes the longer of the two parts: an 8K-token prefill that hits every row took ~200 us on
+  // an H200, where the misses' part alone prices it at ~40.
   double cache_hit_ns_per_row = 0;
   double host_rows_per_s = 0;          // host-gather + DMA path; 0 = unavailable
   double host_fixed_us = 30;           // wake the gather threads + one DMA round trip

@@ -349,7 +349,9 @@ TEST(FastPathPlanner, ACacheBatchIsLearnedAtItsOwnHitRate) {
 }
 
 // The price of a cached row is measured on the attached cache's own rows, and the measurement is not traffic: the
-// statistics and the learner are as they were. A cache too small to time keeps the price unmeasured (0).
+// statistics and the learner are as they were. A cache too small to time keeps the price as it was. (The price of
+// 3,000 cached rows against 2,048 is a difference of a few microseconds: the test asserts that one was written, not
+// its size; the 32 GiB bench measures the size.)
 TEST(FastPathPlanner, CachedRowsArePricedWithoutCountingOrLearning) {
   ENGRAM_REQUIRE_GPU();
   const uint64_t seed = testing::fresh_seed();
@@ -366,8 +368,10 @@ TEST(FastPathPlanner, CachedRowsArePricedWithoutCountingOrLearning) {
   ASSERT_TRUE(fl.is_ok()) << fl.status().to_string();
   cudaStream_t s = nullptr;
   ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  constexpr double kUnpriced = -1;  // not a price calibrate_cache can write
+  (*fl)->costs().cache_hit_ns_per_row = kUnpriced;
   ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());  // no cache: nothing to price
-  EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, 0);
+  EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, kUnpriced);
   auto attach = [&](size_t rows) {
     cuda::HotCacheOptions co;
     co.budget_bytes = plan::hot_cache_bytes(static_cast<int64_t>(rows) + 64, plan::hot_cache_row_bytes(256, co.format),
@@ -378,14 +382,14 @@ TEST(FastPathPlanner, CachedRowsArePricedWithoutCountingOrLearning) {
   };
   attach(1000);  // fewer rows than the small timed batch (2048)
   ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());
-  EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, 0);
+  EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, kUnpriced);
   attach(ids.size());
   auto before = (*fl)->stats(s);
   ASSERT_TRUE(before.is_ok());
   ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());
   const double hit_ns = (*fl)->costs().cache_hit_ns_per_row;
   EXPECT_TRUE(std::isfinite(hit_ns));
-  EXPECT_GT(hit_ns, 0);
+  EXPECT_GE(hit_ns, 0) << "a price was written (the slope is clamped at 0)";
   auto after = (*fl)->stats(s);
   ASSERT_TRUE(after.is_ok());
   ASSERT_CUDA_OK(cudaStreamDestroy(s));

@@ -60,9 +60,9 @@ TEST(CostLearner, PlainMeasuredTimeReplacesItsPrice) {
   EXPECT_EQ(d.samples, 0);
 }
 
-// A path not measured in a bucket takes the factor of the most measured path with its device technique at another
-// host share (a split and the device path it splits), not plain's: with plain's, every unmeasured split would look
-// cheaper than the measured path it splits.
+// A path not measured in a bucket takes the factor of a measured path with its device technique at another host
+// share (the nearest split, else the device path it splits), not plain's: with plain's, every unmeasured split would
+// look cheaper than the measured path it splits.
 TEST(CostLearner, AnUnmeasuredSplitTakesItsDevicePathsFactor) {
   CostLearner l;
   const int64_t rows = 196608;

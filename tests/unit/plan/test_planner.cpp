@@ -149,7 +149,7 @@ TEST(Planner, CachedRowsArePricedBesideTheMisses) {
   const BatchStats repeated{n, 0.5, 1.0};
   EXPECT_NEAR(model_price(both, repeated, priced, true) - model_price(both, repeated, k, true),
               0.5 * n * 0.8e-3 - k.uva_fixed_us, 1e-6);
-  // So an all-hit prefill no longer looks 3x cheaper than the same batch at 90% hits.
+  // An all-hit prefill is priced at its cached rows: above twice its price with the cached rows taken as free.
   EXPECT_GT(model_price(cache, all_hit, priced, true), 2 * misses_only);
 }
 
