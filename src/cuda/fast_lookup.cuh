@@ -123,7 +123,8 @@ class FastLookup final {
   // each. Counts nothing in the statistics and leaves the learner as it is (call it before cache paths are learned
   // from). A cache of no more rows than the small batch keeps the figure as it was. Synchronous; it uses the fast
   // path's scratch buffers on `stream`, so nothing else of this fast path may run meanwhile, and no cache update may
-  // be staged (it reads the cache's host mirror of its ids).
+  // be staged (it reads the cache's host mirror of its ids). Run warm_cache_kernels() first (attaching a cache in
+  // the engine does; calibrate() warms every kernel): a kernel's first launch in the process loads it.
   Status calibrate_cache(void* stream);
   // Totals so far (synchronises `stream`).
   Result<FastLookupStats> stats(void* stream);

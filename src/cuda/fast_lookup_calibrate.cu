@@ -15,6 +15,25 @@
 #include "cuda/fast_lookup.cuh"
 
 namespace engram::cuda {
+namespace {
+
+// Median of 3 synchronised calls of `work` on `s`, each after `upload` (which enqueues that call's ids), timed on the
+// host clock around the call (us).
+Result<double> median3_us(cudaStream_t s, const std::function<Status()>& upload, const std::function<Status()>& work) {
+  double t[3];
+  for (double& us : t) {
+    ENGRAM_RETURN_IF_ERROR(upload());
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+    const auto t0 = std::chrono::steady_clock::now();
+    ENGRAM_RETURN_IF_ERROR(work());
+    ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
+    us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::sort(t, t + 3);
+  return t[1];
+}
+
+}  // namespace
 
 Status FastLookup::warm_gather(bool probe, void* stream) {
   if (probe && !cache_) return Status::ok();
@@ -69,8 +88,7 @@ Status FastLookup::calibrate_cache(void* stream) {
   // The gather with the cache's map alone, as a served cache batch runs it on ids that all hit: sanitized ids
   // (none dead), no statistics counted, the fast path's own scratch buffers in stream order.
   auto hit_us = [&](int64_t n) -> Result<double> {
-    double t[3];
-    for (double& us : t) {
+    auto upload = [&]() -> Status {
       ids.resize(static_cast<size_t>(n));
       for (auto& x : ids) {
         x = cached[next];
@@ -78,22 +96,18 @@ Status FastLookup::calibrate_cache(void* stream) {
       }
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sanitized_, ids.data(), 8 * n, cudaMemcpyHostToDevice, s),
                                   "calibrate cache: copy");
-      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate cache: sync");
+      return Status::ok();
+    };
+    return median3_us(s, upload, [&]() -> Status {
       FastGatherArgs g = table_gather();
       g.ids = sanitized_;
       g.n = n;
       g.out = compact_;
       g.cap = GridCap::all_sms().blocks_for(sm);
       g.cache = cache_->map_view(nullptr);
-      const auto t0 = std::chrono::steady_clock::now();
-      ENGRAM_RETURN_IF_ERROR(launch_fast_gather(g, stream).with_context("calibrate cache"));
-      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate cache: sync");
-      us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    }
-    std::sort(t, t + 3);
-    return t[1];
+      return launch_fast_gather(g, stream).with_context("calibrate cache");
+    });
   };
-  ENGRAM_RETURN_IF_ERROR(warm_cache_kernels(stream));
   ENGRAM_ASSIGN_OR_RETURN(const double big, hit_us(n_big));
   ENGRAM_ASSIGN_OR_RETURN(const double small, hit_us(n_small));
   opt_.costs.cache_hit_ns_per_row = std::max(0.0, big - small) / static_cast<double>(n_big - n_small) * 1e3;
@@ -125,22 +139,15 @@ Status FastLookup::calibrate(void* stream) {
     for (auto& x : host_ids) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(v.rows));
     if (sorted) std::sort(host_ids.begin(), host_ids.end());
   };
-  // Median of 3 synchronised calls of `work`, each on n fresh ids uploaded first, timed on the host clock (us).
+  // Median of 3 synchronised calls of `work`, each on n fresh ids uploaded first.
   auto median_us = [&](int64_t n, bool sorted, const std::function<Status()>& work) -> Result<double> {
-    double t[3];
-    for (int r = 0; r < 3; ++r) {
-      double& us = t[r];
+    auto upload = [&]() -> Status {
       fresh(n, sorted);
       ENGRAM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_ids, host_ids.data(), 8 * n, cudaMemcpyHostToDevice, s),
                                   "calibrate: copy");
-      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
-      const auto t0 = std::chrono::steady_clock::now();
-      ENGRAM_RETURN_IF_ERROR(work());
-      ENGRAM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "calibrate: sync");
-      us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    }
-    std::sort(t, t + 3);
-    return t[1];
+      return Status::ok();
+    };
+    return median3_us(s, upload, work);
   };
   // A whole lookup of plan p.
   auto lookup_us = [&](int64_t n, const plan::Plan& p, bool sorted = false) -> Result<double> {

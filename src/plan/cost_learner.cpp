@@ -121,17 +121,15 @@ Correction CostLearner::correction(uint32_t key, int64_t rows) const {
   // smallest split; ties go to the most measured.
   const uint32_t share = key >> 4;
   const Entry* sib = nullptr;
-  uint32_t sib_share = 0;
-  auto rank = [&](uint32_t s) {  // lower is nearer: same split-ness first, then the share's distance
-    const bool same_kind = (s > 0) == (share > 0);
-    return (same_kind ? 0u : 1000u) + (s > share ? s - share : share - s);
-  };
+  uint32_t sib_rank = 0;
   for (const auto& [k, e] : b.paths) {
     if (k == key || k == kPlainKey || (k & 7u) != (key & 7u) || e.samples == 0) continue;
     const uint32_t s = k >> 4;
-    if (!sib || rank(s) < rank(sib_share) || (rank(s) == rank(sib_share) && e.samples > sib->samples)) {
+    // Lower is nearer: the same split-ness first, then the share's distance.
+    const uint32_t rank = ((s > 0) == (share > 0) ? 0u : 1000u) + (s > share ? s - share : share - s);
+    if (!sib || rank < sib_rank || (rank == sib_rank && e.samples > sib->samples)) {
       sib = &e;
-      sib_share = s;
+      sib_rank = rank;
     }
   }
   if (sib) {

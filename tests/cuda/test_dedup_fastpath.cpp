@@ -384,6 +384,7 @@ TEST(FastPathPlanner, CachedRowsArePricedWithoutCountingOrLearning) {
   ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());
   EXPECT_EQ((*fl)->costs().cache_hit_ns_per_row, kUnpriced);
   attach(ids.size());
+  ASSERT_TRUE((*fl)->warm_cache_kernels(s).is_ok());
   auto before = (*fl)->stats(s);
   ASSERT_TRUE(before.is_ok());
   ASSERT_TRUE((*fl)->calibrate_cache(s).is_ok());
